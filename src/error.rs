@@ -1,0 +1,381 @@
+//! Errors in two layers: a public [`Error`] whose [`ErrorKind`] tells the caller what to do, and an internal
+//! enum with the rich message. [`Error::kind`] is the one exhaustive mapping between them.
+
+use std::fmt;
+
+use crate::state::CheckpointState;
+use crate::types::{CheckpointId, Epoch};
+
+/// What the caller should do about an error.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The input is malformed or over a limit: fix it; retrying the same call fails the same way.
+    InvalidInput,
+    /// The call does not fit the checkpoint's or the commit's state (see [`Error::transition`]); nothing was
+    /// written. Whether to skip, restart or abort depends on the [`TransitionError`].
+    IllegalTransition,
+    /// The store was opened against another job or target, or the target already holds this job's commits
+    /// while the store is new (its state was lost): fix the configuration; never start afresh.
+    WrongStore,
+    /// A writer with a newer epoch has taken over: stop this writer; nothing it writes is accepted any more.
+    Fenced,
+    /// Stored bytes are damaged (a frame, a mirror object, a table value): report it, naming the place; restore
+    /// from the mirror if there is one. The store never continues on a partial state.
+    Corrupt,
+    /// An earlier write or fsync failed, so the store no longer knows what is durable: drop it, reopen and
+    /// recover.
+    Poisoned,
+    /// A transient I/O or object-store failure: retrying may succeed.
+    Io,
+    /// The target failed or its answer is unknown; nothing was assumed. Retry later; a commit whose outcome is
+    /// unknown is re-probed, never re-committed blindly.
+    Target,
+    /// The target holds a commit under our key with another set of checkpoints: an operator must look at the
+    /// table and `resolve` it.
+    CommitMismatch,
+    /// An internal invariant was broken: a bug in sinkpoint. Report it.
+    Bug,
+}
+
+/// An illegal transition of a checkpoint or commit, refused before anything was written.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransitionError {
+    /// No checkpoint has this id.
+    #[error("checkpoint {id} does not exist")]
+    NotFound {
+        /// The id asked for.
+        id: CheckpointId,
+    },
+    /// The checkpoint is Staged by an older epoch; `restart` or `abort` it (a complete one may be sealed).
+    #[error(
+        "checkpoint {id} was staged by epoch {staged_epoch}, before this writer (epoch {epoch}): restart or abort it"
+    )]
+    Orphaned {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The epoch that staged its current attempt.
+        staged_epoch: Epoch,
+        /// This writer's epoch.
+        epoch: Epoch,
+    },
+    /// The offered attempt was dropped by a `restart`.
+    #[error("checkpoint {id}: attempt {offered} was dropped, the current attempt is {current}")]
+    StaleAttempt {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The attempt the call carried.
+        offered: u32,
+        /// The checkpoint's current attempt.
+        current: u32,
+    },
+    /// The offered attempt has not begun: `restart` begins the next attempt.
+    #[error("checkpoint {id}: attempt {offered} has not begun, the current attempt is {current}")]
+    AttemptAhead {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The attempt the call carried.
+        offered: u32,
+        /// The checkpoint's current attempt (0 for a new one).
+        current: u32,
+    },
+    /// The part was staged before with other bytes.
+    #[error("checkpoint {id} attempt {attempt}: part {part} was staged before with other bytes")]
+    PartConflict {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The attempt.
+        attempt: u32,
+        /// The part.
+        part: u32,
+    },
+    /// The checkpoint is sealed (or further): its input is done; skip it.
+    #[error("checkpoint {id} is {state:?}; the offered part {}", match part_matches { Some(true) => "is the one sealed", Some(false) => "differs from the one sealed", None => "cannot be compared (results released)" })]
+    AlreadySealed {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// Its state.
+        state: CheckpointState,
+        /// Whether the offered part equals the sealed one; `None` once its results were released.
+        part_matches: Option<bool>,
+    },
+    /// The checkpoint was aborted: `restart` it to begin a new attempt.
+    #[error("checkpoint {id} is aborted: restart it to begin a new attempt")]
+    Aborted {
+        /// The checkpoint.
+        id: CheckpointId,
+    },
+    /// `seal` named more parts than were staged.
+    #[error("checkpoint {id} attempt {attempt}: {count} parts missing of {expected} expected, first {first:?}")]
+    MissingParts {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The attempt.
+        attempt: u32,
+        /// The part count the call expected.
+        expected: u32,
+        /// How many parts are missing.
+        count: u32,
+        /// The first missing parts (at most 16).
+        first: Vec<u32>,
+    },
+    /// Parts beyond the expected count were staged; sealing would drop their rows.
+    #[error("checkpoint {id} attempt {attempt}: parts staged beyond the {expected} expected, first {first:?}")]
+    UnexpectedParts {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The attempt.
+        attempt: u32,
+        /// The part count the call expected.
+        expected: u32,
+        /// The first extra parts (at most 16).
+        first: Vec<u32>,
+    },
+    /// The checkpoint was sealed with another part count.
+    #[error("checkpoint {id} was sealed with {sealed} parts, not {offered}")]
+    SealMismatch {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// Its sealed part count.
+        sealed: u32,
+        /// The count offered.
+        offered: u32,
+    },
+    /// A source key of this checkpoint is already processed by another sealed checkpoint (invariant 3).
+    #[error("source key {key:?} of checkpoint {id} is already owned by sealed checkpoint {owner}")]
+    KeyConflict {
+        /// The key, lossily as text.
+        key: String,
+        /// The checkpoint being sealed.
+        id: CheckpointId,
+        /// The checkpoint that owns the key.
+        owner: CheckpointId,
+    },
+    /// The operation needs a Sealed checkpoint.
+    #[error("checkpoint {id} is {state:?}, not Sealed")]
+    NotSealed {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// Its state.
+        state: CheckpointState,
+    },
+    /// A sealed checkpoint's keys are already skipped by readers; only `force_abort` may abort it.
+    #[error("checkpoint {id} is sealed: its keys are already skipped; only an operator's force_abort may abort it")]
+    SealedCannotAbort {
+        /// The checkpoint.
+        id: CheckpointId,
+    },
+    /// Commit keys are strictly sequential.
+    #[error("commit key {offered} is out of sequence: the next key is {expected}")]
+    CommitOutOfSequence {
+        /// The key offered.
+        offered: u64,
+        /// The next key.
+        expected: u64,
+    },
+    /// Key n+1 is not begun until key n is committed.
+    #[error("commit key {key} is still in flight: it must be committed before the next key begins")]
+    CommitInFlight {
+        /// The key in flight.
+        key: u64,
+    },
+    /// No commit was begun under this key.
+    #[error("commit key {key} was never begun")]
+    UnknownCommitKey {
+        /// The key.
+        key: u64,
+    },
+    /// The commit is in a state that does not allow the operation.
+    #[error("commit key {key} is {state:?}: {what} is not allowed there")]
+    CommitState {
+        /// The key.
+        key: u64,
+        /// Its state.
+        state: CheckpointState,
+        /// The operation.
+        what: &'static str,
+    },
+    /// A checkpoint was named twice in one call.
+    #[error("checkpoint {id} is named twice")]
+    DuplicateId {
+        /// The checkpoint.
+        id: CheckpointId,
+    },
+    /// A commit must cover at least one checkpoint with results; one without results is committed empty.
+    #[error("checkpoint {id} has {results} write results: {what}")]
+    ResultCount {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// Its result count.
+        results: u32,
+        /// What was wrong.
+        what: &'static str,
+    },
+    /// A call named no checkpoint.
+    #[error("the call names no checkpoint")]
+    NoCheckpoints,
+}
+
+/// Malformed or oversized input, found at the boundary.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub(crate) enum InvalidInput {
+    #[error("{what} is {len} bytes; the limit is 1 to {max} (over by {})", len.saturating_sub(*max))]
+    Length { what: &'static str, len: usize, max: usize },
+    #[error("{what} {value:?} is not allowed")]
+    Syntax { what: &'static str, value: String },
+    #[error("{what} {value:?} holds {found:?}; only [A-Za-z0-9._-] are allowed")]
+    Character { what: &'static str, value: String, found: char },
+    #[error("{what}: {count} is over the limit of {max} (over by {})", count.saturating_sub(*max))]
+    Count { what: &'static str, count: usize, max: usize },
+}
+
+/// The internal layer: every failure with its full message.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Inner {
+    #[error("invalid input: {0}")]
+    InvalidInput(#[from] InvalidInput),
+    #[error("illegal transition: {0}")]
+    Transition(#[from] TransitionError),
+    #[error("wrong store: {0}")]
+    WrongStore(String),
+    #[error("fenced: {0}")]
+    Fenced(String),
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    #[error("the store is poisoned after an earlier failure ({0}); drop it, reopen and recover")]
+    Poisoned(String),
+    #[error("redb: {0}")]
+    Redb(#[from] redb::Error),
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("target: {0}")]
+    Target(String),
+    #[error("commit mismatch: {0}")]
+    CommitMismatch(String),
+    #[error("bug in sinkpoint: {0}")]
+    Bug(String),
+}
+
+/// A sinkpoint error: [`Error::kind`] says what to do, `Display` says what happened and where.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+impl Error {
+    /// What the caller should do about it.
+    pub fn kind(&self) -> ErrorKind {
+        match &*self.inner {
+            Inner::InvalidInput(_) => ErrorKind::InvalidInput,
+            Inner::Transition(_) => ErrorKind::IllegalTransition,
+            Inner::WrongStore(_) => ErrorKind::WrongStore,
+            Inner::Fenced(_) => ErrorKind::Fenced,
+            Inner::Corrupt(_) => ErrorKind::Corrupt,
+            Inner::Poisoned(_) => ErrorKind::Poisoned,
+            Inner::Redb(e) => redb_kind(e),
+            Inner::ObjectStore(_) | Inner::Io(_) => ErrorKind::Io,
+            Inner::Target(_) => ErrorKind::Target,
+            Inner::CommitMismatch(_) => ErrorKind::CommitMismatch,
+            Inner::Bug(_) => ErrorKind::Bug,
+        }
+    }
+
+    /// The illegal transition, when [`Error::kind`] is [`ErrorKind::IllegalTransition`].
+    pub fn transition(&self) -> Option<&TransitionError> {
+        match &*self.inner {
+            Inner::Transition(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn corrupt(message: impl Into<String>) -> Self {
+        Inner::Corrupt(message.into()).into()
+    }
+
+    pub(crate) fn bug(message: impl Into<String>) -> Self {
+        Inner::Bug(message.into()).into()
+    }
+
+    pub(crate) fn fenced(message: impl Into<String>) -> Self {
+        Inner::Fenced(message.into()).into()
+    }
+
+    pub(crate) fn wrong_store(message: impl Into<String>) -> Self {
+        Inner::WrongStore(message.into()).into()
+    }
+
+    pub(crate) fn poisoned(message: impl Into<String>) -> Self {
+        Inner::Poisoned(message.into()).into()
+    }
+
+    #[expect(dead_code, reason = "used by the commit protocol, which lands next")]
+    pub(crate) fn target(message: impl Into<String>) -> Self {
+        Inner::Target(message.into()).into()
+    }
+
+    #[expect(dead_code, reason = "used by the commit protocol, which lands next")]
+    pub(crate) fn mismatch(message: impl Into<String>) -> Self {
+        Inner::CommitMismatch(message.into()).into()
+    }
+
+    pub(crate) fn count(what: &'static str, count: usize, max: usize) -> Self {
+        InvalidInput::Count { what, count, max }.into()
+    }
+}
+
+fn redb_kind(error: &redb::Error) -> ErrorKind {
+    // A damaged file is corruption; everything else from redb is an I/O failure that poisons the writer (the
+    // writer maps those to Poisoned itself), or a transient failure of a read.
+    match error {
+        redb::Error::Corrupted(_) => ErrorKind::Corrupt,
+        redb::Error::PreviousIo => ErrorKind::Poisoned,
+        _ => ErrorKind::Io,
+    }
+}
+
+impl<T: Into<Inner>> From<T> for Error {
+    fn from(inner: T) -> Self {
+        Self { inner: Box::new(inner.into()) }
+    }
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Inner {
+            fn from(e: $t) -> Self {
+                Inner::Redb(e.into())
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.inner, f)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error({:?}: {})", self.kind(), self.inner)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&*self.inner)
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,28 @@
+//! # sinkpoint
+//!
+//! Crash-safe, exactly-once checkpoints for data sink writers. Each checkpoint id moves through an explicit
+//! state machine (Staged → Sealed → Committing → Committed, with Aborted and CommitUnknown) recorded in a local
+//! redb write-ahead log, so a retried job never appends twice and never loses a row.
+//!
+//! Start with [`Store`]; the map of the design is `docs/ARCHITECTURE.md`.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod limits;
+pub mod state;
+mod store;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
+pub mod types;
+pub mod wal;
+
+pub use error::{Error, ErrorKind, Result, TransitionError};
+pub use state::{CheckpointState, StateFilter};
+pub use store::{
+    CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome, StagingDurability, Store,
+    StoreBuilder, StoreSettings,
+};
+pub use types::{Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, TargetIdentity, WriteResult};
+pub use wal::record::Resolution;

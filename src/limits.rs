@@ -1,0 +1,48 @@
+//! Every limit of the store, as named constants with their units last.
+//!
+//! Each input is checked against these at the boundary (see [`crate::Error`] with
+//! [`crate::ErrorKind::InvalidInput`]); the relations between them are checked at compile time below.
+
+/// The longest checkpoint id, in bytes.
+pub const CHECKPOINT_ID_BYTES_MAX: usize = 128;
+/// The longest job id, in bytes.
+pub const JOB_ID_BYTES_MAX: usize = 128;
+/// The longest target identity (a table URI, say), in bytes.
+pub const TARGET_IDENTITY_BYTES_MAX: usize = 1024;
+/// The longest source key, in bytes.
+pub const SOURCE_KEY_BYTES_MAX: usize = 4096;
+/// The largest single write result, in bytes.
+pub const WRITE_RESULT_BYTES_MAX: usize = 1024 * 1024;
+/// The longest name of an `Other` write-result format, in bytes.
+pub const FORMAT_NAME_BYTES_MAX: usize = 64;
+/// The most source keys one stage call may carry.
+pub const STAGE_KEYS_MAX: usize = 10_000;
+/// The most write results one stage call may carry.
+pub const STAGE_RESULTS_MAX: usize = 1_000;
+/// The most bytes (keys plus results) one stage call may carry.
+pub const STAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The most parts one attempt of a checkpoint may be sealed with.
+pub const SEAL_PARTS_MAX: u32 = 100_000;
+/// The most checkpoints one target commit may cover.
+pub const COMMIT_CHECKPOINTS_MAX: usize = 10_000;
+/// The most write results one target commit may carry.
+pub const COMMIT_RESULTS_MAX: usize = 100_000;
+/// The longest operator reason (for `resolve` and `force_abort`), in bytes.
+pub const REASON_BYTES_MAX: usize = 1024;
+/// The most calls folded into one group commit (one redb write transaction, one fsync).
+pub const GROUP_COMMIT_CALLS_MAX: usize = 256;
+/// The most calls waiting for the writer before callers are made to wait for room.
+pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
+/// The largest frame payload (one encoded WAL record), in bytes.
+pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more.
+pub const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
+/// The most keys one page of the processed-key iterator holds in memory.
+pub const KEY_PAGE_KEYS_MAX: usize = 1024;
+
+// A stage call at its limits must fit one frame, with room for the record's own fields.
+const _: () = assert!(STAGE_BYTES_MAX + 1024 * 1024 <= FRAME_PAYLOAD_BYTES_MAX);
+const _: () = assert!(STAGE_KEYS_MAX * SOURCE_KEY_BYTES_MAX / 4 <= STAGE_BYTES_MAX * 4);
+const _: () = assert!(WRITE_RESULT_BYTES_MAX <= STAGE_BYTES_MAX);
+const _: () = assert!(COMMIT_CHECKPOINTS_MAX * CHECKPOINT_ID_BYTES_MAX <= FRAME_PAYLOAD_BYTES_MAX);
+const _: () = assert!(GROUP_COMMIT_CALLS_MAX <= WRITER_QUEUE_CALLS_MAX);

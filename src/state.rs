@@ -1,0 +1,365 @@
+//! The checkpoint state machine: one closed enum and one pure transition function that holds all the
+//! branching. The store gathers the facts a transition needs (the checkpoint's record, the parts it has, key
+//! owners, the commit sequence), calls [`transition`], and applies the [`Step`] it returns; nothing else
+//! decides.
+//!
+//! ```text
+//!           stage*            seal(parts)            begin_commit(key n)
+//!  (absent) ──────► Staged ──────────────► Sealed ─────────────────────► Committing(n)
+//!                   │   ▲ restart                                          │        │
+//!             abort │   │ (new attempt)          target commit succeeded  │        │ target says:
+//!                   ▼   │                        or probe: Committed(ids) ▼        ▼ outcome unknown
+//!                  Aborted                                          Committed   CommitUnknown(n)
+//!                                                                                  │ a probe or resolve
+//!                                                                                  ▼ NotCommitted
+//!                                                                               Committing(n), same key
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TransitionError;
+use crate::types::{Attempt, CheckpointId, Epoch, Part};
+
+/// The state of one checkpoint id.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
+pub enum CheckpointState {
+    /// Parts are being staged for the current attempt; its keys are not processed yet.
+    Staged,
+    /// All parts are in; its keys are processed; its write results wait for a commit.
+    Sealed,
+    /// Recorded under commit key `key`, durably, before the target was called.
+    Committing {
+        /// The commit key's number.
+        key: u64,
+    },
+    /// The target's answer to commit key `key` is unknown; only a probe or an operator's resolve leaves this.
+    CommitUnknown {
+        /// The commit key's number.
+        key: u64,
+    },
+    /// The target provably holds its write results (or it had none); its results are released.
+    Committed {
+        /// The commit key it landed under; `None` for a checkpoint without results, committed without a
+        /// target commit.
+        key: Option<u64>,
+    },
+    /// Dropped before sealing; its keys are not processed. `restart` begins a new attempt.
+    Aborted,
+}
+
+impl CheckpointState {
+    /// A small stable code for the state, used as the state-index key on disk.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            CheckpointState::Staged => 0,
+            CheckpointState::Sealed => 1,
+            CheckpointState::Committing { .. } => 2,
+            CheckpointState::CommitUnknown { .. } => 3,
+            CheckpointState::Committed { .. } => 4,
+            CheckpointState::Aborted => 5,
+        }
+    }
+
+    /// Whether the checkpoint's source keys count as processed in this state.
+    pub fn keys_processed(self) -> bool {
+        match self {
+            CheckpointState::Staged | CheckpointState::Aborted => false,
+            CheckpointState::Sealed
+            | CheckpointState::Committing { .. }
+            | CheckpointState::CommitUnknown { .. }
+            | CheckpointState::Committed { .. } => true,
+        }
+    }
+
+    /// Whether the checkpoint's write results still wait for the target (Sealed, Committing, CommitUnknown).
+    pub fn is_pending(self) -> bool {
+        matches!(
+            self,
+            CheckpointState::Sealed | CheckpointState::Committing { .. } | CheckpointState::CommitUnknown { .. }
+        )
+    }
+}
+
+/// A coarse filter for [`crate::Store::list`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum StateFilter {
+    /// Staged checkpoints.
+    Staged,
+    /// Sealed checkpoints.
+    Sealed,
+    /// Committing checkpoints, any key.
+    Committing,
+    /// CommitUnknown checkpoints, any key.
+    CommitUnknown,
+    /// Committed checkpoints.
+    Committed,
+    /// Aborted checkpoints.
+    Aborted,
+}
+
+impl StateFilter {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            StateFilter::Staged => 0,
+            StateFilter::Sealed => 1,
+            StateFilter::Committing => 2,
+            StateFilter::CommitUnknown => 3,
+            StateFilter::Committed => 4,
+            StateFilter::Aborted => 5,
+        }
+    }
+}
+
+/// What the store keeps of one checkpoint.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub struct CheckpointRecord {
+    /// Its state.
+    pub state: CheckpointState,
+    /// Its current attempt.
+    pub attempt: Attempt,
+    /// The epoch that began (or first staged into) the current attempt.
+    pub epoch: Epoch,
+    /// The sealed part count; 0 before sealing.
+    pub parts: u32,
+    /// The write results in the current attempt.
+    pub results: u32,
+}
+
+/// How an offered part compares with what is stored under the same (id, attempt, part).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum PartMatch {
+    /// Nothing is stored there.
+    Absent,
+    /// The same bytes are stored there.
+    Same,
+    /// Other bytes are stored there.
+    Different,
+    /// The part's results were released (committed); it cannot be compared.
+    Released,
+}
+
+/// One event offered to a checkpoint, with the facts the store gathered for it.
+#[derive(Clone, Debug)]
+pub(crate) enum Event<'a> {
+    Stage { attempt: Attempt, part: Part, existing: PartMatch, results: u32 },
+    Seal { parts: u32, present: &'a [Part], key_conflict: Option<(String, CheckpointId)> },
+    Restart,
+    Abort,
+    ForceAbort,
+    BeginCommit { key: u64 },
+    CommitEmpty,
+    MarkCommitted { key: u64 },
+    MarkUnknown { key: u64 },
+    MarkNotCommitted { key: u64 },
+}
+
+/// What applying an event does to the stored state, beyond replacing the checkpoint's record.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Effect {
+    /// Nothing changes and nothing is written (a retried call after a lost ack).
+    None,
+    /// Store the offered part.
+    InsertPart,
+    /// Drop every part of the given attempt and return their write results.
+    DropParts { attempt: Attempt },
+    /// Mark the current attempt's source keys processed, owned by this checkpoint.
+    ClaimKeys,
+    /// Un-process the current attempt's source keys and drop its parts (returning their results).
+    UnclaimKeysDropParts { attempt: Attempt },
+    /// Release the write results of the current attempt (the keys stay processed).
+    ReleaseResults,
+}
+
+/// The outcome of a legal transition.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Step {
+    /// The checkpoint's record after the event; equal to the old one for a no-op.
+    pub next: CheckpointRecord,
+    /// What else to write.
+    pub effect: Effect,
+}
+
+const LIST_PREVIEW_MAX: usize = 16;
+
+/// The one transition function: given a checkpoint's record (or none), the writer's epoch and an event with
+/// its facts, returns the next record and the effect to apply, or the typed reason it is illegal. It reads and
+/// writes nothing.
+pub(crate) fn transition(
+    id: &CheckpointId,
+    current: Option<&CheckpointRecord>,
+    epoch: Epoch,
+    event: &Event<'_>,
+) -> Result<Step, TransitionError> {
+    use CheckpointState as S;
+    let id_owned = || id.clone();
+    let Some(cur) = current else {
+        return match event {
+            Event::Stage { attempt: 0, results, .. } => Ok(Step {
+                next: CheckpointRecord { state: S::Staged, attempt: 0, epoch, parts: 0, results: *results },
+                effect: Effect::InsertPart,
+            }),
+            Event::Stage { attempt, .. } => {
+                Err(TransitionError::AttemptAhead { id: id_owned(), offered: *attempt, current: 0 })
+            }
+            _ => Err(TransitionError::NotFound { id: id_owned() }),
+        };
+    };
+    let same = || Step { next: cur.clone(), effect: Effect::None };
+    let with =
+        |state: CheckpointState, effect: Effect| Step { next: CheckpointRecord { state, ..cur.clone() }, effect };
+    match (cur.state, event) {
+        // Staging.
+        (S::Staged, Event::Stage { attempt, part, existing, results }) => {
+            if cur.epoch < epoch {
+                return Err(TransitionError::Orphaned { id: id_owned(), staged_epoch: cur.epoch, epoch });
+            }
+            if *attempt < cur.attempt {
+                return Err(TransitionError::StaleAttempt { id: id_owned(), offered: *attempt, current: cur.attempt });
+            }
+            if *attempt > cur.attempt {
+                return Err(TransitionError::AttemptAhead { id: id_owned(), offered: *attempt, current: cur.attempt });
+            }
+            match existing {
+                PartMatch::Absent => Ok(Step {
+                    next: CheckpointRecord { results: cur.results + results, ..cur.clone() },
+                    effect: Effect::InsertPart,
+                }),
+                PartMatch::Same => Ok(same()),
+                PartMatch::Different | PartMatch::Released => {
+                    Err(TransitionError::PartConflict { id: id_owned(), attempt: *attempt, part: *part })
+                }
+            }
+        }
+        (S::Aborted, Event::Stage { .. }) => Err(TransitionError::Aborted { id: id_owned() }),
+        (state, Event::Stage { existing, .. }) => Err(TransitionError::AlreadySealed {
+            id: id_owned(),
+            state,
+            part_matches: match existing {
+                PartMatch::Same => Some(true),
+                PartMatch::Absent | PartMatch::Different => Some(false),
+                PartMatch::Released => None,
+            },
+        }),
+
+        // Sealing. An orphaned checkpoint that is complete may be sealed: its parts are all durable.
+        (S::Staged, Event::Seal { parts, present, key_conflict }) => {
+            let missing: Vec<Part> = (0..*parts).filter(|p| present.binary_search(p).is_err()).collect();
+            if !missing.is_empty() {
+                return Err(TransitionError::MissingParts {
+                    id: id_owned(),
+                    attempt: cur.attempt,
+                    expected: *parts,
+                    count: u32::try_from(missing.len()).unwrap_or(u32::MAX),
+                    first: missing.into_iter().take(LIST_PREVIEW_MAX).collect(),
+                });
+            }
+            let extra: Vec<Part> = present.iter().copied().filter(|p| p >= parts).take(LIST_PREVIEW_MAX).collect();
+            if !extra.is_empty() {
+                return Err(TransitionError::UnexpectedParts {
+                    id: id_owned(),
+                    attempt: cur.attempt,
+                    expected: *parts,
+                    first: extra,
+                });
+            }
+            if let Some((key, owner)) = key_conflict {
+                return Err(TransitionError::KeyConflict { key: key.clone(), id: id_owned(), owner: owner.clone() });
+            }
+            Ok(Step {
+                next: CheckpointRecord { state: S::Sealed, parts: *parts, ..cur.clone() },
+                effect: Effect::ClaimKeys,
+            })
+        }
+        (S::Aborted, Event::Seal { .. }) => Err(TransitionError::Aborted { id: id_owned() }),
+        (_, Event::Seal { parts, .. }) => {
+            if *parts == cur.parts {
+                Ok(same())
+            } else {
+                Err(TransitionError::SealMismatch { id: id_owned(), sealed: cur.parts, offered: *parts })
+            }
+        }
+
+        // Restart and abort: only before sealing.
+        (S::Staged | S::Aborted, Event::Restart) => Ok(Step {
+            next: CheckpointRecord { state: S::Staged, attempt: cur.attempt + 1, epoch, parts: 0, results: 0 },
+            effect: Effect::DropParts { attempt: cur.attempt },
+        }),
+        (S::Staged, Event::Abort) => Ok(Step {
+            next: CheckpointRecord { state: S::Aborted, parts: 0, results: 0, ..cur.clone() },
+            effect: Effect::DropParts { attempt: cur.attempt },
+        }),
+        (S::Aborted, Event::Abort) => Ok(same()),
+        (S::Sealed, Event::Abort) => Err(TransitionError::SealedCannotAbort { id: id_owned() }),
+        (state, Event::Restart | Event::Abort) => {
+            Err(TransitionError::AlreadySealed { id: id_owned(), state, part_matches: None })
+        }
+        (S::Sealed, Event::ForceAbort) => Ok(Step {
+            next: CheckpointRecord { state: S::Aborted, parts: 0, results: 0, ..cur.clone() },
+            effect: Effect::UnclaimKeysDropParts { attempt: cur.attempt },
+        }),
+        (state, Event::ForceAbort) => Err(TransitionError::NotSealed { id: id_owned(), state }),
+
+        // The commit protocol.
+        (S::Sealed, Event::BeginCommit { key }) => {
+            if cur.results == 0 {
+                return Err(TransitionError::ResultCount {
+                    id: id_owned(),
+                    results: 0,
+                    what: "a checkpoint without results is committed empty, not under a key",
+                });
+            }
+            Ok(with(S::Committing { key: *key }, Effect::None))
+        }
+        (state, Event::BeginCommit { .. }) => Err(TransitionError::NotSealed { id: id_owned(), state }),
+        (S::Sealed, Event::CommitEmpty) => {
+            if cur.results != 0 {
+                return Err(TransitionError::ResultCount {
+                    id: id_owned(),
+                    results: cur.results,
+                    what: "a checkpoint with results must be committed under a key",
+                });
+            }
+            Ok(with(S::Committed { key: None }, Effect::None))
+        }
+        (S::Committed { key: None }, Event::CommitEmpty) => Ok(same()),
+        (state, Event::CommitEmpty) => Err(TransitionError::NotSealed { id: id_owned(), state }),
+        (S::Committing { key } | S::CommitUnknown { key }, Event::MarkCommitted { key: k }) if key == *k => {
+            Ok(with(S::Committed { key: Some(key) }, Effect::ReleaseResults))
+        }
+        (S::Committed { key: Some(key) }, Event::MarkCommitted { key: k }) if key == *k => Ok(same()),
+        (S::Committing { key }, Event::MarkUnknown { key: k }) if key == *k => {
+            Ok(with(S::CommitUnknown { key }, Effect::None))
+        }
+        (S::CommitUnknown { key }, Event::MarkUnknown { key: k }) if key == *k => Ok(same()),
+        (S::CommitUnknown { key }, Event::MarkNotCommitted { key: k }) if key == *k => {
+            Ok(with(S::Committing { key }, Effect::None))
+        }
+        (S::Committing { key }, Event::MarkNotCommitted { key: k }) if key == *k => Ok(same()),
+        (state, Event::MarkCommitted { key } | Event::MarkUnknown { key } | Event::MarkNotCommitted { key }) => {
+            Err(TransitionError::CommitState { key: *key, state, what: "marking this checkpoint" })
+        }
+    }
+}
+
+/// The in-flight state of the job's commit sequence, kept in the store's meta.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct CommitSequence {
+    /// The next key to begin.
+    pub next_key: u64,
+    /// The key begun but not yet committed, if any.
+    pub in_flight: Option<u64>,
+}
+
+/// Checks that `key` may begin now: strictly the next key, with no key in flight. Pure.
+pub(crate) fn check_begin(seq: &CommitSequence, key: u64) -> Result<(), TransitionError> {
+    if let Some(in_flight) = seq.in_flight {
+        return Err(TransitionError::CommitInFlight { key: in_flight });
+    }
+    if key != seq.next_key {
+        return Err(TransitionError::CommitOutOfSequence { offered: key, expected: seq.next_key });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

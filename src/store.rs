@@ -1,0 +1,712 @@
+//! The public [`Store`] handle: opens the local redb file, bumps the epoch, and turns every call into one WAL
+//! record for the group-commit writer. Reads go straight to redb read transactions.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable as _, StorageBackend};
+
+/// Lets a boxed backend be handed to redb, which takes backends by value.
+#[derive(Debug)]
+struct BoxedBackend(Box<dyn StorageBackend>);
+
+impl StorageBackend for BoxedBackend {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> std::io::Result<()> {
+        self.0.close()
+    }
+}
+
+use crate::error::{Error, InvalidInput, Result, TransitionError};
+use crate::limits::{
+    COMMIT_CHECKPOINTS_MAX, KEY_PAGE_KEYS_MAX, REASON_BYTES_MAX, SEAL_PARTS_MAX, STAGE_BYTES_MAX, STAGE_KEYS_MAX,
+    STAGE_RESULTS_MAX,
+};
+use crate::state::{CheckpointRecord, CheckpointState, StateFilter};
+use crate::types::{
+    Attempt, CheckpointId, Epoch, JobId, Part, SourceKey, TargetIdentity, WriteResult, check_source_key,
+};
+use crate::wal::apply::{Applied, Tables};
+use crate::wal::record::{Record, Resolution};
+use crate::wal::tables::{
+    CHECKPOINTS, COMMITS, CommitValue, KEYS, META, Meta, PARTS, STATES, STORE_FORMAT_VERSION, create_all,
+    read_checkpoint, read_commit, read_meta, read_parts,
+};
+use crate::wal::writer::{CallDurability, Shared, Writer};
+
+/// How durable a `stage` call is before it returns.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum StagingDurability {
+    /// fsynced before `stage` returns (the default).
+    #[default]
+    Immediate,
+    /// Returned after the in-memory commit, without an fsync: **lost on a crash** until a later durable call
+    /// (any seal, restart, abort or commit-protocol call is durable and makes every earlier call durable too).
+    /// Never applies to anything but `stage`.
+    None,
+}
+
+/// The settings of a store: plain data, kept apart from the injected components of [`StoreBuilder`].
+#[derive(Clone, Debug)]
+pub struct StoreSettings {
+    /// The job; recorded at create, checked at every open.
+    pub job: JobId,
+    /// The target's identity; recorded at create, checked at every open.
+    pub target: TargetIdentity,
+    /// The durability of `stage` calls.
+    pub staging_durability: StagingDurability,
+    /// Whether `open` may create a store that does not exist yet.
+    pub create_if_missing: bool,
+}
+
+enum Location {
+    Path(PathBuf),
+    Backend(Box<dyn StorageBackend>),
+}
+
+/// Builds a [`Store`]: settings plus the injected components (the redb storage backend, the writer tag).
+pub struct StoreBuilder {
+    settings: StoreSettings,
+    location: Option<Location>,
+    writer_tag: Option<u128>,
+}
+
+impl StoreBuilder {
+    /// Stores the WAL in a redb file at `path` (created if missing and allowed).
+    pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.location = Some(Location::Path(path.into()));
+        self
+    }
+
+    /// Stores the WAL on a redb storage backend (a crash-image backend in tests, say).
+    pub fn backend(mut self, backend: impl StorageBackend) -> Self {
+        self.location = Some(Location::Backend(Box::new(backend)));
+        self
+    }
+
+    /// Sets the durability of `stage` calls.
+    pub fn staging_durability(mut self, durability: StagingDurability) -> Self {
+        self.settings.staging_durability = durability;
+        self
+    }
+
+    /// Refuses to create a store that does not exist (a rerun that must find its state).
+    pub fn must_exist(mut self) -> Self {
+        self.settings.create_if_missing = false;
+        self
+    }
+
+    /// Injects the writer's unique tag (default: random from the standard library's hasher seed).
+    pub fn writer_tag(mut self, tag: u128) -> Self {
+        self.writer_tag = Some(tag);
+        self
+    }
+
+    /// Opens (or creates) the store, bumps the epoch durably and starts the writer.
+    pub async fn open(self) -> Result<Store> {
+        let StoreBuilder { settings, location, writer_tag } = self;
+        let location = location.ok_or_else(|| {
+            Error::from(InvalidInput::Syntax {
+                what: "store location",
+                value: "none given: call path() or backend()".into(),
+            })
+        })?;
+        let tag = writer_tag.unwrap_or_else(random_tag);
+        let opened = tokio::task::spawn_blocking(move || open_blocking(&settings, location, tag))
+            .await
+            .map_err(|e| Error::bug(format!("open task: {e}")))??;
+        Ok(opened)
+    }
+}
+
+fn random_tag() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = 0u128;
+    for i in 0..2u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(i);
+        h.write_u128(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+        );
+        h.write_u32(std::process::id());
+        out = (out << 64) | u128::from(h.finish());
+    }
+    out
+}
+
+fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128) -> Result<Store> {
+    let db = match location {
+        Location::Path(path) => {
+            if !settings.create_if_missing && !path.exists() {
+                return Err(Error::wrong_store(format!("no store at {}", path.display())));
+            }
+            Database::create(&path)?
+        }
+        Location::Backend(backend) => redb::Builder::new().create_with_backend(BoxedBackend(backend))?,
+    };
+    let db = Arc::new(db);
+    let txn = db.begin_write()?;
+    create_all(&txn)?;
+    let (meta, created, orphans) = {
+        let mut tables = Tables::open(&txn)?;
+        let existing = tables.read_meta()?;
+        let created = existing.is_none();
+        let mut meta = match existing {
+            None => {
+                if !settings.create_if_missing {
+                    return Err(Error::wrong_store("the store is empty and create_if_missing is off"));
+                }
+                let mut meta = Meta {
+                    format_version: STORE_FORMAT_VERSION,
+                    job: settings.job.clone(),
+                    target: settings.target.clone(),
+                    epoch: 0,
+                    writer_tag,
+                    next_seq: 0,
+                    log_start: 0,
+                    seq: crate::state::CommitSequence { next_key: 0, in_flight: None },
+                    finished: false,
+                };
+                let create = Record::Create { job: settings.job.clone(), target: settings.target.clone() };
+                tables.append(&mut meta, 0, &create)?;
+                meta
+            }
+            Some(meta) => {
+                check_identity(&meta, settings)?;
+                meta
+            }
+        };
+        meta.epoch += 1;
+        meta.writer_tag = writer_tag;
+        let epoch = meta.epoch;
+        tables.append(&mut meta, epoch, &Record::Open { writer_tag })?;
+        tables.write_meta(&meta)?;
+        (meta, created, Vec::new())
+    };
+    txn.commit()?;
+    let mut store_orphans = orphans;
+    store_orphans.extend(scan_orphans(&db, meta.epoch)?);
+    let shared = Arc::new(Shared::default());
+    let writer = Writer::start(db.clone(), meta.clone(), shared.clone(), None)?;
+    tracing::info!(job = %meta.job, epoch = meta.epoch, created, orphans = store_orphans.len(), "sinkpoint store opened");
+    Ok(Store {
+        db,
+        writer,
+        shared,
+        epoch: meta.epoch,
+        job: meta.job,
+        target: meta.target,
+        created,
+        orphans: store_orphans,
+        settings: settings.clone(),
+    })
+}
+
+fn check_identity(meta: &Meta, settings: &StoreSettings) -> Result<()> {
+    if meta.format_version != STORE_FORMAT_VERSION {
+        return Err(Error::corrupt(format!(
+            "store format version {} is not the supported version {STORE_FORMAT_VERSION}",
+            meta.format_version
+        )));
+    }
+    if meta.job != settings.job {
+        return Err(Error::wrong_store(format!("the store belongs to job {}, not {}", meta.job, settings.job)));
+    }
+    if meta.target != settings.target {
+        return Err(Error::wrong_store(format!(
+            "the store belongs to target {}, not {}",
+            meta.target, settings.target
+        )));
+    }
+    Ok(())
+}
+
+fn scan_orphans(db: &Database, epoch: Epoch) -> Result<Vec<CheckpointId>> {
+    let txn = db.begin_read()?;
+    let states = txn.open_table(STATES)?;
+    let checkpoints = txn.open_table(CHECKPOINTS)?;
+    let mut out = Vec::new();
+    let code = CheckpointState::Staged.code();
+    for entry in states.range((code, "")..(code + 1, ""))? {
+        let (k, _) = entry?;
+        let id = stored_id(k.value().1)?;
+        if let Some(record) = read_checkpoint(&checkpoints, &id)?
+            && record.epoch < epoch
+        {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+fn stored_id(s: &str) -> Result<CheckpointId> {
+    CheckpointId::new(s).map_err(|_| Error::corrupt(format!("an index holds the invalid checkpoint id {s:?}")))
+}
+
+/// What the store holds of one checkpoint.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CheckpointInfo {
+    /// The id.
+    pub id: CheckpointId,
+    /// Its state.
+    pub state: CheckpointState,
+    /// Its current attempt.
+    pub attempt: Attempt,
+    /// The epoch that began its current attempt.
+    pub epoch: Epoch,
+    /// Its sealed part count (0 before sealing).
+    pub parts: u32,
+    /// Its write results in the current attempt (they are released once committed; the count stays).
+    pub results: u32,
+}
+
+impl CheckpointInfo {
+    fn new(id: CheckpointId, r: CheckpointRecord) -> Self {
+        Self { id, state: r.state, attempt: r.attempt, epoch: r.epoch, parts: r.parts, results: r.results }
+    }
+}
+
+/// A checkpoint whose write results wait for the target, with those results.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PendingCheckpoint {
+    /// The checkpoint.
+    pub info: CheckpointInfo,
+    /// Its write results, in part order.
+    pub results: Vec<WriteResult>,
+}
+
+/// One consistent snapshot of everything that waits for the target.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Pending {
+    /// Sealed, Committing and CommitUnknown checkpoints, by id.
+    pub checkpoints: Vec<PendingCheckpoint>,
+    /// The commit key in flight (Committing or CommitUnknown) and its record, if any.
+    pub in_flight: Option<(u64, CommitInfo)>,
+    /// The next commit key to begin.
+    pub next_key: u64,
+    /// Whether the job's final commit has landed.
+    pub finished: bool,
+}
+
+/// A commit key's record.
+pub type CommitInfo = CommitValue;
+
+/// Whether a stage call wrote its part or found it already there.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StageOutcome {
+    /// The part was written.
+    Staged,
+    /// The same part with the same bytes was already there (a retry after a lost ack): nothing written.
+    AlreadyStaged,
+}
+
+/// The handle on one checkpoint store.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), sinkpoint::Error> {
+/// use sinkpoint::{CheckpointId, CheckpointState, Format, JobId, Store, TargetIdentity, WriteResult};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = Store::builder(JobId::new("job-1")?, TargetIdentity::new("file:///tables/t")?)
+///     .path(dir.path().join("sink.redb"))
+///     .open()
+///     .await?;
+/// let id = CheckpointId::new("input-0017")?;
+/// let result = WriteResult::new(Format::Parquet, b"part-0017.parquet".to_vec())?;
+/// store.stage(&id, 0, 0, vec![b"s3://in/0017.csv".to_vec()], vec![result]).await?;
+/// store.seal(&id, 1).await?;
+/// assert!(store.is_processed(b"s3://in/0017.csv")?);
+/// assert_eq!(store.get(&id)?.unwrap().state, CheckpointState::Sealed);
+/// store.close();
+/// # Ok(()) }
+/// ```
+pub struct Store {
+    db: Arc<Database>,
+    writer: Writer,
+    shared: Arc<Shared>,
+    epoch: Epoch,
+    job: JobId,
+    target: TargetIdentity,
+    created: bool,
+    orphans: Vec<CheckpointId>,
+    settings: StoreSettings,
+}
+
+impl Store {
+    /// Starts building a store for `job` writing into `target`.
+    pub fn builder(job: JobId, target: TargetIdentity) -> StoreBuilder {
+        StoreBuilder {
+            settings: StoreSettings {
+                job,
+                target,
+                staging_durability: StagingDurability::Immediate,
+                create_if_missing: true,
+            },
+            location: None,
+            writer_tag: None,
+        }
+    }
+
+    /// This writer's epoch.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The job.
+    pub fn job(&self) -> &JobId {
+        &self.job
+    }
+
+    /// The target's identity.
+    pub fn target(&self) -> &TargetIdentity {
+        &self.target
+    }
+
+    /// Whether this open created the store.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// The checkpoints Staged by an older epoch, found at open: `stage` refuses them (`Orphaned`) until the
+    /// caller restarts or aborts them; a complete one may be sealed.
+    pub fn orphans(&self) -> &[CheckpointId] {
+        &self.orphans
+    }
+
+    /// The settings it was opened with.
+    pub fn settings(&self) -> &StoreSettings {
+        &self.settings
+    }
+
+    async fn call(&self, record: Record, durability: CallDurability) -> Result<Applied> {
+        self.shared.check()?;
+        match self.writer.call(record, durability).await? {
+            Ok(applied) => Ok(applied),
+            Err(t) => Err(t.into()),
+        }
+    }
+
+    /// Stages one part of attempt `attempt` of checkpoint `id`: its source keys, its write results, or both.
+    /// Re-staging the same part with the same bytes is a no-op ([`StageOutcome::AlreadyStaged`]); other bytes
+    /// are a [`TransitionError::PartConflict`].
+    pub async fn stage(
+        &self,
+        id: &CheckpointId,
+        attempt: Attempt,
+        part: Part,
+        keys: Vec<SourceKey>,
+        results: Vec<WriteResult>,
+    ) -> Result<StageOutcome> {
+        check_stage(&keys, &results)?;
+        let durability = match self.settings.staging_durability {
+            StagingDurability::Immediate => CallDurability::Immediate,
+            StagingDurability::None => CallDurability::None,
+        };
+        let record = Record::Stage { id: id.clone(), attempt, part, keys, results };
+        let applied = self.call(record, durability).await?;
+        Ok(if applied.written { StageOutcome::Staged } else { StageOutcome::AlreadyStaged })
+    }
+
+    /// Seals checkpoint `id` with parts `0..parts` of its current attempt: its keys become processed and its
+    /// results pending. Sealing again with the same count is a no-op.
+    pub async fn seal(&self, id: &CheckpointId, parts: u32) -> Result<()> {
+        if parts == 0 || parts > SEAL_PARTS_MAX {
+            return Err(InvalidInput::Count {
+                what: "sealed parts (1 or more)",
+                count: parts as usize,
+                max: SEAL_PARTS_MAX as usize,
+            }
+            .into());
+        }
+        self.call(Record::Seal { id: id.clone(), parts }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Drops every part of the current attempt and begins the next one; returns the dropped write results so
+    /// the caller can delete their files.
+    pub async fn restart(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        Ok(self.call(Record::Restart { id: id.clone() }, CallDurability::Immediate).await?.dropped)
+    }
+
+    /// Aborts a Staged checkpoint: its keys are not processed; returns its discarded write results.
+    pub async fn abort(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        Ok(self.call(Record::Abort { id: id.clone() }, CallDurability::Immediate).await?.dropped)
+    }
+
+    /// Binds commit key `key` to `ids` (all Sealed, with results) durably, before the target is called.
+    pub async fn begin_commit(
+        &self,
+        key: u64,
+        ids: &[CheckpointId],
+        target_version: Option<u64>,
+        final_commit: bool,
+    ) -> Result<()> {
+        let ids = sorted_ids(ids)?;
+        let record = Record::BeginCommit { key, ids, target_version, final_commit };
+        self.call(record, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Marks Sealed checkpoints without write results committed, without a target commit.
+    pub async fn commit_empty(&self, ids: &[CheckpointId]) -> Result<()> {
+        let ids = sorted_ids(ids)?;
+        self.call(Record::CommitEmpty { ids }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Marks commit key `key` committed: the target provably holds it. Releases its write results.
+    pub async fn mark_committed(&self, key: u64) -> Result<()> {
+        self.call(Record::MarkCommitted { key }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Marks commit key `key` as of unknown outcome: only a probe or [`Store::resolve`] leaves that state.
+    pub async fn mark_unknown(&self, key: u64, reason: &str) -> Result<()> {
+        let reason = truncate(reason);
+        self.call(Record::MarkUnknown { key, reason }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Records that a probe found key `key` not committed: it goes back to Committing, to be re-committed under
+    /// the same key.
+    pub async fn mark_not_committed(&self, key: u64) -> Result<()> {
+        self.call(Record::MarkNotCommitted { key }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// The operator's escape hatch, after checking the table by hand: resolves key `key` as committed or not
+    /// committed, recording `reason`. Never used by the protocol itself.
+    pub async fn resolve(&self, key: u64, resolution: Resolution, reason: &str) -> Result<()> {
+        check_reason(reason)?;
+        let record = Record::Resolve { key, resolution, reason: reason.to_owned() };
+        self.call(record, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// The operator's escape hatch: aborts Sealed checkpoints, un-processing their keys atomically so their
+    /// inputs are read again; returns their write results. Never used by the protocol itself.
+    pub async fn force_abort(&self, ids: &[CheckpointId], reason: &str) -> Result<Vec<WriteResult>> {
+        check_reason(reason)?;
+        let ids = sorted_ids(ids)?;
+        let record = Record::ForceAbort { ids, reason: reason.to_owned() };
+        Ok(self.call(record, CallDurability::Immediate).await?.dropped)
+    }
+
+    /// One checkpoint, if it exists.
+    pub fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(CHECKPOINTS)?;
+        Ok(read_checkpoint(&table, id)?.map(|r| CheckpointInfo::new(id.clone(), r)))
+    }
+
+    /// Every checkpoint in a state, by id.
+    pub fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        let states = txn.open_table(STATES)?;
+        let checkpoints = txn.open_table(CHECKPOINTS)?;
+        let code = filter.code();
+        let mut out = Vec::new();
+        for entry in states.range((code, "")..(code + 1, ""))? {
+            let (k, _) = entry?;
+            let id = stored_id(k.value().1)?;
+            let record = read_checkpoint(&checkpoints, &id)?
+                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
+            out.push(CheckpointInfo::new(id, record));
+        }
+        Ok(out)
+    }
+
+    /// Whether a source key is processed: it belongs to a Sealed (or later) checkpoint. An indexed read.
+    pub fn is_processed(&self, key: &[u8]) -> Result<bool> {
+        self.shared.check()?;
+        check_source_key(key)?;
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(KEYS)?.get(key)?.is_some())
+    }
+
+    /// Every processed source key, in key order, read a page at a time: memory stays flat in the number of keys.
+    pub fn processed_keys(&self) -> ProcessedKeys {
+        ProcessedKeys { db: self.db.clone(), after: None, page: Vec::new().into_iter(), done: false }
+    }
+
+    /// One consistent snapshot of every Sealed, Committing and CommitUnknown checkpoint with its write results,
+    /// and the commit sequence.
+    pub fn pending(&self) -> Result<Pending> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        let states = txn.open_table(STATES)?;
+        let checkpoints = txn.open_table(CHECKPOINTS)?;
+        let parts = txn.open_table(PARTS)?;
+        let commits = txn.open_table(COMMITS)?;
+        let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
+        let mut out = Vec::new();
+        let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
+        for entry in states.range((lo, "")..(hi + 1, ""))? {
+            let (k, _) = entry?;
+            let id = stored_id(k.value().1)?;
+            let record = read_checkpoint(&checkpoints, &id)?
+                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
+            let results: Vec<WriteResult> =
+                read_parts(&parts, &id, record.attempt)?.into_iter().flat_map(|(_, p)| p.results).collect();
+            if results.len() != record.results as usize {
+                return Err(Error::corrupt(format!(
+                    "checkpoint {id} records {} write results but {} are stored",
+                    record.results,
+                    results.len()
+                )));
+            }
+            out.push(PendingCheckpoint { info: CheckpointInfo::new(id, record), results });
+        }
+        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+        let in_flight = match meta.seq.in_flight {
+            None => None,
+            Some(key) => Some((
+                key,
+                read_commit(&commits, key)?
+                    .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?,
+            )),
+        };
+        Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
+    }
+
+    /// The record of commit key `key`, if it was begun.
+    pub fn commit_info(&self, key: u64) -> Result<Option<CommitInfo>> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        read_commit(&txn.open_table(COMMITS)?, key)
+    }
+
+    /// Whether the job's final commit has landed (the fast path of a rerun).
+    pub fn is_finished(&self) -> Result<bool> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        Ok(read_meta(&txn.open_table(META)?)?.is_some_and(|m| m.finished))
+    }
+
+    /// Stops the writer after the calls already queued and closes the file.
+    pub fn close(mut self) {
+        self.writer.close();
+    }
+
+    #[cfg(any(test, feature = "testkit"))]
+    /// The frames still in the local log, in order (for tests and tools).
+    pub fn log_frames(&self) -> Result<Vec<Vec<u8>>> {
+        let txn = self.db.begin_read()?;
+        let log = txn.open_table(crate::wal::tables::LOG)?;
+        let mut out = Vec::new();
+        for entry in log.iter()? {
+            out.push(entry?.1.value().to_vec());
+        }
+        Ok(out)
+    }
+}
+
+/// Every processed source key, a page at a time (see [`Store::processed_keys`]). Each page is read in its own
+/// read transaction, so a key processed during the iteration may or may not be seen; none is seen twice.
+pub struct ProcessedKeys {
+    db: Arc<Database>,
+    after: Option<Vec<u8>>,
+    page: std::vec::IntoIter<Vec<u8>>,
+    done: bool,
+}
+
+impl ProcessedKeys {
+    fn fill(&mut self) -> Result<()> {
+        let txn = self.db.begin_read()?;
+        let keys = txn.open_table(KEYS)?;
+        let mut page = Vec::with_capacity(KEY_PAGE_KEYS_MAX);
+        let range = match &self.after {
+            None => keys.range::<&[u8]>(..)?,
+            Some(after) => {
+                keys.range::<&[u8]>((std::ops::Bound::Excluded(after.as_slice()), std::ops::Bound::Unbounded))?
+            }
+        };
+        for entry in range.take(KEY_PAGE_KEYS_MAX) {
+            page.push(entry?.0.value().to_vec());
+        }
+        self.done = page.len() < KEY_PAGE_KEYS_MAX;
+        self.after = page.last().cloned();
+        self.page = page.into_iter();
+        Ok(())
+    }
+}
+
+impl Iterator for ProcessedKeys {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(key) = self.page.next() {
+            return Some(Ok(key));
+        }
+        if self.done {
+            return None;
+        }
+        if let Err(e) = self.fill() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        self.page.next().map(Ok)
+    }
+}
+
+fn check_stage(keys: &[SourceKey], results: &[WriteResult]) -> Result<()> {
+    if keys.len() > STAGE_KEYS_MAX {
+        return Err(Error::count("source keys in one stage call", keys.len(), STAGE_KEYS_MAX));
+    }
+    if results.len() > STAGE_RESULTS_MAX {
+        return Err(Error::count("write results in one stage call", results.len(), STAGE_RESULTS_MAX));
+    }
+    let mut bytes = 0usize;
+    for key in keys {
+        check_source_key(key)?;
+        bytes += key.len();
+    }
+    for result in results {
+        result.check()?;
+        bytes += result.bytes().len();
+    }
+    if bytes > STAGE_BYTES_MAX {
+        return Err(Error::count("bytes in one stage call", bytes, STAGE_BYTES_MAX));
+    }
+    Ok(())
+}
+
+fn sorted_ids(ids: &[CheckpointId]) -> Result<Vec<CheckpointId>> {
+    if ids.is_empty() {
+        return Err(TransitionError::NoCheckpoints.into());
+    }
+    if ids.len() > COMMIT_CHECKPOINTS_MAX {
+        return Err(Error::count("checkpoints in one call", ids.len(), COMMIT_CHECKPOINTS_MAX));
+    }
+    let mut sorted = ids.to_vec();
+    sorted.sort();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(TransitionError::DuplicateId { id: w[0].clone() }.into());
+    }
+    Ok(sorted)
+}
+
+fn check_reason(reason: &str) -> Result<()> {
+    if reason.is_empty() || reason.len() > REASON_BYTES_MAX {
+        return Err(InvalidInput::Length { what: "operator reason", len: reason.len(), max: REASON_BYTES_MAX }.into());
+    }
+    Ok(())
+}
+
+fn truncate(reason: &str) -> String {
+    let mut end = reason.len().min(REASON_BYTES_MAX);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason[..end].to_owned()
+}

@@ -1,0 +1,253 @@
+//! The vocabulary of the store: ids, keys, write results, epochs and commit keys.
+//!
+//! Every constructor that takes caller input checks it against [`crate::limits`] and says which limit was
+//! broken and by how much.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, InvalidInput};
+use crate::limits::{
+    CHECKPOINT_ID_BYTES_MAX, FORMAT_NAME_BYTES_MAX, JOB_ID_BYTES_MAX, SOURCE_KEY_BYTES_MAX, TARGET_IDENTITY_BYTES_MAX,
+    WRITE_RESULT_BYTES_MAX,
+};
+
+fn check_segment(what: &'static str, value: &str, max: usize) -> Result<(), Error> {
+    if value.is_empty() || value.len() > max {
+        return Err(InvalidInput::Length { what, len: value.len(), max }.into());
+    }
+    if value == "." || value == ".." {
+        return Err(InvalidInput::Syntax { what, value: value.to_owned() }.into());
+    }
+    if let Some(c) = value.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(InvalidInput::Character { what, value: value.to_owned(), found: c }.into());
+    }
+    Ok(())
+}
+
+/// A checkpoint id: chosen by the caller, deterministic per unit of input (`input-0017`), so that a retried task
+/// maps to the same entry.
+///
+/// 1 to [`CHECKPOINT_ID_BYTES_MAX`] bytes of `[A-Za-z0-9._-]`, and neither `.` nor `..`, so it is safe as an
+/// object-key segment.
+///
+/// ```
+/// use sinkpoint::CheckpointId;
+/// assert!(CheckpointId::new("input-0017").is_ok());
+/// assert!(CheckpointId::new("..").is_err());
+/// assert!(CheckpointId::new("a/b").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CheckpointId(String);
+
+impl CheckpointId {
+    /// Checks `id` and wraps it.
+    pub fn new(id: impl Into<String>) -> Result<Self, Error> {
+        let id = id.into();
+        check_segment("checkpoint id", &id, CHECKPOINT_ID_BYTES_MAX)?;
+        Ok(Self(id))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Re-checks an id read back from disk or the mirror, where a bad one means corruption.
+    pub(crate) fn is_valid(&self) -> bool {
+        check_segment("checkpoint id", &self.0, CHECKPOINT_ID_BYTES_MAX).is_ok()
+    }
+}
+
+impl fmt::Display for CheckpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for CheckpointId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+/// The job id: stable for one logical write into one table, recorded when the store is created.
+///
+/// Same alphabet as [`CheckpointId`], up to [`JOB_ID_BYTES_MAX`] bytes.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JobId(String);
+
+impl JobId {
+    /// Checks `id` and wraps it.
+    pub fn new(id: impl Into<String>) -> Result<Self, Error> {
+        let id = id.into();
+        check_segment("job id", &id, JOB_ID_BYTES_MAX)?;
+        Ok(Self(id))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+/// The identity of the target table (its URI, say), recorded when the store is created; opening the store
+/// against another target is an error.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
+pub struct TargetIdentity(String);
+
+impl TargetIdentity {
+    /// Checks `identity` (1 to [`TARGET_IDENTITY_BYTES_MAX`] bytes, any text) and wraps it.
+    pub fn new(identity: impl Into<String>) -> Result<Self, Error> {
+        let identity = identity.into();
+        if identity.is_empty() || identity.len() > TARGET_IDENTITY_BYTES_MAX {
+            return Err(InvalidInput::Length {
+                what: "target identity",
+                len: identity.len(),
+                max: TARGET_IDENTITY_BYTES_MAX,
+            }
+            .into());
+        }
+        Ok(Self(identity))
+    }
+
+    /// The identity as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TargetIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A checkpoint's generation. `restart` begins the next one and drops every part of the current one.
+pub type Attempt = u32;
+
+/// The caller's index of one stage call within an attempt: 0, 1, 2…
+pub type Part = u32;
+
+/// A writer's generation: bumped every time a writer opens the store, carried in every record, mirror object
+/// and commit, so that a zombie writer is refused.
+pub type Epoch = u64;
+
+/// Opaque bytes naming one input (a file path, a partition, a row key), 1 to [`SOURCE_KEY_BYTES_MAX`] bytes.
+pub type SourceKey = Vec<u8>;
+
+/// Checks one source key against its limits.
+pub(crate) fn check_source_key(key: &[u8]) -> Result<(), Error> {
+    if key.is_empty() || key.len() > SOURCE_KEY_BYTES_MAX {
+        return Err(InvalidInput::Length { what: "source key", len: key.len(), max: SOURCE_KEY_BYTES_MAX }.into());
+    }
+    Ok(())
+}
+
+/// The format of a write result. The store never interprets the bytes; the tag tells the target adapter.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
+pub enum Format {
+    /// A Lance fragment.
+    Lance,
+    /// A Parquet data file.
+    Parquet,
+    /// An Iceberg data file.
+    Iceberg,
+    /// A Delta data file (add action).
+    Delta,
+    /// An Arrow IPC file.
+    ArrowIpc,
+    /// Anything else, named (1 to [`FORMAT_NAME_BYTES_MAX`] bytes).
+    Other(String),
+}
+
+/// Opaque bytes describing data files a worker wrote for one input, with their format.
+///
+/// ```
+/// use sinkpoint::{Format, WriteResult};
+/// let result = WriteResult::new(Format::Parquet, b"s3://bucket/t/part-0.parquet".to_vec()).unwrap();
+/// assert_eq!(result.format(), &Format::Parquet);
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WriteResult {
+    format: Format,
+    bytes: Vec<u8>,
+}
+
+impl WriteResult {
+    /// Checks the result against [`WRITE_RESULT_BYTES_MAX`] and [`FORMAT_NAME_BYTES_MAX`] and wraps it.
+    pub fn new(format: Format, bytes: Vec<u8>) -> Result<Self, Error> {
+        let result = Self { format, bytes };
+        result.check()?;
+        Ok(result)
+    }
+
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        if self.bytes.len() > WRITE_RESULT_BYTES_MAX {
+            return Err(InvalidInput::Length {
+                what: "write result",
+                len: self.bytes.len(),
+                max: WRITE_RESULT_BYTES_MAX,
+            }
+            .into());
+        }
+        if let Format::Other(name) = &self.format
+            && (name.is_empty() || name.len() > FORMAT_NAME_BYTES_MAX)
+        {
+            return Err(
+                InvalidInput::Length { what: "format name", len: name.len(), max: FORMAT_NAME_BYTES_MAX }.into()
+            );
+        }
+        Ok(())
+    }
+
+    /// The format tag.
+    pub fn format(&self) -> &Format {
+        &self.format
+    }
+
+    /// The opaque bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Takes the bytes out.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+impl fmt::Debug for WriteResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WriteResult({:?}, {} bytes)", self.format, self.bytes.len())
+    }
+}
+
+/// A commit key `(job, n)`: n = 0, 1, 2… strictly in sequence per job, bound forever to the exact set of
+/// checkpoint ids recorded with it before the target was called.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
+pub struct CommitKey {
+    /// The job this key belongs to.
+    pub job: JobId,
+    /// The key's number in the job's sequence.
+    pub n: u64,
+}
+
+impl fmt::Display for CommitKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({}, {})", self.job, self.n)
+    }
+}

@@ -1,0 +1,370 @@
+//! Applying one record inside a write transaction: gather the facts, ask [`crate::state::transition`], then
+//! write the step. A rejected record writes nothing, so the other calls of its group commit go on.
+
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use crate::error::{Error, TransitionError};
+use crate::state::{
+    CheckpointRecord, CheckpointState, CommitSequence, Effect, Event, PartMatch, Step, check_begin, transition,
+};
+use crate::types::{CheckpointId, Epoch, WriteResult};
+use crate::wal::frame;
+use crate::wal::record::{Record, Resolution, encode_value};
+use crate::wal::tables::{
+    CHECKPOINTS, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValue, STATES, encode_meta,
+    read_checkpoint, read_commit, read_part_numbers, read_parts,
+};
+
+/// What an accepted record did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Applied {
+    /// Whether anything was written (false for a retried call that was already applied).
+    pub written: bool,
+    /// Write results dropped by `restart`, `abort` or `force_abort`, for the caller to delete their files.
+    pub dropped: Vec<WriteResult>,
+}
+
+/// The open tables of one write transaction.
+pub(crate) struct Tables<'txn> {
+    log: Table<'txn, u64, &'static [u8]>,
+    checkpoints: Table<'txn, &'static str, &'static [u8]>,
+    parts: Table<'txn, (&'static str, u32, u32), &'static [u8]>,
+    keys: Table<'txn, &'static [u8], &'static str>,
+    states: Table<'txn, (u8, &'static str), ()>,
+    commits: Table<'txn, u64, &'static [u8]>,
+    meta: Table<'txn, &'static str, &'static [u8]>,
+}
+
+impl<'txn> Tables<'txn> {
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, Error> {
+        Ok(Self {
+            log: txn.open_table(LOG)?,
+            checkpoints: txn.open_table(CHECKPOINTS)?,
+            parts: txn.open_table(PARTS)?,
+            keys: txn.open_table(KEYS)?,
+            states: txn.open_table(STATES)?,
+            commits: txn.open_table(COMMITS)?,
+            meta: txn.open_table(META)?,
+        })
+    }
+
+    pub(crate) fn read_meta(&self) -> Result<Option<Meta>, Error> {
+        crate::wal::tables::read_meta(&self.meta)
+    }
+
+    pub(crate) fn write_meta(&mut self, meta: &Meta) -> Result<(), Error> {
+        self.meta.insert(META_KEY, encode_meta(meta)?.as_slice())?;
+        Ok(())
+    }
+
+    /// Appends one frame to the log and returns its bytes (for the mirror).
+    pub(crate) fn append(&mut self, meta: &mut Meta, epoch: Epoch, record: &Record) -> Result<Vec<u8>, Error> {
+        let seq = meta.next_seq;
+        let bytes = frame::encode(seq, epoch, &record.to_payload()?)?;
+        self.log.insert(seq, bytes.as_slice())?;
+        meta.next_seq = seq + 1;
+        Ok(bytes)
+    }
+
+    /// Drops log records below `keep_from` (they are reflected in the tables, and mirrored if there is a mirror).
+    pub(crate) fn truncate_log(&mut self, meta: &mut Meta, keep_from: u64) -> Result<(), Error> {
+        let keep_from = keep_from.min(meta.next_seq);
+        if keep_from > meta.log_start {
+            self.log.retain_in(meta.log_start..keep_from, |_, _| false)?;
+            meta.log_start = keep_from;
+        }
+        Ok(())
+    }
+
+    fn put_checkpoint(
+        &mut self,
+        id: &CheckpointId,
+        old: Option<&CheckpointRecord>,
+        next: &CheckpointRecord,
+    ) -> Result<(), Error> {
+        if let Some(old) = old
+            && old.state.code() != next.state.code()
+        {
+            self.states.remove((old.state.code(), id.as_str()))?;
+        }
+        self.states.insert((next.state.code(), id.as_str()), ())?;
+        self.checkpoints.insert(id.as_str(), encode_value(next)?.as_slice())?;
+        Ok(())
+    }
+
+    fn drop_parts(&mut self, id: &CheckpointId, attempt: u32, unclaim_keys: bool) -> Result<Vec<WriteResult>, Error> {
+        let parts = read_parts(&self.parts, id, attempt)?;
+        let mut dropped = Vec::new();
+        for (part, value) in parts {
+            if unclaim_keys {
+                for key in &value.keys {
+                    let owned = self.keys.get(key.as_slice())?.map(|o| o.value() == id.as_str()).unwrap_or(false);
+                    if owned {
+                        self.keys.remove(key.as_slice())?;
+                    }
+                }
+            }
+            self.parts.remove((id.as_str(), attempt, part))?;
+            dropped.extend(value.results);
+        }
+        Ok(dropped)
+    }
+
+    /// Applies a step's effect and record. The caller has already validated every step of the call.
+    fn apply_step(
+        &mut self,
+        id: &CheckpointId,
+        old: Option<&CheckpointRecord>,
+        step: &Step,
+        staged: Option<&[u8]>,
+        attempt_part: Option<(u32, u32)>,
+    ) -> Result<Vec<WriteResult>, Error> {
+        let mut dropped = Vec::new();
+        match step.effect {
+            Effect::None => {}
+            Effect::InsertPart => {
+                let (attempt, part) = attempt_part.ok_or_else(|| Error::bug("InsertPart without a part"))?;
+                let bytes = staged.ok_or_else(|| Error::bug("InsertPart without bytes"))?;
+                self.parts.insert((id.as_str(), attempt, part), bytes)?;
+            }
+            Effect::DropParts { attempt } => dropped = self.drop_parts(id, attempt, false)?,
+            Effect::UnclaimKeysDropParts { attempt } => dropped = self.drop_parts(id, attempt, true)?,
+            Effect::ClaimKeys => {
+                for (_, value) in read_parts(&self.parts, id, step.next.attempt)? {
+                    for key in &value.keys {
+                        self.keys.insert(key.as_slice(), id.as_str())?;
+                    }
+                }
+            }
+            Effect::ReleaseResults => {
+                // The keys stay processed; only the bytes of the results go.
+                self.drop_parts(id, step.next.attempt, false)?;
+            }
+        }
+        if old != Some(&step.next) {
+            self.put_checkpoint(id, old, &step.next)?;
+        }
+        Ok(dropped)
+    }
+
+    fn part_match(
+        &self,
+        id: &CheckpointId,
+        cur: Option<&CheckpointRecord>,
+        attempt: u32,
+        part: u32,
+        offered: &[u8],
+    ) -> Result<PartMatch, Error> {
+        let Some(cur) = cur else { return Ok(PartMatch::Absent) };
+        if matches!(cur.state, CheckpointState::Committed { .. }) {
+            return Ok(PartMatch::Released);
+        }
+        let lookup_attempt = if cur.state == CheckpointState::Staged { attempt } else { cur.attempt };
+        Ok(match self.parts.get((id.as_str(), lookup_attempt, part))? {
+            None => PartMatch::Absent,
+            Some(stored) if stored.value() == offered => PartMatch::Same,
+            Some(_) => PartMatch::Different,
+        })
+    }
+
+    /// The first source key of this attempt already owned by another checkpoint.
+    fn key_conflict(&self, id: &CheckpointId, attempt: u32) -> Result<Option<(String, CheckpointId)>, Error> {
+        for (_, value) in read_parts(&self.parts, id, attempt)? {
+            for key in &value.keys {
+                if let Some(owner) = self.keys.get(key.as_slice())?
+                    && owner.value() != id.as_str()
+                {
+                    let owner = CheckpointId::new(owner.value())
+                        .map_err(|_| Error::corrupt(format!("table keys: invalid owner {:?}", owner.value())))?;
+                    return Ok(Some((String::from_utf8_lossy(key).into_owned(), owner)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn commit(&self, key: u64) -> Result<Result<CommitValue, TransitionError>, Error> {
+        Ok(read_commit(&self.commits, key)?.ok_or(TransitionError::UnknownCommitKey { key }))
+    }
+
+    /// Validates one event on each of `ids` (all or none), then applies them all.
+    fn each(
+        &mut self,
+        ids: &[CheckpointId],
+        epoch: Epoch,
+        event: &Event<'_>,
+    ) -> Result<Result<Vec<WriteResult>, TransitionError>, Error> {
+        let mut steps = Vec::with_capacity(ids.len());
+        for id in ids {
+            let cur = read_checkpoint(&self.checkpoints, id)?;
+            match transition(id, cur.as_ref(), epoch, event) {
+                Ok(step) => steps.push((id, cur, step)),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        let mut dropped = Vec::new();
+        for (id, cur, step) in &steps {
+            dropped.extend(self.apply_step(id, cur.as_ref(), step, None, None)?);
+        }
+        Ok(Ok(dropped))
+    }
+
+    /// Moves commit `key` and every checkpoint it covers by `event`, setting the commit's state to `state`.
+    fn move_commit(
+        &mut self,
+        meta: &mut Meta,
+        key: u64,
+        event: &Event<'_>,
+        state: CheckpointState,
+    ) -> Result<Result<bool, TransitionError>, Error> {
+        let mut commit = match self.commit(key)? {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        if commit.state == state {
+            return Ok(Ok(false));
+        }
+        if matches!(commit.state, CheckpointState::Committed { .. }) {
+            return Ok(Err(TransitionError::CommitState { key, state: commit.state, what: "moving a committed key" }));
+        }
+        let ids = commit.ids.clone();
+        if let Err(e) = self.each(&ids, meta.epoch, event)? {
+            return Ok(Err(e));
+        }
+        commit.state = state;
+        self.commits.insert(key, encode_value(&commit)?.as_slice())?;
+        if matches!(state, CheckpointState::Committed { .. }) {
+            if meta.seq.in_flight == Some(key) {
+                meta.seq.in_flight = None;
+            }
+            if commit.final_commit {
+                meta.finished = true;
+            }
+        }
+        Ok(Ok(true))
+    }
+
+    /// Validates `record` against the state (including the calls before it in this transaction) and, if it is
+    /// legal, appends it to the log and applies it. The outer error is a storage failure that dooms the whole
+    /// transaction; the inner one rejects this record alone, with nothing written.
+    pub(crate) fn execute(
+        &mut self,
+        meta: &mut Meta,
+        record: &Record,
+        frames: &mut Vec<Vec<u8>>,
+    ) -> Result<Result<Applied, TransitionError>, Error> {
+        let epoch = meta.epoch;
+        let outcome = match record {
+            Record::Stage { id, attempt, part, keys, results } => {
+                let cur = read_checkpoint(&self.checkpoints, id)?;
+                let bytes = encode_value(&PartValue { keys: keys.clone(), results: results.clone() })?;
+                let existing = self.part_match(id, cur.as_ref(), *attempt, *part, &bytes)?;
+                let results_count = u32::try_from(results.len()).map_err(|_| Error::bug("result count"))?;
+                let event = Event::Stage { attempt: *attempt, part: *part, existing, results: results_count };
+                match transition(id, cur.as_ref(), epoch, &event) {
+                    Err(e) => Err(e),
+                    Ok(step) if step.effect == Effect::None => Ok(Applied::default()),
+                    Ok(step) => {
+                        self.apply_step(id, cur.as_ref(), &step, Some(&bytes), Some((*attempt, *part)))?;
+                        Ok(Applied { written: true, dropped: Vec::new() })
+                    }
+                }
+            }
+            Record::Seal { id, parts } => {
+                let cur = read_checkpoint(&self.checkpoints, id)?;
+                let (present, conflict) = match &cur {
+                    Some(c) if c.state == CheckpointState::Staged => {
+                        (read_part_numbers(&self.parts, id, c.attempt)?, self.key_conflict(id, c.attempt)?)
+                    }
+                    _ => (Vec::new(), None),
+                };
+                let event = Event::Seal { parts: *parts, present: &present, key_conflict: conflict };
+                self.single(id, cur, epoch, &event)?
+            }
+            Record::Restart { id } => {
+                let cur = read_checkpoint(&self.checkpoints, id)?;
+                self.single(id, cur, epoch, &Event::Restart)?
+            }
+            Record::Abort { id } => {
+                let cur = read_checkpoint(&self.checkpoints, id)?;
+                self.single(id, cur, epoch, &Event::Abort)?
+            }
+            Record::ForceAbort { ids, .. } => {
+                self.each(ids, epoch, &Event::ForceAbort)?.map(|dropped| Applied { written: true, dropped })
+            }
+            Record::CommitEmpty { ids } => {
+                self.each(ids, epoch, &Event::CommitEmpty)?.map(|_| Applied { written: true, dropped: Vec::new() })
+            }
+            Record::BeginCommit { key, ids, target_version, final_commit } => {
+                if let Err(e) = check_begin(&meta.seq, *key) {
+                    return Ok(Err(e));
+                }
+                if ids.is_empty() {
+                    return Ok(Err(TransitionError::NoCheckpoints));
+                }
+                if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
+                    return Ok(Err(TransitionError::DuplicateId { id: w[1].clone() }));
+                }
+                match self.each(ids, epoch, &Event::BeginCommit { key: *key })? {
+                    Err(e) => Err(e),
+                    Ok(_) => {
+                        let value = CommitValue {
+                            ids: ids.clone(),
+                            target_version: *target_version,
+                            final_commit: *final_commit,
+                            epoch,
+                            state: CheckpointState::Committing { key: *key },
+                        };
+                        self.commits.insert(*key, encode_value(&value)?.as_slice())?;
+                        meta.seq = CommitSequence { next_key: key + 1, in_flight: Some(*key) };
+                        Ok(Applied { written: true, dropped: Vec::new() })
+                    }
+                }
+            }
+            Record::MarkCommitted { key } | Record::Resolve { key, resolution: Resolution::Committed, .. } => {
+                let state = CheckpointState::Committed { key: Some(*key) };
+                self.move_commit(meta, *key, &Event::MarkCommitted { key: *key }, state)?.map(written)
+            }
+            Record::MarkUnknown { key, .. } => {
+                let state = CheckpointState::CommitUnknown { key: *key };
+                self.move_commit(meta, *key, &Event::MarkUnknown { key: *key }, state)?.map(written)
+            }
+            Record::MarkNotCommitted { key } | Record::Resolve { key, resolution: Resolution::NotCommitted, .. } => {
+                let state = CheckpointState::Committing { key: *key };
+                self.move_commit(meta, *key, &Event::MarkNotCommitted { key: *key }, state)?.map(written)
+            }
+            Record::Create { .. } | Record::Open { .. } => {
+                return Err(Error::bug("Create and Open are applied by the opener, not by execute"));
+            }
+        };
+        // An operator's record is logged even when it changes nothing, so the reason is never lost.
+        let operator = matches!(record, Record::Resolve { .. } | Record::ForceAbort { .. });
+        if let Ok(applied) = &outcome
+            && (applied.written || operator)
+        {
+            frames.push(self.append(meta, epoch, record)?);
+        }
+        Ok(outcome)
+    }
+
+    fn single(
+        &mut self,
+        id: &CheckpointId,
+        cur: Option<CheckpointRecord>,
+        epoch: Epoch,
+        event: &Event<'_>,
+    ) -> Result<Result<Applied, TransitionError>, Error> {
+        match transition(id, cur.as_ref(), epoch, event) {
+            Err(e) => Ok(Err(e)),
+            Ok(step) if step.effect == Effect::None && cur.as_ref() == Some(&step.next) => Ok(Ok(Applied::default())),
+            Ok(step) => {
+                let dropped = self.apply_step(id, cur.as_ref(), &step, None, None)?;
+                Ok(Ok(Applied { written: true, dropped }))
+            }
+        }
+    }
+}
+
+fn written(changed: bool) -> Applied {
+    Applied { written: changed, dropped: Vec::new() }
+}

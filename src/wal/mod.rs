@@ -1,0 +1,8 @@
+//! The local write-ahead log: the frame codec, the logical records, the redb tables they are applied to, and
+//! the group-commit writer.
+
+pub(crate) mod apply;
+pub mod frame;
+pub mod record;
+pub(crate) mod tables;
+pub(crate) mod writer;

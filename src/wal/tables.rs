@@ -1,0 +1,148 @@
+//! The redb tables: the log and the materialised state it is applied to, always in the same write
+//! transaction.
+//!
+//! | table         | key                          | value                                   |
+//! |---------------|------------------------------|-----------------------------------------|
+//! | `meta`        | `"meta"`                     | [`Meta`]                                |
+//! | `log`         | seq `u64`                    | one frame (see [`super::frame`])        |
+//! | `checkpoints` | id `&str`                    | [`CheckpointRecord`]                    |
+//! | `parts`       | `(id, attempt, part)`        | [`PartValue`]                           |
+//! | `keys`        | source key `&[u8]`           | owning checkpoint id `&str`             |
+//! | `states`      | `(state code u8, id)`        | `()`: the index behind `list` and `pending` |
+//! | `commits`     | key number `u64`             | [`CommitValue`]                         |
+//!
+//! Every value but the log's frames and the key index's ids is wrapped by [`super::record::encode_value`].
+
+use redb::{ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::state::{CheckpointRecord, CheckpointState, CommitSequence};
+use crate::types::{CheckpointId, Epoch, JobId, SourceKey, TargetIdentity, WriteResult};
+use crate::wal::record::{decode_value, encode_value};
+
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+pub(crate) const CHECKPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoints");
+pub(crate) const PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
+pub(crate) const KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
+pub(crate) const STATES: TableDefinition<(u8, &str), ()> = TableDefinition::new("states");
+pub(crate) const COMMITS: TableDefinition<u64, &[u8]> = TableDefinition::new("commits");
+
+pub(crate) const META_KEY: &str = "meta";
+
+/// The version of the local format as a whole; a store of another version is refused on open.
+pub const STORE_FORMAT_VERSION: u32 = 1;
+
+/// The store's metadata: one value, rewritten by every write transaction.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct Meta {
+    pub format_version: u32,
+    pub job: JobId,
+    pub target: TargetIdentity,
+    /// The epoch of the writer that last opened the store.
+    pub epoch: Epoch,
+    /// That writer's unique tag.
+    pub writer_tag: u128,
+    /// The sequence number the next record gets.
+    pub next_seq: u64,
+    /// The lowest sequence number still in the log table.
+    pub log_start: u64,
+    /// The commit sequence.
+    pub seq: CommitSequence,
+    /// Whether the job's final commit has landed.
+    pub finished: bool,
+}
+
+/// One staged part: its keys and write results.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct PartValue {
+    pub keys: Vec<SourceKey>,
+    pub results: Vec<WriteResult>,
+}
+
+/// One commit key's record: bound forever to its set of checkpoints.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub struct CommitValue {
+    /// The checkpoints it covers, sorted.
+    pub ids: Vec<CheckpointId>,
+    /// The target version it was prepared against.
+    pub target_version: Option<u64>,
+    /// Whether it is the job's last commit.
+    pub final_commit: bool,
+    /// The epoch that began it.
+    pub epoch: Epoch,
+    /// Its state: Committing, CommitUnknown or Committed.
+    pub state: CheckpointState,
+}
+
+pub(crate) fn read_meta(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Option<Meta>, Error> {
+    match table.get(META_KEY)? {
+        None => Ok(None),
+        Some(v) => decode_value(v.value(), &|| "table meta".into()).map(Some),
+    }
+}
+
+pub(crate) fn read_checkpoint(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    id: &CheckpointId,
+) -> Result<Option<CheckpointRecord>, Error> {
+    match table.get(id.as_str())? {
+        None => Ok(None),
+        Some(v) => decode_value(v.value(), &|| format!("table checkpoints, id {id}")).map(Some),
+    }
+}
+
+pub(crate) fn read_commit(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    key: u64,
+) -> Result<Option<CommitValue>, Error> {
+    match table.get(key)? {
+        None => Ok(None),
+        Some(v) => decode_value(v.value(), &|| format!("table commits, key {key}")).map(Some),
+    }
+}
+
+/// Every part of one attempt, in part order.
+pub(crate) fn read_parts(
+    table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+    id: &CheckpointId,
+    attempt: u32,
+) -> Result<Vec<(u32, PartValue)>, Error> {
+    let mut out = Vec::new();
+    for entry in table.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
+        let (k, v) = entry?;
+        let part = k.value().2;
+        out.push((part, decode_value(v.value(), &|| format!("table parts, ({id}, {attempt}, {part})"))?));
+    }
+    Ok(out)
+}
+
+/// The part numbers present for one attempt, in order, without decoding them.
+pub(crate) fn read_part_numbers(
+    table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+    id: &CheckpointId,
+    attempt: u32,
+) -> Result<Vec<u32>, Error> {
+    let mut out = Vec::new();
+    for entry in table.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
+        out.push(entry?.0.value().2);
+    }
+    Ok(out)
+}
+
+pub(crate) fn encode_meta(meta: &Meta) -> Result<Vec<u8>, Error> {
+    encode_value(meta)
+}
+
+/// Creates every table, so readers never meet a missing one.
+pub(crate) fn create_all(txn: &redb::WriteTransaction) -> Result<(), Error> {
+    txn.open_table(META)?;
+    txn.open_table(LOG)?;
+    txn.open_table(CHECKPOINTS)?;
+    txn.open_table(PARTS)?;
+    txn.open_table(KEYS)?;
+    txn.open_table(STATES)?;
+    txn.open_table(COMMITS)?;
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Group commit: one thread owns every write. Concurrent callers queue their records; the thread folds up to
+//! [`GROUP_COMMIT_CALLS_MAX`] of them into one redb write transaction and one fsync, validates each in order
+//! against the state that includes the calls before it, and acks each caller only after the commit (and, when
+//! a mirror is attached, after the mirror took the batch as its mode requires).
+//!
+//! A failed commit poisons the store: redb may or may not have made the transaction durable, so no later call
+//! can be answered truthfully until the store is reopened and recovered.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use redb::{Database, Durability};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result, TransitionError};
+use crate::limits::{GROUP_COMMIT_CALLS_MAX, LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX};
+use crate::wal::apply::{Applied, Tables};
+use crate::wal::record::Record;
+use crate::wal::tables::Meta;
+
+/// The receiver of each committed batch's frames: the mirror.
+pub(crate) trait Shipper: Send {
+    /// Ships the frames of one committed batch. `must_wait` is true when a caller's ack depends on it (a
+    /// synchronous mirror, or a commit intent in any mode). Returns the lowest sequence number that must stay
+    /// in the local log (everything below is safely in the mirror's snapshot).
+    fn ship(&mut self, meta: &Meta, frames: &[Vec<u8>], must_wait: bool) -> Result<u64>;
+}
+
+/// How durable a call must be before it is acked.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum CallDurability {
+    /// fsynced before the ack.
+    Immediate,
+    /// Acked after the in-memory commit; lost on a crash until a later durable commit.
+    None,
+}
+
+struct Call {
+    record: Record,
+    durability: CallDurability,
+    reply: oneshot::Sender<Result<Result<Applied, TransitionError>>>,
+}
+
+/// State shared by the writer thread and the readers.
+#[derive(Default)]
+pub(crate) struct Shared {
+    poisoned: Mutex<Option<String>>,
+}
+
+impl Shared {
+    pub(crate) fn check(&self) -> Result<()> {
+        match &*self.poisoned.lock().map_err(|_| Error::bug("poison lock"))? {
+            Some(reason) => Err(Error::poisoned(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn poison(&self, reason: String) {
+        if let Ok(mut p) = self.poisoned.lock()
+            && p.is_none()
+        {
+            tracing::error!(%reason, "sinkpoint store poisoned");
+            *p = Some(reason);
+        }
+    }
+}
+
+/// The handle on the writer thread.
+pub(crate) struct Writer {
+    tx: Option<mpsc::Sender<Call>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    pub(crate) fn start(
+        db: Arc<Database>,
+        meta: Meta,
+        shared: Arc<Shared>,
+        shipper: Option<Box<dyn Shipper>>,
+    ) -> Result<Self> {
+        let (tx, rx) = mpsc::channel(WRITER_QUEUE_CALLS_MAX);
+        let thread = std::thread::Builder::new()
+            .name("sinkpoint-writer".into())
+            .spawn(move || run(&db, meta, &shared, shipper, rx))?;
+        Ok(Self { tx: Some(tx), thread: Some(thread) })
+    }
+
+    /// Queues one record and waits for its group commit.
+    pub(crate) async fn call(
+        &self,
+        record: Record,
+        durability: CallDurability,
+    ) -> Result<Result<Applied, TransitionError>> {
+        let (reply, rx) = oneshot::channel();
+        let tx = self.tx.as_ref().ok_or_else(|| Error::bug("writer already closed"))?;
+        tx.send(Call { record, durability, reply })
+            .await
+            .map_err(|_| Error::poisoned("the writer thread has stopped".to_string()))?;
+        rx.await.map_err(|_| Error::poisoned("the writer thread stopped before answering".to_string()))?
+    }
+
+    /// Stops the thread after the queued calls and waits for it.
+    pub(crate) fn close(&mut self) {
+        self.tx = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn run(
+    db: &Database,
+    mut meta: Meta,
+    shared: &Shared,
+    mut shipper: Option<Box<dyn Shipper>>,
+    mut rx: mpsc::Receiver<Call>,
+) {
+    let mut batch: Vec<Call> = Vec::with_capacity(GROUP_COMMIT_CALLS_MAX);
+    // Whether a non-durable commit has happened since the last durable one: a durable no-op call must then
+    // still fsync, or it would ack state that a crash can lose.
+    let mut unsynced = false;
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < GROUP_COMMIT_CALLS_MAX {
+            match rx.try_recv() {
+                Ok(call) => batch.push(call),
+                Err(_) => break,
+            }
+        }
+        let results = match shared.check() {
+            Err(e) => Err(e),
+            Ok(()) => commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced),
+        };
+        match results {
+            Ok(results) => {
+                for (call, result) in batch.drain(..).zip(results) {
+                    let _ = call.reply.send(Ok(result));
+                }
+            }
+            Err(e) => {
+                if e.kind() != crate::ErrorKind::Fenced {
+                    shared.poison(e.to_string());
+                } else {
+                    shared.poison(format!("fenced: {e}"));
+                }
+                let message = e.to_string();
+                let kind = e.kind();
+                for call in batch.drain(..) {
+                    let err = if kind == crate::ErrorKind::Fenced {
+                        Error::fenced(message.clone())
+                    } else {
+                        Error::poisoned(message.clone())
+                    };
+                    let _ = call.reply.send(Err(err));
+                }
+            }
+        }
+    }
+}
+
+fn commit_batch(
+    db: &Database,
+    meta: &mut Meta,
+    batch: &[Call],
+    shipper: Option<&mut (dyn Shipper + '_)>,
+    unsynced: &mut bool,
+) -> Result<Vec<Result<Applied, TransitionError>>> {
+    let mut next = meta.clone();
+    let mut txn = db.begin_write()?;
+    let durable = batch.iter().any(|c| c.durability == CallDurability::Immediate);
+    txn.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
+    let mut frames = Vec::new();
+    let mut results = Vec::with_capacity(batch.len());
+    let must_wait = durable;
+    {
+        let mut tables = Tables::open(&txn)?;
+        for call in batch {
+            results.push(tables.execute(&mut next, &call.record, &mut frames)?);
+        }
+        if !frames.is_empty() {
+            if shipper.is_none() {
+                let keep_from = next.next_seq.saturating_sub(LOG_RECORDS_RETAINED_MAX);
+                tables.truncate_log(&mut next, keep_from)?;
+            }
+            tables.write_meta(&next)?;
+        }
+    }
+    if frames.is_empty() && !(durable && *unsynced) {
+        // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
+        txn.abort()?;
+        return Ok(results);
+    }
+    txn.commit()?;
+    *unsynced = !durable;
+    *meta = next;
+    if let Some(shipper) = shipper {
+        shipper.ship(meta, &frames, must_wait)?;
+    }
+    Ok(results)
+}

@@ -1,0 +1,59 @@
+//! Proves the basic life of a checkpoint through the public API, on a real file: stage, seal, commit, reopen.
+
+use sinkpoint::{
+    CheckpointId, CheckpointState, ErrorKind, Format, JobId, StageOutcome, Store, TargetIdentity, TransitionError,
+    WriteResult,
+};
+
+fn id(s: &str) -> CheckpointId {
+    CheckpointId::new(s).unwrap()
+}
+
+fn result(s: &str) -> WriteResult {
+    WriteResult::new(Format::Lance, s.as_bytes().to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn a_checkpoint_lives_through_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let job = JobId::new("job").unwrap();
+    let target = TargetIdentity::new("mem://t").unwrap();
+    let store = Store::builder(job.clone(), target.clone()).path(&path).open().await.unwrap();
+    assert_eq!(store.epoch(), 1);
+    let a = id("input-0");
+    assert_eq!(store.stage(&a, 0, 0, vec![b"k0".to_vec()], vec![result("f0")]).await.unwrap(), StageOutcome::Staged);
+    assert_eq!(
+        store.stage(&a, 0, 0, vec![b"k0".to_vec()], vec![result("f0")]).await.unwrap(),
+        StageOutcome::AlreadyStaged
+    );
+    let err = store.stage(&a, 0, 0, vec![b"k0".to_vec()], vec![result("other")]).await.unwrap_err();
+    assert!(matches!(err.transition(), Some(TransitionError::PartConflict { .. })), "{err}");
+    store.stage(&a, 0, 1, vec![b"k1".to_vec()], vec![]).await.unwrap();
+    assert!(!store.is_processed(b"k0").unwrap());
+    let err = store.seal(&a, 3).await.unwrap_err();
+    assert!(matches!(err.transition(), Some(TransitionError::MissingParts { count: 1, .. })), "{err}");
+    store.seal(&a, 2).await.unwrap();
+    assert!(store.is_processed(b"k0").unwrap() && store.is_processed(b"k1").unwrap());
+    let pending = store.pending().unwrap();
+    assert_eq!(pending.checkpoints.len(), 1);
+    assert_eq!(pending.checkpoints[0].results, vec![result("f0")]);
+    store.begin_commit(0, std::slice::from_ref(&a), Some(7), true).await.unwrap();
+    let err = store.begin_commit(1, std::slice::from_ref(&a), None, false).await.unwrap_err();
+    assert!(matches!(err.transition(), Some(TransitionError::CommitInFlight { key: 0 })), "{err}");
+    store.close();
+
+    let store = Store::builder(job.clone(), target.clone()).path(&path).open().await.unwrap();
+    assert_eq!(store.epoch(), 2);
+    assert_eq!(store.get(&a).unwrap().unwrap().state, CheckpointState::Committing { key: 0 });
+    store.mark_committed(0).await.unwrap();
+    assert_eq!(store.get(&a).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+    assert!(store.pending().unwrap().checkpoints.is_empty());
+    assert!(store.is_finished().unwrap());
+    assert!(store.is_processed(b"k1").unwrap());
+    assert_eq!(store.processed_keys().map(|k| k.unwrap()).collect::<Vec<_>>(), vec![b"k0".to_vec(), b"k1".to_vec()]);
+    store.close();
+
+    let other = Store::builder(JobId::new("other").unwrap(), target).path(&path).open().await.err().unwrap();
+    assert_eq!(other.kind(), ErrorKind::WrongStore);
+}
