@@ -310,12 +310,10 @@ impl Error {
         Inner::Poisoned(message.into()).into()
     }
 
-    #[expect(dead_code, reason = "used by the commit protocol, which lands next")]
     pub(crate) fn target(message: impl Into<String>) -> Self {
         Inner::Target(message.into()).into()
     }
 
-    #[expect(dead_code, reason = "used by the commit protocol, which lands next")]
     pub(crate) fn mismatch(message: impl Into<String>) -> Self {
         Inner::CommitMismatch(message.into()).into()
     }

@@ -9,15 +9,18 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod commit;
 pub mod error;
 pub mod limits;
 pub mod state;
 mod store;
+pub mod target;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod types;
 pub mod wal;
 
+pub use commit::{CommitOutcome, Committer, ProbeOutcome, Target, TargetCommit};
 pub use error::{Error, ErrorKind, Result, TransitionError};
 pub use state::{CheckpointState, StateFilter};
 pub use store::{

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase, ReadableTable as _, StorageBackend};
+use redb::{Database, ReadableDatabase, StorageBackend};
 
 /// Lets a boxed backend be handed to redb, which takes backends by value.
 #[derive(Debug)]
@@ -603,6 +603,7 @@ impl Store {
     pub fn log_frames(&self) -> Result<Vec<Vec<u8>>> {
         let txn = self.db.begin_read()?;
         let log = txn.open_table(crate::wal::tables::LOG)?;
+        use redb::ReadableTable as _;
         let mut out = Vec::new();
         for entry in log.iter()? {
             out.push(entry?.1.value().to_vec());

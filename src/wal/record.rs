@@ -153,7 +153,7 @@ impl Record {
 
 /// A table value: `[version u8][postcard][crc32 u32 LE]`, so a damaged value is an error naming its table and
 /// key rather than a wrong answer.
-pub(crate) fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
+pub fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![VALUE_VERSION];
     postcard::to_io(value, &mut out).map_err(|e| Error::bug(format!("encoding a table value: {e}")))?;
     let crc = crc32fast::hash(&out);
@@ -162,7 +162,7 @@ pub(crate) fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
 }
 
 /// Decodes a table value written by [`encode_value`]; `place` names its table and key.
-pub(crate) fn decode_value<T: for<'de> Deserialize<'de>>(bytes: &[u8], place: &dyn Fn() -> String) -> Result<T, Error> {
+pub fn decode_value<T: for<'de> Deserialize<'de>>(bytes: &[u8], place: &dyn Fn() -> String) -> Result<T, Error> {
     if bytes.len() < 5 {
         return Err(Error::corrupt(format!("{}: value of {} bytes is truncated", place(), bytes.len())));
     }

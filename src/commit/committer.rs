@@ -1,0 +1,325 @@
+//! The committer: drives pending checkpoints into a [`Target`] under strictly sequential commit keys, and
+//! recovers every in-flight key after a crash. It holds no state of its own: everything it decides from is in
+//! the store, so a crash at any point leaves nothing the next run cannot see.
+
+use std::sync::Arc;
+
+use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
+use crate::error::{Error, Result};
+use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
+use crate::state::CheckpointState;
+use crate::store::{CommitInfo, PendingCheckpoint, Store};
+use crate::types::{CheckpointId, CommitKey, WriteResult};
+
+/// The protocol's named crash points, in the order a commit passes them.
+pub mod crash_points {
+    /// The intent (Committing, key n) is durable; the target has not been called.
+    pub const AFTER_BEGIN_COMMIT: &str = "after-begin-commit";
+    /// The target commit landed; the checkpoints are not yet marked committed (F1).
+    pub const AFTER_TARGET_COMMIT_BEFORE_MARK: &str = "after-target-commit-before-mark";
+    /// The target's answer was unknown and the key was marked CommitUnknown; no probe has run yet (U).
+    pub const AFTER_MARK_UNKNOWN: &str = "after-mark-unknown";
+    /// Every name above, for runners that visit them all.
+    pub const ALL: [&str; 3] = [AFTER_BEGIN_COMMIT, AFTER_TARGET_COMMIT_BEFORE_MARK, AFTER_MARK_UNKNOWN];
+}
+
+/// Called at each named crash point; returning `true` stops the committer there with an error of kind
+/// [`crate::ErrorKind::Poisoned`], as if the process had died (the caller then drops the store and reopens).
+/// A process-level test may simply exit inside the hook.
+pub type CrashHook = Arc<dyn Fn(&'static str) -> bool + Send + Sync>;
+
+/// Why a job cannot finish yet.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Blocked {
+    /// Commit key `key`'s outcome is unknown and a probe could not tell; it is re-probed on the next run.
+    Unknown {
+        /// The key.
+        key: u64,
+        /// What the target said.
+        reason: String,
+    },
+    /// The target holds a commit under `key` with another set of checkpoints: an operator must look.
+    Mismatch {
+        /// The key.
+        key: u64,
+        /// The set the store recorded.
+        recorded: Vec<CheckpointId>,
+        /// The set the target holds.
+        landed: Vec<CheckpointId>,
+    },
+}
+
+/// What [`Committer::commit_pending`] did.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct CommitReport {
+    /// The keys committed (including an in-flight key resolved first).
+    pub committed_keys: Vec<u64>,
+    /// The checkpoints without results marked committed without a target commit.
+    pub committed_empty: usize,
+}
+
+/// What [`Committer::recover`] found and did.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct RecoveryReport {
+    /// Checkpoints Staged by an older epoch: the caller seals complete ones, restarts or aborts the rest.
+    pub orphans: Vec<CheckpointId>,
+    /// F1: a key found landed with the recorded set, only marked committed.
+    pub marked_landed: Option<u64>,
+    /// F2: a key found not landed, re-committed under the same key.
+    pub recommitted: Option<u64>,
+    /// Keys begun for checkpoints that were Sealed at the crash.
+    pub committed_keys: Vec<u64>,
+    /// Why the job cannot finish yet, if it cannot.
+    pub blocked: Option<Blocked>,
+    /// Whether the job's final commit has landed: a rerun may skip scanning and writing entirely.
+    pub finished: bool,
+}
+
+enum InFlight {
+    None,
+    Landed(u64),
+    Recommitted(u64),
+    Blocked(Blocked),
+}
+
+/// Drives one store's pending checkpoints into one target.
+pub struct Committer<'a> {
+    store: &'a Store,
+    target: &'a dyn Target,
+    crash: Option<CrashHook>,
+}
+
+impl<'a> Committer<'a> {
+    /// A committer for `store` and `target`.
+    pub fn new(store: &'a Store, target: &'a dyn Target) -> Self {
+        Self { store, target, crash: None }
+    }
+
+    /// Installs a crash hook, called at every named crash point (tests and the quick-start job's crash flags).
+    pub fn with_crash_hook(mut self, hook: CrashHook) -> Self {
+        self.crash = Some(hook);
+        self
+    }
+
+    fn crash_point(&self, name: &'static str) -> Result<()> {
+        match &self.crash {
+            Some(hook) if hook(name) => Err(Error::poisoned(format!("stopped at crash point {name}"))),
+            _ => Ok(()),
+        }
+    }
+
+    fn key(&self, n: u64) -> CommitKey {
+        CommitKey { job: self.store.job().clone(), n }
+    }
+
+    /// Recovery after any crash (call it right after opening): refuses a fresh store whose job already has
+    /// commits in the target, resolves the in-flight key by probing (F1: mark; F2: re-commit under the same
+    /// key; unknown or mismatch: stay and report), then commits Sealed checkpoints under the next keys.
+    pub async fn recover(&self) -> Result<RecoveryReport> {
+        let mut report = RecoveryReport { orphans: self.store.orphans().to_vec(), ..RecoveryReport::default() };
+        if self.store.created() {
+            self.refuse_lost_state().await?;
+        }
+        match self.resolve_in_flight().await? {
+            InFlight::None => {}
+            InFlight::Landed(n) => report.marked_landed = Some(n),
+            InFlight::Recommitted(n) => report.recommitted = Some(n),
+            InFlight::Blocked(blocked) => {
+                report.blocked = Some(blocked);
+                report.finished = self.store.is_finished()?;
+                return Ok(report);
+            }
+        }
+        report.committed_keys = self.commit_sealed(false).await?.committed_keys;
+        report.finished = self.store.is_finished()?;
+        Ok(report)
+    }
+
+    /// A new store for a job whose key 0 is already in the target means the state was lost (a deleted mirror
+    /// prefix, a wrong path): starting afresh would duplicate everything.
+    async fn refuse_lost_state(&self) -> Result<()> {
+        match self.target.probe(&self.key(0), None).await {
+            ProbeOutcome::NotCommitted => Ok(()),
+            ProbeOutcome::Committed { .. } => Err(Error::wrong_store(format!(
+                "the store is new but the target already holds commit key {}: the job's state was lost; \
+                 restore it (from the mirror) instead of starting afresh",
+                self.key(0)
+            ))),
+            ProbeOutcome::Unknown { reason } => Err(Error::target(format!(
+                "the store is new and the target cannot tell whether it holds key {} ({reason}); retry",
+                self.key(0)
+            ))),
+        }
+    }
+
+    /// Commits everything pending: first the in-flight key (probing before any re-commit), then every Sealed
+    /// checkpoint under the next keys, the last one flagged final if `final_commit`. An unknown outcome or a
+    /// mismatch is an error of kind [`crate::ErrorKind::Target`] or [`crate::ErrorKind::CommitMismatch`].
+    pub async fn commit_pending(&self, final_commit: bool) -> Result<CommitReport> {
+        let mut report = CommitReport::default();
+        match self.resolve_in_flight().await? {
+            InFlight::None => {}
+            InFlight::Landed(n) | InFlight::Recommitted(n) => report.committed_keys.push(n),
+            InFlight::Blocked(Blocked::Unknown { key, reason }) => {
+                return Err(Error::target(format!(
+                    "commit key {} has an unknown outcome ({reason}); no later key can begin until a probe answers",
+                    self.key(key)
+                )));
+            }
+            InFlight::Blocked(Blocked::Mismatch { key, recorded, landed }) => {
+                return Err(mismatch_error(&self.key(key), &recorded, &landed));
+            }
+        }
+        let sealed = self.commit_sealed(final_commit).await?;
+        report.committed_keys.extend(sealed.committed_keys);
+        report.committed_empty = sealed.committed_empty;
+        Ok(report)
+    }
+
+    async fn commit_sealed(&self, final_commit: bool) -> Result<CommitReport> {
+        let mut report = CommitReport::default();
+        let pending = self.store.pending()?;
+        let sealed: Vec<&PendingCheckpoint> =
+            pending.checkpoints.iter().filter(|c| c.info.state == CheckpointState::Sealed).collect();
+        let (empty, full): (Vec<&PendingCheckpoint>, Vec<&PendingCheckpoint>) =
+            sealed.into_iter().partition(|c| c.results.is_empty());
+        for chunk in empty.chunks(COMMIT_CHECKPOINTS_MAX) {
+            let ids: Vec<CheckpointId> = chunk.iter().map(|c| c.info.id.clone()).collect();
+            self.store.commit_empty(&ids).await?;
+            report.committed_empty += ids.len();
+        }
+        let batches = split_commits(&full);
+        let count = batches.len();
+        for (n, (i, batch)) in (pending.next_key..).zip(batches.into_iter().enumerate()) {
+            let ids: Vec<CheckpointId> = batch.iter().map(|c| c.info.id.clone()).collect();
+            let results: Vec<WriteResult> = batch.iter().flat_map(|c| c.results.iter().cloned()).collect();
+            let is_final = final_commit && i + 1 == count;
+            let version = self.target.version().await?;
+            self.store.begin_commit(n, &ids, version, is_final).await?;
+            self.crash_point(crash_points::AFTER_BEGIN_COMMIT)?;
+            self.commit_once(n, &ids, &results, is_final, version).await?;
+            report.committed_keys.push(n);
+        }
+        Ok(report)
+    }
+
+    /// One target commit under a recorded key, and the marking of its outcome.
+    async fn commit_once(
+        &self,
+        n: u64,
+        ids: &[CheckpointId],
+        results: &[WriteResult],
+        final_commit: bool,
+        prepared_version: Option<u64>,
+    ) -> Result<()> {
+        let key = self.key(n);
+        let commit =
+            TargetCommit { key: &key, ids, epoch: self.store.epoch(), results, final_commit, prepared_version };
+        match self.target.commit(&commit).await {
+            CommitOutcome::Committed => {
+                self.crash_point(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK)?;
+                self.store.mark_committed(n).await
+            }
+            CommitOutcome::NotLanded { reason } => Err(Error::target(format!(
+                "commit key {key} did not land ({reason}); it stays recorded and is probed, then re-committed \
+                 under the same key, on the next call"
+            ))),
+            CommitOutcome::Unknown { reason } => {
+                self.store.mark_unknown(n, &reason).await?;
+                self.crash_point(crash_points::AFTER_MARK_UNKNOWN)?;
+                // One probe right away: most unknown outcomes are resolved by it.
+                match self.probe_key(n, ids, prepared_version).await? {
+                    InFlight::Landed(_) => Ok(()),
+                    InFlight::Blocked(Blocked::Mismatch { key, recorded, landed }) => {
+                        Err(mismatch_error(&self.key(key), &recorded, &landed))
+                    }
+                    InFlight::Blocked(Blocked::Unknown { reason: why, .. }) => Err(Error::target(format!(
+                        "commit key {key} has an unknown outcome ({reason}; probe: {why}); it is re-probed, never \
+                         re-committed blindly"
+                    ))),
+                    InFlight::None | InFlight::Recommitted(_) => Err(Error::target(format!(
+                        "commit key {key} did not land ({reason}); it is re-committed under the same key on the \
+                         next call"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Probes key `n`, recorded with `recorded`, and records what the probe proves. Never re-commits.
+    async fn probe_key(&self, n: u64, recorded: &[CheckpointId], prepared_version: Option<u64>) -> Result<InFlight> {
+        match self.target.probe(&self.key(n), prepared_version).await {
+            ProbeOutcome::Committed { ids } => match ids {
+                Some(landed) if landed.as_slice() != recorded => {
+                    tracing::error!(key = n, "commit mismatch: the target holds another set under our key");
+                    Ok(InFlight::Blocked(Blocked::Mismatch { key: n, recorded: recorded.to_vec(), landed }))
+                }
+                _ => {
+                    self.store.mark_committed(n).await?;
+                    Ok(InFlight::Landed(n))
+                }
+            },
+            ProbeOutcome::NotCommitted => {
+                self.store.mark_not_committed(n).await?;
+                Ok(InFlight::None)
+            }
+            ProbeOutcome::Unknown { reason } => Ok(InFlight::Blocked(Blocked::Unknown { key: n, reason })),
+        }
+    }
+
+    /// Resolves the key in flight, if any: probe first; landed → mark (F1); not landed → re-commit under the
+    /// same key (F2); unknown or mismatch → blocked.
+    async fn resolve_in_flight(&self) -> Result<InFlight> {
+        let pending = self.store.pending()?;
+        let Some((n, info)) = pending.in_flight else { return Ok(InFlight::None) };
+        match self.probe_key(n, &info.ids, info.target_version).await? {
+            InFlight::None => {}
+            other => return Ok(other),
+        }
+        // Not landed: re-commit the retained results under the same key.
+        let results = retained_results(&pending.checkpoints, &info)?;
+        self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version).await?;
+        Ok(InFlight::Recommitted(n))
+    }
+}
+
+fn mismatch_error(key: &CommitKey, recorded: &[CheckpointId], landed: &[CheckpointId]) -> Error {
+    Error::mismatch(format!(
+        "the target holds commit key {key} with checkpoints {landed:?}, but the store recorded {recorded:?}; \
+         nothing was marked: check the table and resolve the key by hand"
+    ))
+}
+
+/// The write results of the checkpoints a recorded commit covers, in the recorded order.
+fn retained_results(pending: &[PendingCheckpoint], info: &CommitInfo) -> Result<Vec<WriteResult>> {
+    let mut out = Vec::new();
+    for id in &info.ids {
+        let checkpoint = pending
+            .iter()
+            .find(|c| &c.info.id == id)
+            .ok_or_else(|| Error::corrupt(format!("commit record names checkpoint {id}, which is not pending")))?;
+        out.extend(checkpoint.results.iter().cloned());
+    }
+    Ok(out)
+}
+
+/// Splits sealed checkpoints into commits within [`COMMIT_CHECKPOINTS_MAX`] and [`COMMIT_RESULTS_MAX`]; a
+/// checkpoint over the result limit on its own goes alone (a commit always covers whole checkpoints).
+fn split_commits<'p>(sealed: &[&'p PendingCheckpoint]) -> Vec<Vec<&'p PendingCheckpoint>> {
+    let mut out: Vec<Vec<&PendingCheckpoint>> = Vec::new();
+    let mut results = 0usize;
+    for checkpoint in sealed {
+        let fits = out.last().is_some_and(|last| {
+            last.len() < COMMIT_CHECKPOINTS_MAX && results + checkpoint.results.len() <= COMMIT_RESULTS_MAX
+        });
+        if !fits {
+            out.push(Vec::new());
+            results = 0;
+        }
+        results += checkpoint.results.len();
+        if let Some(last) = out.last_mut() {
+            last.push(checkpoint);
+        }
+    }
+    out
+}

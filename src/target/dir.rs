@@ -1,0 +1,197 @@
+//! The reference target: an append-only table kept in any `object_store` (a local directory by default).
+//!
+//! Layout under the table's prefix:
+//! - `data/{name}`: data files written by workers (invisible until a commit references them);
+//! - `_commits/{job}/{n:020}`: one commit object per key, created with `PutMode::Create` under a name derived
+//!   from the key, so a key can never land twice (key exclusivity), and refused unless `{n-1}` exists and has
+//!   an epoch no newer than the commit's (a zombie's late commit is refused). The object holds the key, the
+//!   covered ids, the epoch, the final flag and the data files, so a commit is atomic with its data.
+//!
+//! Commits are never deleted, so a probe that finds no object under a key knows it is not committed.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
+use crate::error::{Error, Result};
+use crate::types::{CheckpointId, Epoch, Format, JobId, WriteResult};
+use crate::wal::record::{decode_value, encode_value};
+
+/// One commit object of a [`DirTable`].
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub struct DirCommitRecord {
+    /// The job.
+    pub job: JobId,
+    /// The key's number.
+    pub n: u64,
+    /// The writer's epoch.
+    pub epoch: Epoch,
+    /// The covered checkpoints, sorted.
+    pub ids: Vec<CheckpointId>,
+    /// The data files it publishes (the write results' bytes, as paths relative to the table).
+    pub files: Vec<String>,
+    /// Whether it is the job's last commit.
+    pub final_commit: bool,
+}
+
+/// An append-only table in an object store; see the module docs for the layout and the guarantees.
+#[derive(Clone, Debug)]
+pub struct DirTable {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+}
+
+impl DirTable {
+    /// A table under `prefix` of `store`.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
+        Self { store, prefix }
+    }
+
+    /// A table in a local directory (created if missing).
+    pub fn local(dir: impl AsRef<std::path::Path>) -> Result<Self> {
+        std::fs::create_dir_all(dir.as_ref())?;
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.as_ref())?;
+        Ok(Self::new(Arc::new(fs), Path::default()))
+    }
+
+    fn commit_path(&self, job: &JobId, n: u64) -> Path {
+        self.prefix.clone().join("_commits").join(job.as_str()).join(format!("{n:020}"))
+    }
+
+    fn data_path(&self, name: &str) -> Path {
+        self.prefix.clone().join("data").join(name)
+    }
+
+    /// Writes a data file (a worker's output) and returns the write result naming it. Rewriting the same
+    /// name replaces it: a data file is invisible until a commit references it.
+    pub async fn write_data_file(&self, name: &str, content: Vec<u8>) -> Result<WriteResult> {
+        CheckpointId::new(name)?; // The same safe alphabet as ids: a single path segment.
+        self.store.put(&self.data_path(name), PutPayload::from(content)).await?;
+        WriteResult::new(Format::Other("dir-table".into()), name.as_bytes().to_vec())
+    }
+
+    async fn read_commit(&self, job: &JobId, n: u64) -> Result<Option<DirCommitRecord>> {
+        let path = self.commit_path(job, n);
+        match self.store.get(&path).await {
+            Ok(got) => {
+                let bytes = got.bytes().await?;
+                decode_value(&bytes, &|| format!("dir table commit object {path}")).map(Some)
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every commit object in the table, of every job, in (job, key) order.
+    pub async fn commits(&self) -> Result<Vec<DirCommitRecord>> {
+        let root = self.prefix.clone().join("_commits");
+        let mut metas: Vec<_> = self.store.list(Some(&root)).try_collect().await?;
+        metas.sort_by(|a, b| a.location.cmp(&b.location));
+        let mut out = Vec::with_capacity(metas.len());
+        for meta in metas {
+            let bytes = self.store.get(&meta.location).await?.bytes().await?;
+            out.push(decode_value(&bytes, &|| format!("dir table commit object {}", meta.location))?);
+        }
+        Ok(out)
+    }
+
+    /// The table's content: every line of every data file that a commit references, in commit order. A data
+    /// file referenced twice is read twice: that is what a duplicate commit would do to a real table.
+    pub async fn rows(&self) -> Result<Vec<String>> {
+        let mut rows = Vec::new();
+        for commit in self.commits().await? {
+            for file in &commit.files {
+                let bytes = self.store.get(&self.data_path(file)).await?.bytes().await?;
+                let text = String::from_utf8(bytes.to_vec())
+                    .map_err(|_| Error::corrupt(format!("dir table data file {file} is not UTF-8")))?;
+                rows.extend(text.lines().map(str::to_owned));
+            }
+        }
+        Ok(rows)
+    }
+}
+
+#[async_trait]
+impl Target for DirTable {
+    async fn version(&self) -> Result<Option<u64>> {
+        let root = self.prefix.clone().join("_commits");
+        let count = self.store.list(Some(&root)).try_fold(0u64, |n, _| async move { Ok(n + 1) }).await?;
+        Ok(Some(count))
+    }
+
+    async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+        let job = &commit.key.job;
+        let n = commit.key.n;
+        if n > 0 {
+            match self.read_commit(job, n - 1).await {
+                Ok(Some(previous)) if previous.epoch > commit.epoch => {
+                    return CommitOutcome::NotLanded {
+                        reason: format!(
+                            "key {} was committed by epoch {}, newer than {}",
+                            n - 1,
+                            previous.epoch,
+                            commit.epoch
+                        ),
+                    };
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return CommitOutcome::NotLanded { reason: format!("key {} is not in the table", n - 1) };
+                }
+                Err(e) => return CommitOutcome::NotLanded { reason: format!("reading key {}: {e}", n - 1) },
+            }
+        }
+        let files: Result<Vec<String>> = commit
+            .results
+            .iter()
+            .map(|r| {
+                String::from_utf8(r.bytes().to_vec())
+                    .map_err(|_| Error::corrupt("a dir table write result is not a UTF-8 file name"))
+            })
+            .collect();
+        let files = match files {
+            Ok(f) => f,
+            Err(e) => return CommitOutcome::NotLanded { reason: e.to_string() },
+        };
+        let record = DirCommitRecord {
+            job: job.clone(),
+            n,
+            epoch: commit.epoch,
+            ids: commit.ids.to_vec(),
+            files,
+            final_commit: commit.final_commit,
+        };
+        let bytes = match encode_value(&record) {
+            Ok(b) => b,
+            Err(e) => return CommitOutcome::NotLanded { reason: e.to_string() },
+        };
+        let path = self.commit_path(job, n);
+        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        match self.store.put_opts(&path, PutPayload::from(bytes), opts).await {
+            Ok(_) => CommitOutcome::Committed,
+            Err(object_store::Error::AlreadyExists { .. }) => match self.read_commit(job, n).await {
+                // Our own earlier attempt landed (its ack was lost): the same commit, so it is committed.
+                Ok(Some(existing)) if existing == record => CommitOutcome::Committed,
+                Ok(Some(existing)) => CommitOutcome::NotLanded {
+                    reason: format!("key {n} is taken by a commit of epoch {} for {:?}", existing.epoch, existing.ids),
+                },
+                Ok(None) | Err(_) => CommitOutcome::Unknown { reason: format!("key {n} exists but cannot be read") },
+            },
+            // A failed put may still have landed: never report NotLanded here.
+            Err(e) => CommitOutcome::Unknown { reason: e.to_string() },
+        }
+    }
+
+    async fn probe(&self, key: &crate::types::CommitKey, _prepared_version: Option<u64>) -> ProbeOutcome {
+        match self.read_commit(&key.job, key.n).await {
+            Ok(Some(record)) => ProbeOutcome::Committed { ids: Some(record.ids) },
+            Ok(None) => ProbeOutcome::NotCommitted,
+            Err(e) => ProbeOutcome::Unknown { reason: e.to_string() },
+        }
+    }
+}

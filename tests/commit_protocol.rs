@@ -1,0 +1,308 @@
+//! Proves the commit protocol's recovery from F1, F2 and U, each against a naive committer that shows the
+//! duplicate or the loss the protocol prevents; the strict key sequence on a watermark target; a multi-key job
+//! crashed after its third key; mismatches reported, never marked; lost state refused; the final fast path.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use sinkpoint::commit::{Blocked, Committer, CrashHook, crash_points};
+use sinkpoint::testkit::{CommitFault, CrashBackend, FaultyTarget, ProbeFault, WatermarkTable};
+use sinkpoint::{CheckpointState, CommitKey, ErrorKind, Store, Target, TargetCommit, WriteResult};
+
+/// A hook that stops the committer the first time it reaches `point`.
+fn crash_at(point: &'static str) -> CrashHook {
+    Arc::new(move |at| at == point)
+}
+
+/// A hook that stops the committer the `nth` time (from 1) it reaches `point`.
+fn crash_at_nth(point: &'static str, nth: usize) -> CrashHook {
+    let seen = AtomicUsize::new(0);
+    Arc::new(move |at| at == point && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth)
+}
+
+/// What a checkpoint store without probes does on a rerun: everything not marked committed is committed again
+/// under the next free key (Daft-like stores that assume an in-flight commit failed).
+async fn naive_rerun(store: &Store, target: &dyn Target) {
+    let pending = store.pending().unwrap();
+    let results: Vec<WriteResult> = pending.checkpoints.iter().flat_map(|c| c.results.clone()).collect();
+    let ids: Vec<_> = pending.checkpoints.iter().map(|c| c.info.id.clone()).collect();
+    let key = CommitKey { job: job(), n: pending.next_key };
+    let commit = TargetCommit {
+        key: &key,
+        ids: &ids,
+        epoch: store.epoch(),
+        results: &results,
+        final_commit: true,
+        prepared_version: None,
+    };
+    let _ = target.commit(&commit).await;
+}
+
+/// What a checkpoint store that assumes an in-flight commit landed does: it forgets the pending results.
+async fn assume_landed(store: &Store) {
+    if let Some((n, _)) = store.pending().unwrap().in_flight {
+        store.mark_committed(n).await.unwrap();
+    }
+}
+
+async fn run_inputs(store: &Store, table: &sinkpoint::target::DirTable, range: std::ops::Range<usize>) {
+    for i in range {
+        process(store, table, i).await;
+    }
+}
+
+#[tokio::test]
+async fn f1_a_landed_commit_is_only_marked_on_recovery() {
+    for naive in [false, true] {
+        let backend = CrashBackend::new();
+        let table = memory_table();
+        let store = open(&backend).await;
+        run_inputs(&store, &table, 0..3).await;
+        let err = Committer::new(&store, &table)
+            .with_crash_hook(crash_at(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK))
+            .commit_pending(true)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+        store.close();
+
+        let store = open(&backend).await;
+        if naive {
+            naive_rerun(&store, &table).await;
+            assert!(account(&table, 3).await.duplicates > 0, "the naive rerun should duplicate: the test is too weak");
+            continue;
+        }
+        let report = Committer::new(&store, &table).recover().await.unwrap();
+        assert_eq!(report.marked_landed, Some(0));
+        assert!(report.finished, "the final key landed: the fast path applies");
+        assert_eq!(account(&table, 3).await, exactly_once(3));
+        for i in 0..3 {
+            assert_eq!(store.get(&input_id(i)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+        }
+    }
+}
+
+#[tokio::test]
+async fn f2_a_failed_commit_is_recommitted_under_the_same_key() {
+    for naive in [false, true] {
+        let backend = CrashBackend::new();
+        let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::FailBeforeCommit], vec![]);
+        let store = open(&backend).await;
+        run_inputs(&store, target.inner(), 0..4).await;
+        let err = Committer::new(&store, &target).commit_pending(true).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Target, "{err}");
+        store.close();
+
+        let store = open(&backend).await;
+        if naive {
+            assume_landed(&store).await;
+            run_inputs(&store, target.inner(), 0..4).await;
+            Committer::new(&store, &target).commit_pending(true).await.unwrap();
+            assert_eq!(
+                account(target.inner(), 4).await.missing,
+                4 * ROWS_PER_INPUT,
+                "the naive rerun should lose rows"
+            );
+            continue;
+        }
+        let report = Committer::new(&store, &target).recover().await.unwrap();
+        assert_eq!(report.recommitted, Some(0), "{:?}", target.calls());
+        assert_eq!(account(target.inner(), 4).await, exactly_once(4));
+        assert_eq!(target.inner().commits().await.unwrap().len(), 1, "one key, one commit");
+    }
+}
+
+#[tokio::test]
+async fn u_an_unknown_outcome_that_landed_is_found_by_the_probe() {
+    for naive in [false, true] {
+        let backend = CrashBackend::new();
+        let target =
+            FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], vec![ProbeFault::Unknown; 2]);
+        let store = open(&backend).await;
+        run_inputs(&store, target.inner(), 0..2).await;
+        let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Target, "{err}");
+        assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
+        // No later key may begin while key 0 is unknown.
+        run_inputs(&store, target.inner(), 2..3).await;
+        let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Target);
+        assert_eq!(store.pending().unwrap().next_key, 1);
+        store.close();
+
+        let store = open(&backend).await;
+        if naive {
+            naive_rerun(&store, target.inner()).await;
+            assert!(account(target.inner(), 3).await.duplicates > 0, "assuming NotCommitted should duplicate");
+            continue;
+        }
+        let report = Committer::new(&store, &target).recover().await.unwrap();
+        assert_eq!(report.marked_landed, Some(0), "{:?}", target.calls());
+        assert_eq!(report.committed_keys, vec![1]);
+        assert_eq!(account(target.inner(), 3).await, exactly_once(3));
+    }
+}
+
+#[tokio::test]
+async fn u_an_unknown_outcome_that_did_not_land_is_recommitted_under_the_same_key() {
+    for naive in [false, true] {
+        let backend = CrashBackend::new();
+        let target =
+            FaultyTarget::scripted(memory_table(), vec![CommitFault::UnknownNotLanded], vec![ProbeFault::Unknown]);
+        let store = open(&backend).await;
+        run_inputs(&store, target.inner(), 0..2).await;
+        Committer::new(&store, &target).commit_pending(true).await.unwrap_err();
+        store.close();
+
+        let store = open(&backend).await;
+        if naive {
+            assume_landed(&store).await;
+            assert_eq!(account(target.inner(), 2).await.missing, 2 * ROWS_PER_INPUT, "assuming landed should lose");
+            continue;
+        }
+        let report = Committer::new(&store, &target).recover().await.unwrap();
+        assert_eq!(report.recommitted, Some(0), "{:?}", target.calls());
+        assert!(report.finished);
+        assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+    }
+}
+
+#[tokio::test]
+async fn a_commit_that_lands_late_after_an_unknown_answer_is_not_duplicated() {
+    let backend = CrashBackend::new();
+    let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandLateAfterUnknown], vec![]);
+    let store = open(&backend).await;
+    run_inputs(&store, target.inner(), 0..3).await;
+    // The immediate probe lands the late commit first, then finds it.
+    Committer::new(&store, &target).commit_pending(true).await.unwrap();
+    assert!(store.is_finished().unwrap());
+    assert_eq!(account(target.inner(), 3).await, exactly_once(3));
+}
+
+#[tokio::test]
+async fn a_watermark_target_never_sees_key_n_plus_1_while_key_n_is_unknown() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let target = FaultyTarget::scripted(
+        WatermarkTable::new(),
+        vec![CommitFault::UnknownNotLanded],
+        vec![ProbeFault::Unknown, ProbeFault::Unknown],
+    );
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..2).await;
+    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    // Later work arrives while key 0 is unknown; the committer must not begin key 1, or the watermark would
+    // answer "version ≥ 0" for a key 0 that never landed.
+    run_inputs(&store, &table, 2..4).await;
+    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target);
+    let pending = store.pending().unwrap();
+    assert_eq!((pending.next_key, pending.in_flight.map(|(k, _)| k)), (1, Some(0)));
+    assert!(target.inner().results().is_empty());
+    // The probe now answers NotCommitted: key 0 is re-committed, then key 1 covers the later work.
+    let report = Committer::new(&store, &target).commit_pending(true).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0, 1]);
+    let mut names: Vec<_> =
+        target.inner().results().iter().map(|r| String::from_utf8(r.bytes().to_vec()).unwrap()).collect();
+    names.sort();
+    assert_eq!(names, (0..4).map(|i| format!("input-{i:04}-a0")).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_multi_key_job_crashed_after_its_third_key_skips_nothing() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    let hook = crash_at_nth(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK, 3);
+    let mut crashed = false;
+    for round in 0..5 {
+        run_inputs(&store, &table, round * 2..round * 2 + 2).await;
+        if let Err(e) = Committer::new(&store, &table).with_crash_hook(hook.clone()).commit_pending(false).await {
+            assert_eq!(e.kind(), ErrorKind::Poisoned);
+            crashed = true;
+            break;
+        }
+    }
+    assert!(crashed, "the third key should have crashed");
+    store.close();
+
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert_eq!(report.marked_landed, Some(2));
+    run_inputs(&store, &table, 0..10).await; // The rerun visits every input; the processed ones are skipped.
+    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert_eq!(account(&table, 10).await, exactly_once(10));
+    assert_eq!(table.commits().await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn a_mismatch_is_reported_and_nothing_is_marked() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..2).await;
+    let err = Committer::new(&store, &table)
+        .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
+        .commit_pending(false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned);
+    // Another writer lands key 0 with another set before we recover.
+    let key = CommitKey { job: job(), n: 0 };
+    let other = [input_id(9)];
+    let commit =
+        TargetCommit { key: &key, ids: &other, epoch: 1, results: &[], final_commit: false, prepared_version: None };
+    assert_eq!(table.commit(&commit).await, sinkpoint::CommitOutcome::Committed);
+    store.close();
+
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert!(matches!(report.blocked, Some(Blocked::Mismatch { key: 0, .. })), "{report:?}");
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committing { key: 0 });
+    let err = Committer::new(&store, &table).commit_pending(true).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CommitMismatch, "{err}");
+    assert_eq!(account(&table, 2).await.missing, 2 * ROWS_PER_INPUT, "nothing of ours landed");
+}
+
+#[tokio::test]
+async fn a_fresh_store_for_a_job_already_in_the_target_is_refused() {
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    run_inputs(&store, &table, 0..2).await;
+    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    store.close();
+    // The local state is gone (a wrong path, a deleted file): starting afresh would duplicate everything.
+    let store = open(&CrashBackend::new()).await;
+    let err = Committer::new(&store, &table).recover().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+}
+
+#[tokio::test]
+async fn checkpoints_without_results_commit_without_a_target_commit() {
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    let id = input_id(0);
+    store.stage(&id, 0, 0, vec![input_key(0)], vec![]).await.unwrap();
+    store.seal(&id, 1).await.unwrap();
+    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert_eq!((report.committed_empty, report.committed_keys.len()), (1, 0));
+    assert!(table.commits().await.unwrap().is_empty());
+    assert_eq!(store.get(&id).unwrap().unwrap().state, CheckpointState::Committed { key: None });
+}
+
+#[tokio::test]
+async fn a_rerun_after_the_final_commit_takes_the_fast_path() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..3).await;
+    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    store.close();
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert!(report.finished && report.committed_keys.is_empty());
+    assert_eq!(account(&table, 3).await, exactly_once(3));
+}

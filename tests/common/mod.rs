@@ -1,0 +1,85 @@
+//! Shared helpers of the integration tests: a small Daft-like job over a `DirTable`, and table accounting.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use sinkpoint::target::DirTable;
+use sinkpoint::testkit::CrashBackend;
+use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
+
+pub const ROWS_PER_INPUT: usize = 3;
+
+pub fn job() -> JobId {
+    JobId::new("job-1").unwrap()
+}
+
+pub fn table_identity() -> TargetIdentity {
+    TargetIdentity::new("memory:///table").unwrap()
+}
+
+pub fn memory_table() -> DirTable {
+    DirTable::new(Arc::new(InMemory::new()), Path::from("table"))
+}
+
+pub fn input_id(i: usize) -> CheckpointId {
+    CheckpointId::new(format!("input-{i:04}")).unwrap()
+}
+
+pub fn input_key(i: usize) -> Vec<u8> {
+    format!("s3://in/{i:04}.csv").into_bytes()
+}
+
+pub fn expected_rows(inputs: usize) -> Vec<String> {
+    (0..inputs).flat_map(|i| (0..ROWS_PER_INPUT).map(move |r| format!("{i}:{r}"))).collect()
+}
+
+pub async fn open(backend: &CrashBackend) -> Store {
+    Store::builder(job(), table_identity()).backend(backend.clone()).open().await.unwrap()
+}
+
+/// A worker: writes the input's data file, stages its key and result as part 0, seals. Skips processed inputs.
+pub async fn process(store: &Store, table: &DirTable, i: usize) {
+    if store.is_processed(&input_key(i)).unwrap() {
+        return;
+    }
+    let id = input_id(i);
+    let attempt = match store.get(&id).unwrap() {
+        None => 0,
+        Some(info) if store.orphans().contains(&id) => {
+            store.restart(&id).await.unwrap();
+            info.attempt + 1
+        }
+        Some(info) => info.attempt,
+    };
+    let rows: String = (0..ROWS_PER_INPUT).map(|r| format!("{i}:{r}\n")).collect();
+    let result = table.write_data_file(&format!("input-{i:04}-a{attempt}"), rows.into_bytes()).await.unwrap();
+    store.stage(&id, attempt, 0, vec![input_key(i)], vec![result]).await.unwrap();
+    store.seal(&id, 1).await.unwrap();
+}
+
+/// The table's rows compared with what `inputs` inputs should have produced.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Accounting {
+    pub rows: usize,
+    pub duplicates: usize,
+    pub missing: usize,
+}
+
+pub async fn account(table: &DirTable, inputs: usize) -> Accounting {
+    let rows = table.rows().await.unwrap();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for row in &rows {
+        *counts.entry(row.clone()).or_default() += 1;
+    }
+    let duplicates = counts.values().map(|c| c.saturating_sub(1)).sum();
+    let missing = expected_rows(inputs).iter().filter(|r| !counts.contains_key(*r)).count();
+    Accounting { rows: rows.len(), duplicates, missing }
+}
+
+pub fn exactly_once(inputs: usize) -> Accounting {
+    Accounting { rows: inputs * ROWS_PER_INPUT, duplicates: 0, missing: 0 }
+}
