@@ -1,1 +1,238 @@
-fn main() {}
+//! The quick-start job: a Daft-like write of N inputs into a directory table through sinkpoint, on the
+//! embedded defaults (a local redb file and a local directory). Run it, crash it at a named point, run it again:
+//! the table ends with every row exactly once. It reads the table back at the end and prints rows, duplicates
+//! and missing rows, computed from the table itself.
+//!
+//! ```text
+//! cargo run --example job                                   # a clean run
+//! cargo run --example job -- --crash-at after-target-commit-before-mark
+//! cargo run --example job                                   # the rerun recovers (F1)
+//! ```
+//!
+//! Crash points: after-stage, after-seal, after-begin-commit, after-target-commit-before-mark, unknown-outcome.
+//! A crash is a real process exit with code 86, with no clean shutdown.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use sinkpoint::commit::{Committer, CrashHook, crash_points};
+use sinkpoint::target::DirTable;
+use sinkpoint::testkit::{CommitFault, FaultyTarget, ProbeFault};
+use sinkpoint::{CheckpointId, JobId, Store, Target, TargetIdentity};
+
+/// The exit code of a simulated crash.
+const CRASH_EXIT_CODE: i32 = 86;
+
+struct Args {
+    dir: PathBuf,
+    inputs: usize,
+    rows: usize,
+    workers: usize,
+    commit_every: usize,
+    crash_at: Option<String>,
+    fresh: bool,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: job [--dir DIR] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--fresh]\n           \
+         [--crash-at after-stage|after-seal|after-begin-commit|after-target-commit-before-mark|unknown-outcome]"
+    );
+    std::process::exit(2)
+}
+
+fn parse() -> Args {
+    let mut args = Args {
+        dir: PathBuf::from("target/sinkpoint-demo"),
+        inputs: 50,
+        rows: 1000,
+        workers: 8,
+        commit_every: 0,
+        crash_at: None,
+        fresh: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "--dir" => args.dir = PathBuf::from(value()),
+            "--inputs" => args.inputs = value().parse().unwrap_or_else(|_| usage()),
+            "--rows" => args.rows = value().parse().unwrap_or_else(|_| usage()),
+            "--workers" => args.workers = value().parse().unwrap_or_else(|_| usage()),
+            "--commit-every" => args.commit_every = value().parse().unwrap_or_else(|_| usage()),
+            "--crash-at" => args.crash_at = Some(value()),
+            "--fresh" => args.fresh = true,
+            _ => usage(),
+        }
+    }
+    const POINTS: [&str; 5] =
+        ["after-stage", "after-seal", "after-begin-commit", "after-target-commit-before-mark", "unknown-outcome"];
+    if let Some(point) = &args.crash_at
+        && !POINTS.contains(&point.as_str())
+    {
+        usage();
+    }
+    if args.inputs == 0 || args.workers == 0 {
+        usage();
+    }
+    args
+}
+
+fn crash(point: &str) -> ! {
+    println!("crash: stopping the process at {point}");
+    std::process::exit(CRASH_EXIT_CODE)
+}
+
+fn input_id(i: usize) -> CheckpointId {
+    CheckpointId::new(format!("input-{i:05}")).unwrap_or_else(|e| panic!("valid id: {e}"))
+}
+
+fn input_key(i: usize) -> Vec<u8> {
+    format!("source://inputs/{i:05}.csv").into_bytes()
+}
+
+/// One worker task: read input `i` (here: make its rows), write a data file, stage, seal.
+async fn work(store: &Store, table: &DirTable, i: usize, rows: usize, crash_at: Option<&str>) -> sinkpoint::Result<bool> {
+    if store.is_processed(&input_key(i))? {
+        return Ok(false);
+    }
+    let id = input_id(i);
+    let attempt = match store.get(&id)? {
+        None => 0,
+        // A task of a dead attempt (an older epoch) never mixes its rows with ours: begin a new attempt.
+        Some(info) if store.orphans().contains(&id) || info.state == sinkpoint::CheckpointState::Aborted => {
+            store.restart(&id).await?;
+            info.attempt + 1
+        }
+        Some(info) => info.attempt,
+    };
+    let data: String = (0..rows).map(|r| format!("{i}:{r}\n")).collect();
+    let result = table.write_data_file(&format!("input-{i:05}-a{attempt}.rows"), data.into_bytes()).await?;
+    store.stage(&id, attempt, 0, vec![input_key(i)], vec![result]).await?;
+    if crash_at == Some("after-stage") {
+        crash("after-stage");
+    }
+    store.seal(&id, 1).await?;
+    if crash_at == Some("after-seal") {
+        crash("after-seal");
+    }
+    Ok(true)
+}
+
+async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
+    if args.fresh && args.dir.exists() {
+        std::fs::remove_dir_all(&args.dir)?;
+    }
+    std::fs::create_dir_all(&args.dir)?;
+    let table_dir = args.dir.join("table");
+    let table = DirTable::local(&table_dir)?;
+    let store_path = args.dir.join("sink.redb");
+    let job = JobId::new("demo-job")?;
+    let identity = TargetIdentity::new(format!("file://{}", table_dir.display()))?;
+    println!(
+        "sinkpoint job: {} inputs x {} rows, store {}, table {}",
+        args.inputs,
+        args.rows,
+        store_path.display(),
+        table_dir.display()
+    );
+    let store = Arc::new(Store::builder(job, identity).path(&store_path).open().await?);
+
+    // The target: the table itself, or, for the unknown-outcome crash, the table behind a fault that lands the
+    // commit, loses its ack, and fails the probe that follows.
+    let unknown = args.crash_at.as_deref() == Some("unknown-outcome");
+    let target: Box<dyn Target> = if unknown {
+        // A new store first probes key 0 to refuse lost state; that probe passes.
+        let probes = if store.created() { vec![ProbeFault::Pass, ProbeFault::Unknown] } else { vec![ProbeFault::Unknown] };
+        Box::new(FaultyTarget::scripted(table.clone(), vec![CommitFault::LandThenLoseAck], probes))
+    } else {
+        Box::new(table.clone())
+    };
+    let crash_at = args.crash_at.clone();
+    let hook: CrashHook = Arc::new(move |point| {
+        let wanted = match crash_at.as_deref() {
+            Some("unknown-outcome") => crash_points::AFTER_MARK_UNKNOWN,
+            Some(p) => p,
+            None => return false,
+        };
+        if point == wanted {
+            crash(point);
+        }
+        false
+    });
+    let committer = Committer::new(&store, target.as_ref()).with_crash_hook(hook);
+
+    let report = committer.recover().await?;
+    println!(
+        "recovery: epoch {}, orphans {}, F1 marked {:?}, F2 re-committed {:?}, sealed committed under {:?}, blocked {:?}",
+        store.epoch(),
+        report.orphans.len(),
+        report.marked_landed,
+        report.recommitted,
+        report.committed_keys,
+        report.blocked
+    );
+    if report.finished {
+        println!("fast path: the job's final commit has landed; nothing to scan or write");
+    } else if let Some(blocked) = &report.blocked {
+        println!("blocked: {blocked:?}; run again when the target answers");
+        return Ok(ExitCode::from(3));
+    } else {
+        let mut written = 0usize;
+        let mut skipped = 0usize;
+        let stage_crash = args.crash_at.as_deref().filter(|p| p.starts_with("after-s"));
+        for wave in (0..args.inputs).collect::<Vec<_>>().chunks(args.workers) {
+            let mut tasks = Vec::new();
+            for &i in wave {
+                let (store, table) = (store.clone(), table.clone());
+                // Crash at a stage point only in the middle of the job, so some inputs are done and some not.
+                let crash_here = stage_crash.filter(|_| i == args.inputs / 2).map(str::to_owned);
+                let rows = args.rows;
+                tasks.push(tokio::spawn(async move { work(&store, &table, i, rows, crash_here.as_deref()).await }));
+            }
+            for task in tasks {
+                match task.await.map_err(|e| std::io::Error::other(e.to_string()))?? {
+                    true => written += 1,
+                    false => skipped += 1,
+                }
+            }
+            if args.commit_every > 0 && (wave[0] / args.commit_every) != ((wave[wave.len() - 1] + 1) / args.commit_every) {
+                committer.commit_pending(false).await?;
+            }
+        }
+        let commit = committer.commit_pending(true).await?;
+        println!("inputs: {written} written, {skipped} already processed; committed keys {:?}", commit.committed_keys);
+    }
+
+    // Read the table back: the truth is what the table holds, not what we counted.
+    let rows = table.rows().await?;
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for row in &rows {
+        *counts.entry(row.as_str()).or_default() += 1;
+    }
+    let duplicates: usize = counts.values().map(|c| c - 1).sum();
+    let mut missing = 0usize;
+    for i in 0..args.inputs {
+        for r in 0..args.rows {
+            if !counts.contains_key(format!("{i}:{r}").as_str()) {
+                missing += 1;
+            }
+        }
+    }
+    println!("table: {} rows, {duplicates} duplicates, {missing} missing", rows.len());
+    Ok(if duplicates == 0 && missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = parse();
+    match run(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error ({:?}): {e}", e.kind());
+            ExitCode::from(4)
+        }
+    }
+}
