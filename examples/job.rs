@@ -94,7 +94,13 @@ fn input_key(i: usize) -> Vec<u8> {
 }
 
 /// One worker task: read input `i` (here: make its rows), write a data file, stage, seal.
-async fn work(store: &Store, table: &DirTable, i: usize, rows: usize, crash_at: Option<&str>) -> sinkpoint::Result<bool> {
+async fn work(
+    store: &Store,
+    table: &DirTable,
+    i: usize,
+    rows: usize,
+    crash_at: Option<&str>,
+) -> sinkpoint::Result<bool> {
     if store.is_processed(&input_key(i))? {
         return Ok(false);
     }
@@ -145,7 +151,8 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
     let unknown = args.crash_at.as_deref() == Some("unknown-outcome");
     let target: Box<dyn Target> = if unknown {
         // A new store first probes key 0 to refuse lost state; that probe passes.
-        let probes = if store.created() { vec![ProbeFault::Pass, ProbeFault::Unknown] } else { vec![ProbeFault::Unknown] };
+        let probes =
+            if store.created() { vec![ProbeFault::Pass, ProbeFault::Unknown] } else { vec![ProbeFault::Unknown] };
         Box::new(FaultyTarget::scripted(table.clone(), vec![CommitFault::LandThenLoseAck], probes))
     } else {
         Box::new(table.clone())
@@ -198,7 +205,9 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
                     false => skipped += 1,
                 }
             }
-            if args.commit_every > 0 && (wave[0] / args.commit_every) != ((wave[wave.len() - 1] + 1) / args.commit_every) {
+            if args.commit_every > 0
+                && (wave[0] / args.commit_every) != ((wave[wave.len() - 1] + 1) / args.commit_every)
+            {
                 committer.commit_pending(false).await?;
             }
         }
