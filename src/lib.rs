@@ -29,3 +29,8 @@ pub use store::{
 };
 pub use types::{Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, TargetIdentity, WriteResult};
 pub use wal::record::Resolution;
+
+/// The README's examples, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
