@@ -46,7 +46,7 @@ use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, KEYS, META, Meta, PARTS, STATES, STORE_FORMAT_VERSION, create_all,
     read_checkpoint, read_commit, read_meta, read_parts,
 };
-use crate::wal::writer::{CallDurability, Shared, Writer};
+use crate::wal::writer::{CallDurability, Shared, Writer, WriterStats};
 
 /// How durable a `stage` call is before it returns.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -593,6 +593,23 @@ impl Store {
         Ok(read_meta(&txn.open_table(META)?)?.is_some_and(|m| m.finished))
     }
 
+    /// What the group-commit writer has done since this open: calls answered, batches formed and redb commits
+    /// made. `commits < calls` shows concurrent calls being folded into shared transactions and fsyncs.
+    pub fn stats(&self) -> WriterStats {
+        self.shared.stats()
+    }
+
+    /// Holds the writer before its next batch until the returned guard is dropped (testkit only): the calls made
+    /// meanwhile queue up and then land in one group commit, in the order they were sent (watch
+    /// [`WriterStats::queued`] to know they have all been sent). The writer may already hold one call, received
+    /// just before the hold took effect; it joins the same batch. Drop the guard before closing the store: the
+    /// writer finishes its queue on close, and a held writer never does.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn hold_writer(&self) -> WriterHold {
+        self.shared.hold().acquire();
+        WriterHold { shared: self.shared.clone() }
+    }
+
     /// Stops the writer after the calls already queued and closes the file.
     pub fn close(mut self) {
         self.writer.close();
@@ -608,6 +625,19 @@ impl Store {
             out.push(entry?.1.value().to_vec());
         }
         Ok(out)
+    }
+}
+
+/// A hold on the writer from [`Store::hold_writer`] (testkit only); dropping it lets the writer go on.
+#[cfg(any(test, feature = "testkit"))]
+pub struct WriterHold {
+    shared: Arc<Shared>,
+}
+
+#[cfg(any(test, feature = "testkit"))]
+impl Drop for WriterHold {
+    fn drop(&mut self) {
+        self.shared.hold().release();
     }
 }
 
