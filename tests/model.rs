@@ -769,6 +769,7 @@ impl StateMachineTest for StoreTest {
         assert_eq!(store.orphans(), model.orphans.as_slice(), "orphans");
         // Refusals and no-ops write nothing; everything else writes exactly one frame.
         assert_eq!(store.log_frames().unwrap().len(), model.frames, "frames in the log after {:?}", model.last);
+        assert_eq!(store.verify_log().unwrap(), model.frames as u64, "verified frames");
         for id in IDS.map(cid) {
             assert_eq!(store.get(&id).unwrap(), model.info(&id), "get({id})");
         }
