@@ -220,7 +220,7 @@ pub enum TransitionError {
 /// Malformed or oversized input, found at the boundary.
 #[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
 pub(crate) enum InvalidInput {
-    #[error("{what} is {len} bytes; the limit is 1 to {max} (over by {})", len.saturating_sub(*max))]
+    #[error("{}", length_message(what, *len, *max))]
     Length { what: &'static str, len: usize, max: usize },
     #[error("{what} {value:?} is not allowed")]
     Syntax { what: &'static str, value: String },
@@ -228,6 +228,24 @@ pub(crate) enum InvalidInput {
     Character { what: &'static str, value: String, found: char },
     #[error("{what}: {count} is over the limit of {max} (over by {})", count.saturating_sub(*max))]
     Count { what: &'static str, count: usize, max: usize },
+    #[error("{}", range_message(what, *value, *min, *max))]
+    Range { what: &'static str, value: u64, min: u64, max: u64 },
+}
+
+fn length_message(what: &str, len: usize, max: usize) -> String {
+    if len == 0 {
+        format!("{what} is empty; it must be 1 to {max} bytes")
+    } else {
+        format!("{what} is {len} bytes; the limit is {max} (over by {})", len.saturating_sub(max))
+    }
+}
+
+fn range_message(what: &str, value: u64, min: u64, max: u64) -> String {
+    if value < min {
+        format!("{what} is {value}; the minimum is {min} (under by {})", min - value)
+    } else {
+        format!("{what} is {value}; the limit is {max} (over by {})", value.saturating_sub(max))
+    }
 }
 
 /// The internal layer: every failure with its full message.

@@ -23,12 +23,15 @@ pub mod wal;
 pub use commit::{CommitOutcome, Committer, ProbeOutcome, Target, TargetCommit};
 pub use error::{Error, ErrorKind, Result, TransitionError};
 pub use state::{CheckpointState, StateFilter};
+#[cfg(any(test, feature = "testkit"))]
+pub use store::WriterHold;
 pub use store::{
     CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome, StagingDurability, Store,
     StoreBuilder, StoreSettings,
 };
 pub use types::{Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, TargetIdentity, WriteResult};
 pub use wal::record::Resolution;
+pub use wal::writer::WriterStats;
 
 /// The README's examples, compiled as doctests so that they stay true.
 #[cfg(doctest)]

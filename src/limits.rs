@@ -46,3 +46,5 @@ const _: () = assert!(STAGE_KEYS_MAX * SOURCE_KEY_BYTES_MAX / 4 <= STAGE_BYTES_M
 const _: () = assert!(WRITE_RESULT_BYTES_MAX <= STAGE_BYTES_MAX);
 const _: () = assert!(COMMIT_CHECKPOINTS_MAX * CHECKPOINT_ID_BYTES_MAX <= FRAME_PAYLOAD_BYTES_MAX);
 const _: () = assert!(GROUP_COMMIT_CALLS_MAX <= WRITER_QUEUE_CALLS_MAX);
+// Stage calls refuse parts at or past SEAL_PARTS_MAX, so a checkpoint's result count always fits its u32.
+const _: () = assert!((SEAL_PARTS_MAX as u64) * (STAGE_RESULTS_MAX as u64) <= u32::MAX as u64);

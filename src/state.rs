@@ -1,6 +1,6 @@
 //! The checkpoint state machine: one closed enum and one pure transition function that holds all the
 //! branching. The store gathers the facts a transition needs (the checkpoint's record, the parts it has, key
-//! owners, the commit sequence), calls [`transition`], and applies the [`Step`] it returns; nothing else
+//! owners, the commit sequence), calls `transition`, and applies the `Step` it returns; nothing else
 //! decides.
 //!
 //! ```text

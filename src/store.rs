@@ -46,7 +46,7 @@ use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, KEYS, META, Meta, PARTS, STATES, STORE_FORMAT_VERSION, create_all,
     read_checkpoint, read_commit, read_meta, read_parts,
 };
-use crate::wal::writer::{CallDurability, Shared, Writer};
+use crate::wal::writer::{CallDurability, Shared, Writer, WriterStats};
 
 /// How durable a `stage` call is before it returns.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -403,7 +403,8 @@ impl Store {
 
     /// Stages one part of attempt `attempt` of checkpoint `id`: its source keys, its write results, or both.
     /// Re-staging the same part with the same bytes is a no-op ([`StageOutcome::AlreadyStaged`]); other bytes
-    /// are a [`TransitionError::PartConflict`].
+    /// are a [`TransitionError::PartConflict`]. `part` must be below [`SEAL_PARTS_MAX`], the most parts an
+    /// attempt can be sealed with.
     pub async fn stage(
         &self,
         id: &CheckpointId,
@@ -412,7 +413,7 @@ impl Store {
         keys: Vec<SourceKey>,
         results: Vec<WriteResult>,
     ) -> Result<StageOutcome> {
-        check_stage(&keys, &results)?;
+        check_stage(part, &keys, &results)?;
         let durability = match self.settings.staging_durability {
             StagingDurability::Immediate => CallDurability::Immediate,
             StagingDurability::None => CallDurability::None,
@@ -426,12 +427,8 @@ impl Store {
     /// results pending. Sealing again with the same count is a no-op.
     pub async fn seal(&self, id: &CheckpointId, parts: u32) -> Result<()> {
         if parts == 0 || parts > SEAL_PARTS_MAX {
-            return Err(InvalidInput::Count {
-                what: "sealed parts (1 or more)",
-                count: parts as usize,
-                max: SEAL_PARTS_MAX as usize,
-            }
-            .into());
+            let (value, max) = (u64::from(parts), u64::from(SEAL_PARTS_MAX));
+            return Err(InvalidInput::Range { what: "sealed part count", value, min: 1, max }.into());
         }
         self.call(Record::Seal { id: id.clone(), parts }, CallDurability::Immediate).await.map(drop)
     }
@@ -593,6 +590,32 @@ impl Store {
         Ok(read_meta(&txn.open_table(META)?)?.is_some_and(|m| m.finished))
     }
 
+    /// Reads every frame of the local log in order and checks it (dense sequence numbers from the log's start,
+    /// CRC32, frame version, a decodable record); returns how many frames there are. A damaged frame is an
+    /// [`crate::ErrorKind::Corrupt`] error naming its sequence number. Opening never reads the whole log; this
+    /// is the on-demand check.
+    pub fn verify_log(&self) -> Result<u64> {
+        self.shared.check()?;
+        crate::wal::verify::verify_log(&self.db.begin_read()?)
+    }
+
+    /// What the group-commit writer has done since this open: calls answered, batches formed and redb commits
+    /// made. `commits < calls` shows concurrent calls being folded into shared transactions and fsyncs.
+    pub fn stats(&self) -> WriterStats {
+        self.shared.stats()
+    }
+
+    /// Holds the writer before its next batch until the returned guard is dropped (testkit only): the calls made
+    /// meanwhile queue up and then land in one group commit, in the order they were sent (watch
+    /// [`WriterStats::queued`] to know they have all been sent). The writer may already hold one call, received
+    /// just before the hold took effect; it joins the same batch. Drop the guard before closing the store: the
+    /// writer finishes its queue on close, and a held writer never does.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn hold_writer(&self) -> WriterHold {
+        self.shared.hold().acquire();
+        WriterHold { shared: self.shared.clone() }
+    }
+
     /// Stops the writer after the calls already queued and closes the file.
     pub fn close(mut self) {
         self.writer.close();
@@ -609,6 +632,19 @@ impl Store {
             out.push(entry?.1.value().to_vec());
         }
         Ok(out)
+    }
+}
+
+/// A hold on the writer from [`Store::hold_writer`] (testkit only); dropping it lets the writer go on.
+#[cfg(any(test, feature = "testkit"))]
+pub struct WriterHold {
+    shared: Arc<Shared>,
+}
+
+#[cfg(any(test, feature = "testkit"))]
+impl Drop for WriterHold {
+    fn drop(&mut self) {
+        self.shared.hold().release();
     }
 }
 
@@ -660,7 +696,13 @@ impl Iterator for ProcessedKeys {
     }
 }
 
-fn check_stage(keys: &[SourceKey], results: &[WriteResult]) -> Result<()> {
+fn check_stage(part: Part, keys: &[SourceKey], results: &[WriteResult]) -> Result<()> {
+    // A part at or beyond the seal limit could never be sealed; refusing it here also bounds a checkpoint's
+    // result count well inside its u32.
+    if part >= SEAL_PARTS_MAX {
+        let (value, max) = (u64::from(part), u64::from(SEAL_PARTS_MAX - 1));
+        return Err(InvalidInput::Range { what: "part index", value, min: 0, max }.into());
+    }
     if keys.len() > STAGE_KEYS_MAX {
         return Err(Error::count("source keys in one stage call", keys.len(), STAGE_KEYS_MAX));
     }

@@ -159,8 +159,12 @@ impl<'txn> Tables<'txn> {
         if matches!(cur.state, CheckpointState::Committed { .. }) {
             return Ok(PartMatch::Released);
         }
-        let lookup_attempt = if cur.state == CheckpointState::Staged { attempt } else { cur.attempt };
-        Ok(match self.parts.get((id.as_str(), lookup_attempt, part))? {
+        // Past Staged, the offered part is "the one sealed" only if it is of the sealed attempt too: a stage call
+        // of another attempt with the same bytes is not the call that was sealed.
+        if cur.state != CheckpointState::Staged && attempt != cur.attempt {
+            return Ok(PartMatch::Different);
+        }
+        Ok(match self.parts.get((id.as_str(), attempt, part))? {
             None => PartMatch::Absent,
             Some(stored) if stored.value() == offered => PartMatch::Same,
             Some(_) => PartMatch::Different,
@@ -187,13 +191,14 @@ impl<'txn> Tables<'txn> {
         Ok(read_commit(&self.commits, key)?.ok_or(TransitionError::UnknownCommitKey { key }))
     }
 
-    /// Validates one event on each of `ids` (all or none), then applies them all.
+    /// Validates one event on each of `ids` (all or none), then applies them all. Returns whether any of them
+    /// changed (a retried call changes nothing and must write nothing) and the dropped write results.
     fn each(
         &mut self,
         ids: &[CheckpointId],
         epoch: Epoch,
         event: &Event<'_>,
-    ) -> Result<Result<Vec<WriteResult>, TransitionError>, Error> {
+    ) -> Result<Result<Applied, TransitionError>, Error> {
         let mut steps = Vec::with_capacity(ids.len());
         for id in ids {
             let cur = read_checkpoint(&self.checkpoints, id)?;
@@ -202,11 +207,12 @@ impl<'txn> Tables<'txn> {
                 Err(e) => return Ok(Err(e)),
             }
         }
-        let mut dropped = Vec::new();
+        let mut applied = Applied::default();
         for (id, cur, step) in &steps {
-            dropped.extend(self.apply_step(id, cur.as_ref(), step, None, None)?);
+            applied.written |= step.effect != Effect::None || cur.as_ref() != Some(&step.next);
+            applied.dropped.extend(self.apply_step(id, cur.as_ref(), step, None, None)?);
         }
-        Ok(Ok(dropped))
+        Ok(Ok(applied))
     }
 
     /// Moves commit `key` and every checkpoint it covers by `event`, setting the commit's state to `state`.
@@ -289,12 +295,9 @@ impl<'txn> Tables<'txn> {
                 let cur = read_checkpoint(&self.checkpoints, id)?;
                 self.single(id, cur, epoch, &Event::Abort)?
             }
-            Record::ForceAbort { ids, .. } => {
-                self.each(ids, epoch, &Event::ForceAbort)?.map(|dropped| Applied { written: true, dropped })
-            }
-            Record::CommitEmpty { ids } => {
-                self.each(ids, epoch, &Event::CommitEmpty)?.map(|_| Applied { written: true, dropped: Vec::new() })
-            }
+            Record::ForceAbort { ids, .. } => self.each(ids, epoch, &Event::ForceAbort)?,
+            // A retried commit_empty of checkpoints already committed empty changes nothing and writes nothing.
+            Record::CommitEmpty { ids } => self.each(ids, epoch, &Event::CommitEmpty)?,
             Record::BeginCommit { key, ids, target_version, final_commit } => {
                 if let Err(e) = check_begin(&meta.seq, *key) {
                     return Ok(Err(e));

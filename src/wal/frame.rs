@@ -10,7 +10,7 @@
 //! | 5      | 3    | reserved, zero                                         |
 //! | 8      | 8    | sequence number (u64)                                  |
 //! | 16     | 8    | epoch of the writer (u64)                              |
-//! | 24     | N    | payload: the postcard encoding of a [`super::Record`]  |
+//! | 24     | N    | payload: the postcard encoding of a [`super::record::Record`]  |
 //! | 24 + N | 4    | CRC32 (IEEE) of bytes `0 .. 24 + N`                    |
 
 use crate::error::Error;

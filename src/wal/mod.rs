@@ -5,4 +5,5 @@ pub(crate) mod apply;
 pub mod frame;
 pub mod record;
 pub(crate) mod tables;
+pub(crate) mod verify;
 pub(crate) mod writer;

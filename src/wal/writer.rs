@@ -6,6 +6,7 @@
 //! A failed commit poisons the store: redb may or may not have made the transaction durable, so no later call
 //! can be answered truthfully until the store is reopened and recovered.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -41,13 +42,65 @@ struct Call {
     reply: oneshot::Sender<Result<Result<Applied, TransitionError>>>,
 }
 
+/// What the writer has done since the store was opened (see [`crate::Store::stats`]). Cheap to read: a few
+/// relaxed atomic loads.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct WriterStats {
+    /// Calls handed to the writer (each one WAL record or a refusal).
+    pub sent: u64,
+    /// Calls the writer has answered.
+    pub calls: u64,
+    /// Group commits formed: each is one redb write transaction holding up to
+    /// [`GROUP_COMMIT_CALLS_MAX`] calls.
+    pub batches: u64,
+    /// Group commits that wrote something and were committed (one fsync each when durable); a batch of only
+    /// refusals and no-ops is aborted instead.
+    pub commits: u64,
+}
+
+impl WriterStats {
+    /// Calls handed to the writer and not yet answered.
+    pub fn queued(&self) -> u64 {
+        self.sent.saturating_sub(self.calls)
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    calls: AtomicU64,
+    batches: AtomicU64,
+    commits: AtomicU64,
+}
+
 /// State shared by the writer thread and the readers.
 #[derive(Default)]
 pub(crate) struct Shared {
     poisoned: Mutex<Option<String>>,
+    counters: Counters,
+    #[cfg(any(test, feature = "testkit"))]
+    hold: hold::Hold,
 }
 
 impl Shared {
+    pub(crate) fn stats(&self) -> WriterStats {
+        let c = &self.counters;
+        // A call is counted as sent just after its send returns, so the writer may answer it first: `sent` is
+        // never reported below `calls`.
+        let calls = c.calls.load(Ordering::Acquire);
+        WriterStats {
+            sent: c.sent.load(Ordering::Acquire).max(calls),
+            calls,
+            batches: c.batches.load(Ordering::Acquire),
+            commits: c.commits.load(Ordering::Acquire),
+        }
+    }
+
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn hold(&self) -> &hold::Hold {
+        &self.hold
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         match &*self.poisoned.lock().map_err(|_| Error::bug("poison lock"))? {
             Some(reason) => Err(Error::poisoned(reason.clone())),
@@ -69,6 +122,7 @@ impl Shared {
 pub(crate) struct Writer {
     tx: Option<mpsc::Sender<Call>>,
     thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
 }
 
 impl Writer {
@@ -79,10 +133,11 @@ impl Writer {
         shipper: Option<Box<dyn Shipper>>,
     ) -> Result<Self> {
         let (tx, rx) = mpsc::channel(WRITER_QUEUE_CALLS_MAX);
+        let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("sinkpoint-writer".into())
-            .spawn(move || run(&db, meta, &shared, shipper, rx))?;
-        Ok(Self { tx: Some(tx), thread: Some(thread) })
+            .spawn(move || run(&db, meta, &thread_shared, shipper, rx))?;
+        Ok(Self { tx: Some(tx), thread: Some(thread), shared })
     }
 
     /// Queues one record and waits for its group commit.
@@ -96,6 +151,7 @@ impl Writer {
         tx.send(Call { record, durability, reply })
             .await
             .map_err(|_| Error::poisoned("the writer thread has stopped".to_string()))?;
+        self.shared.counters.sent.fetch_add(1, Ordering::AcqRel);
         rx.await.map_err(|_| Error::poisoned("the writer thread stopped before answering".to_string()))?
     }
 
@@ -127,16 +183,22 @@ fn run(
     let mut unsynced = false;
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
+        // A test may hold the writer here, so that the calls it fires meanwhile all land in the next batch.
+        #[cfg(any(test, feature = "testkit"))]
+        shared.hold().wait();
         while batch.len() < GROUP_COMMIT_CALLS_MAX {
             match rx.try_recv() {
                 Ok(call) => batch.push(call),
                 Err(_) => break,
             }
         }
+        shared.counters.batches.fetch_add(1, Ordering::AcqRel);
         let results = match shared.check() {
             Err(e) => Err(e),
-            Ok(()) => commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced),
+            Ok(()) => commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced, shared),
         };
+        // Counted before the replies, so that a caller who has its answer sees its call counted.
+        shared.counters.calls.fetch_add(batch.len() as u64, Ordering::AcqRel);
         match results {
             Ok(results) => {
                 for (call, result) in batch.drain(..).zip(results) {
@@ -170,6 +232,7 @@ fn commit_batch(
     batch: &[Call],
     shipper: Option<&mut (dyn Shipper + '_)>,
     unsynced: &mut bool,
+    shared: &Shared,
 ) -> Result<Vec<Result<Applied, TransitionError>>> {
     let mut next = meta.clone();
     let mut txn = db.begin_write()?;
@@ -197,10 +260,44 @@ fn commit_batch(
         return Ok(results);
     }
     txn.commit()?;
+    shared.counters.commits.fetch_add(1, Ordering::AcqRel);
     *unsynced = !durable;
     *meta = next;
     if let Some(shipper) = shipper {
         shipper.ship(meta, &frames, must_wait)?;
     }
     Ok(results)
+}
+
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) mod hold {
+    //! A test-only gate in front of the writer's next batch (see [`crate::Store::hold_writer`]).
+
+    use std::sync::{Condvar, Mutex};
+
+    #[derive(Default)]
+    pub(crate) struct Hold {
+        held: Mutex<u32>,
+        released: Condvar,
+    }
+
+    impl Hold {
+        pub(crate) fn acquire(&self) {
+            *self.held.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        }
+
+        pub(crate) fn release(&self) {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            *held = held.saturating_sub(1);
+            self.released.notify_all();
+        }
+
+        /// Blocks the writer thread while any hold is taken.
+        pub(crate) fn wait(&self) {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            while *held > 0 {
+                held = self.released.wait(held).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
 }
