@@ -212,6 +212,14 @@ pub enum TransitionError {
         /// What was wrong.
         what: &'static str,
     },
+    /// The checkpoints of one commit carry more write results than one target commit may.
+    #[error("the commit would carry {results} write results; the limit is {max} (over by {})", results - max)]
+    CommitTooLarge {
+        /// The results the checkpoints carry.
+        results: u64,
+        /// [`crate::limits::COMMIT_RESULTS_MAX`].
+        max: u64,
+    },
     /// A call named no checkpoint.
     #[error("the call names no checkpoint")]
     NoCheckpoints,

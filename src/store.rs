@@ -133,6 +133,9 @@ impl StoreBuilder {
     }
 }
 
+/// The default writer tag: unique per process and open. It only has to differ between writers (it resolves an
+/// ambiguous mirror put); tests inject their own with [`StoreBuilder::writer_tag`].
+#[expect(clippy::disallowed_methods, reason = "the default writer tag is the one place that wants real entropy")]
 fn random_tag() -> u128 {
     use std::hash::{BuildHasher, Hasher};
     let mut out = 0u128;
@@ -752,4 +755,16 @@ fn truncate(reason: &str) -> String {
         end -= 1;
     }
     reason[..end].to_owned()
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("job", &self.job)
+            .field("target", &self.target)
+            .field("epoch", &self.epoch)
+            .field("created", &self.created)
+            .field("orphans", &self.orphans.len())
+            .finish_non_exhaustive()
+    }
 }

@@ -306,3 +306,31 @@ async fn a_rerun_after_the_final_commit_takes_the_fast_path() {
     assert!(report.finished && report.committed_keys.is_empty());
     assert_eq!(account(&table, 3).await, exactly_once(3));
 }
+
+#[tokio::test]
+async fn a_commit_over_the_results_limit_is_refused_and_the_committer_splits_it() {
+    use sinkpoint::limits::{COMMIT_RESULTS_MAX, STAGE_RESULTS_MAX};
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    // Two checkpoints whose results together exceed one commit's limit.
+    let per_checkpoint = COMMIT_RESULTS_MAX / 2 + STAGE_RESULTS_MAX;
+    let parts = (per_checkpoint / STAGE_RESULTS_MAX) as u32;
+    for i in 0..2 {
+        let id = input_id(i);
+        for part in 0..parts {
+            let results: Vec<WriteResult> = (0..STAGE_RESULTS_MAX)
+                .map(|r| {
+                    WriteResult::new(sinkpoint::Format::Parquet, format!("in{i}-p{part}-r{r}").into_bytes()).unwrap()
+                })
+                .collect();
+            store.stage(&id, 0, part, vec![], results).await.unwrap();
+        }
+        store.seal(&id, parts).await.unwrap();
+    }
+    let err = store.begin_commit(0, &[input_id(0), input_id(1)], None, false).await.unwrap_err();
+    assert!(matches!(err.transition(), Some(sinkpoint::TransitionError::CommitTooLarge { .. })), "{err}");
+    let pending = store.pending().unwrap();
+    assert_eq!((pending.next_key, pending.in_flight), (0, None), "nothing was written");
+    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0, 1]);
+}

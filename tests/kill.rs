@@ -33,6 +33,7 @@ fn job(dir: &std::path::Path) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::disallowed_methods, reason = "a real process is killed on the wall clock; the seed is printed")]
 async fn killed_at_random_moments_the_job_still_writes_every_row_once() {
     let seed = std::env::var("SINKPOINT_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64

@@ -4,6 +4,7 @@
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::error::{Error, TransitionError};
+use crate::limits::COMMIT_RESULTS_MAX;
 use crate::state::{
     CheckpointRecord, CheckpointState, CommitSequence, Effect, Event, PartMatch, Step, check_begin, transition,
 };
@@ -307,6 +308,14 @@ impl<'txn> Tables<'txn> {
                 }
                 if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
                     return Ok(Err(TransitionError::DuplicateId { id: w[1].clone() }));
+                }
+                // A commit covers whole checkpoints, so one checkpoint over the limit may go alone.
+                let mut results = 0u64;
+                for id in ids {
+                    results += read_checkpoint(&self.checkpoints, id)?.map_or(0, |c| u64::from(c.results));
+                }
+                if ids.len() > 1 && results > COMMIT_RESULTS_MAX as u64 {
+                    return Ok(Err(TransitionError::CommitTooLarge { results, max: COMMIT_RESULTS_MAX as u64 }));
                 }
                 match self.each(ids, epoch, &Event::BeginCommit { key: *key })? {
                     Err(e) => Err(e),
