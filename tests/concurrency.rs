@@ -33,6 +33,7 @@ async fn open(path: &std::path::Path) -> Store {
 }
 
 /// Waits until `n` calls have been sent to the (held) writer.
+#[expect(clippy::disallowed_methods, reason = "a bounded wait for another thread; the outcome does not depend on it")]
 async fn wait_queued(store: &Store, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while store.stats().queued() < n {

@@ -25,10 +25,11 @@ fn job_binary() -> PathBuf {
 
 fn job(dir: &std::path::Path) -> Command {
     let mut cmd = Command::new(job_binary());
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.with_extension("log")).unwrap();
     cmd.args(["--dir", dir.to_str().unwrap(), "--inputs", &INPUTS.to_string(), "--rows", &ROWS.to_string()])
         .args(["--workers", "4", "--commit-every", "25"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log));
     cmd
 }
 
@@ -58,7 +59,8 @@ async fn killed_at_random_moments_the_job_still_writes_every_row_once() {
         match child.try_wait().unwrap() {
             Some(status) => {
                 // It finished before the kill: a valid outcome; it must have succeeded.
-                assert!(status.success(), "the job failed on its own: {status:?} (seed {seed})");
+                let log = std::fs::read_to_string(dir.path().with_extension("log")).unwrap_or_default();
+                assert!(status.success(), "the job failed on its own: {status:?} (seed {seed}); its output:\n{log}");
                 finished_early += 1;
             }
             None => {
@@ -69,7 +71,8 @@ async fn killed_at_random_moments_the_job_still_writes_every_row_once() {
         }
     }
     let status = job(dir.path()).status().unwrap();
-    assert!(status.success(), "the final run failed: {status:?} (seed {seed})");
+    let log = std::fs::read_to_string(dir.path().with_extension("log")).unwrap_or_default();
+    assert!(status.success(), "the final run failed: {status:?} (seed {seed}); its output:\n{log}");
     println!("{kills} kills, {finished_early} runs finished before their kill");
 
     let table = DirTable::local(dir.path().join("table")).unwrap();

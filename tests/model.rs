@@ -829,6 +829,7 @@ fn filter_of(state: CheckpointState) -> StateFilter {
 
 /// The case count (`PROPTEST_CASES`, default 1,000) and the seed (`PROPTEST_RNG_SEED`, default from the clock),
 /// printed once, straight to stderr so that a passing run shows them too.
+#[expect(clippy::disallowed_methods, reason = "the default seed comes from the clock and is printed")]
 fn config() -> ProptestConfig {
     static SETTINGS: OnceLock<(u32, u64)> = OnceLock::new();
     let (cases, seed) = *SETTINGS.get_or_init(|| {
