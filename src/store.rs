@@ -157,6 +157,9 @@ fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128)
             if !settings.create_if_missing && !path.exists() {
                 return Err(Error::wrong_store(format!("no store at {}", path.display())));
             }
+            if !path.exists() {
+                create_file_atomically(&path)?;
+            }
             Database::create(&path)?
         }
         Location::Backend(backend) => redb::Builder::new().create_with_backend(BoxedBackend(backend))?,
@@ -217,6 +220,28 @@ fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128)
         orphans: store_orphans,
         settings: settings.clone(),
     })
+}
+
+/// Creates an initialised, empty redb file at `path` without ever leaving a half-written one there: redb
+/// initialises a new file in several writes, and a process killed between them leaves a file that no later open
+/// accepts ("not a redb database"). The file is built beside `path` and renamed into place once complete.
+fn create_file_atomically(path: &std::path::Path) -> Result<()> {
+    let mut staging = path.as_os_str().to_owned();
+    staging.push(".creating");
+    let staging = PathBuf::from(staging);
+    // A leftover from a creation that was killed holds nothing: it was never renamed into place.
+    match std::fs::remove_file(&staging) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    drop(Database::create(&staging)?);
+    std::fs::File::open(&staging)?.sync_all()?;
+    std::fs::rename(&staging, path)?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
 }
 
 fn check_identity(meta: &Meta, settings: &StoreSettings) -> Result<()> {

@@ -57,3 +57,24 @@ async fn a_checkpoint_lives_through_reopen() {
     let other = Store::builder(JobId::new("other").unwrap(), target).path(&path).open().await.err().unwrap();
     assert_eq!(other.kind(), ErrorKind::WrongStore);
 }
+
+#[tokio::test]
+async fn a_creation_killed_halfway_leaves_nothing_that_blocks_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    // What a process killed inside redb's initialisation of a new file leaves behind: the staging file only.
+    std::fs::write(dir.path().join("s.redb.creating"), vec![0u8; 8192]).unwrap();
+    let store = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("t").unwrap()).path(&path).open().await;
+    assert!(store.is_ok(), "{:?}", store.err());
+    assert!(!dir.path().join("s.redb.creating").exists());
+}
+
+#[tokio::test]
+async fn an_existing_file_that_is_not_a_store_is_refused_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    std::fs::write(&path, vec![0u8; 8192]).unwrap();
+    let result = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("t").unwrap()).path(&path).open().await;
+    assert!(result.is_err(), "a file that is not a redb database must not be opened");
+    assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 8192], "and it must be left as it was");
+}
