@@ -24,6 +24,8 @@ use sinkpoint::{CheckpointId, JobId, Store, Target, TargetIdentity};
 
 /// The exit code of a simulated crash.
 const CRASH_EXIT_CODE: i32 = 86;
+/// The exit code of a writer fenced by a newer one.
+const FENCED_EXIT_CODE: u8 = 5;
 
 struct Args {
     dir: PathBuf,
@@ -33,11 +35,12 @@ struct Args {
     commit_every: usize,
     crash_at: Option<String>,
     fresh: bool,
+    work_ms: u64,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: job [--dir DIR] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--fresh]\n           \
+        "usage: job [--dir DIR] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--work-ms MS] [--fresh]\n           \
          [--crash-at after-stage|after-seal|after-begin-commit|after-target-commit-before-mark|unknown-outcome]"
     );
     std::process::exit(2)
@@ -52,6 +55,7 @@ fn parse() -> Args {
         commit_every: 0,
         crash_at: None,
         fresh: false,
+        work_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -64,6 +68,7 @@ fn parse() -> Args {
             "--commit-every" => args.commit_every = value().parse().unwrap_or_else(|_| usage()),
             "--crash-at" => args.crash_at = Some(value()),
             "--fresh" => args.fresh = true,
+            "--work-ms" => args.work_ms = value().parse().unwrap_or_else(|_| usage()),
             _ => usage(),
         }
     }
@@ -99,6 +104,7 @@ async fn work(
     table: &DirTable,
     i: usize,
     rows: usize,
+    work_ms: u64,
     crash_at: Option<&str>,
 ) -> sinkpoint::Result<bool> {
     if store.is_processed(&input_key(i))? {
@@ -115,7 +121,13 @@ async fn work(
         Some(info) => info.attempt,
     };
     let data: String = (0..rows).map(|r| format!("{i}:{r}\n")).collect();
-    let result = table.write_data_file(&format!("input-{i:05}-a{attempt}.rows"), data.into_bytes()).await?;
+    if work_ms > 0 {
+        // Stands in for reading and transforming the input, so that runs overlap in the two-driver test.
+        tokio::time::sleep(std::time::Duration::from_millis(work_ms)).await;
+    }
+    // Like Lance fragments, data file names are unique per writer: a zombie never overwrites a live file.
+    let name = format!("input-{i:05}-e{}-a{attempt}.rows", store.epoch());
+    let result = table.write_data_file(&name, data.into_bytes()).await?;
     store.stage(&id, attempt, 0, vec![input_key(i)], vec![result]).await?;
     if crash_at == Some("after-stage") {
         crash("after-stage");
@@ -196,8 +208,10 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
                 let (store, table) = (store.clone(), table.clone());
                 // Crash at a stage point only in the middle of the job, so some inputs are done and some not.
                 let crash_here = stage_crash.filter(|_| i == args.inputs / 2).map(str::to_owned);
-                let rows = args.rows;
-                tasks.push(tokio::spawn(async move { work(&store, &table, i, rows, crash_here.as_deref()).await }));
+                let (rows, work_ms) = (args.rows, args.work_ms);
+                tasks.push(tokio::spawn(
+                    async move { work(&store, &table, i, rows, work_ms, crash_here.as_deref()).await },
+                ));
             }
             for task in tasks {
                 match task.await.map_err(|e| std::io::Error::other(e.to_string()))?? {
@@ -239,6 +253,10 @@ async fn main() -> ExitCode {
     let args = parse();
     match run(args).await {
         Ok(code) => code,
+        Err(e) if e.kind() == sinkpoint::ErrorKind::Fenced => {
+            eprintln!("fenced: a newer writer took over this job; this one stops ({e})");
+            ExitCode::from(FENCED_EXIT_CODE)
+        }
         Err(e) => {
             eprintln!("error ({:?}): {e}", e.kind());
             ExitCode::from(4)
