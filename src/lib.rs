@@ -11,6 +11,7 @@
 
 pub mod error;
 pub mod limits;
+pub mod mirror;
 pub mod state;
 mod store;
 #[cfg(any(test, feature = "testkit"))]
