@@ -250,6 +250,9 @@ fn start(
     let mut store_orphans = orphans;
     store_orphans.extend(scan_orphans(&db, meta.epoch)?);
     let shared = Arc::new(Shared::default());
+    if let Some(progress) = &progress {
+        progress.attach(shared.clone());
+    }
     let writer = Writer::start(db.clone(), meta.clone(), shared.clone(), shipper)?;
     tracing::info!(job = %meta.job, epoch = meta.epoch, created, orphans = store_orphans.len(), "sinkpoint store opened");
     Ok(Store {

@@ -24,7 +24,7 @@ use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::{MirrorLag, MirrorMode, MirrorSettings, snapshot};
 use crate::types::{Epoch, JobId, TargetIdentity};
 use crate::wal::tables::Meta;
-use crate::wal::writer::Shipper;
+use crate::wal::writer::{Shared, Shipper};
 
 /// Why the mirror stopped taking segments.
 #[derive(Clone, Debug)]
@@ -63,17 +63,23 @@ struct ProgressState {
 
 /// The upload progress, shared by the writer thread, the uploader, the maintenance thread and the store's
 /// `flush` and `mirror_lag`.
-#[derive(Debug)]
 pub(crate) struct Progress {
     state: Mutex<ProgressState>,
     changed: Condvar,
     clock: Arc<dyn Clock>,
+    /// The store's shared state: a failure found by the uploader stops every call, reads included.
+    shared: std::sync::OnceLock<Arc<Shared>>,
 }
 
 impl Progress {
     fn new(clock: Arc<dyn Clock>, keep_from: u64, mirrored: u64) -> Self {
         let state = ProgressState { keep_from, mirrored: Some(mirrored), ..ProgressState::default() };
-        Self { state: Mutex::new(state), changed: Condvar::new(), clock }
+        Self { state: Mutex::new(state), changed: Condvar::new(), clock, shared: std::sync::OnceLock::new() }
+    }
+
+    /// Makes a mirror failure stop the store at once, not only at its next write.
+    pub(crate) fn attach(&self, shared: Arc<Shared>) {
+        let _ = self.shared.set(shared);
     }
 
     fn lock(&self) -> MutexGuard<'_, ProgressState> {
@@ -160,6 +166,13 @@ impl Progress {
         let mut state = self.lock();
         if state.failure.is_none() {
             tracing::error!(message = %failure.message, fenced = failure.fenced, "sinkpoint mirror stopped");
+            if let Some(shared) = self.shared.get() {
+                if failure.fenced {
+                    shared.fence(failure.message.clone());
+                } else {
+                    shared.poison(failure.message.clone());
+                }
+            }
             state.failure = Some(failure);
         }
         drop(state);

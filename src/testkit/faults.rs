@@ -66,6 +66,8 @@ struct Faults {
     counts: Counts,
     put_paths: Vec<String>,
     waiting: usize,
+    /// Gets that find nothing answer only after this delay, this many times, for paths containing the string.
+    stale: Vec<(String, Duration, u32)>,
 }
 
 #[derive(Debug)]
@@ -132,6 +134,13 @@ impl<T: ObjectStore> FaultStore<T> {
     /// Makes the next `times` gets whose path contains `path_contains` fail (nothing is read).
     pub fn fail_gets(&self, path_contains: &str, times: u32) {
         self.lock().rules.push(Rule { fault: None, path_contains: path_contains.to_owned(), times });
+    }
+
+    /// Makes the next `times` gets of a path containing `path_contains` that find nothing answer only after
+    /// `delay`: the caller's view that the object is absent is stale by the time it acts, so a concurrent writer
+    /// can land it first (the race a takeover has with a writer it is fencing).
+    pub fn stale_absence(&self, path_contains: &str, delay: Duration, times: u32) {
+        self.lock().stale.push((path_contains.to_owned(), delay, times));
     }
 
     /// Crashes at operation `k` (counted from 1 since creation, over every method): it and all later ones fail.
@@ -243,6 +252,10 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
         self.pass_gate().await;
         {
             let mut faults = self.lock();
+            // A crash while the put waited at the gate stops it too.
+            if faults.crashed {
+                return Err(generic(format!("crashed while the put of {location} was held")));
+            }
             faults.counts.bytes_put += payload.content_length() as u64;
             faults.put_paths.push(location.to_string());
         }
@@ -266,7 +279,22 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
         if self.take_fault(location, false).is_some() {
             return Err(generic(format!("injected failure of the get of {location}")));
         }
-        let got = self.inner.get_opts(location, options).await?;
+        let got = match self.inner.get_opts(location, options).await {
+            Ok(got) => got,
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                let delay = {
+                    let mut faults = self.lock();
+                    let rule = faults.stale.iter_mut().find(|r| r.2 > 0 && location.as_ref().contains(&r.0));
+                    rule.map(|r| {
+                        r.2 -= 1;
+                        r.1
+                    })
+                };
+                pause(delay.unwrap_or_default()).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         self.lock().counts.bytes_got += got.range.end - got.range.start;
         Ok(got)
     }
