@@ -105,11 +105,12 @@ async fn an_unfenced_local_tail_is_reshipped_on_reopen() {
             store.stage(&id(n), 0, 0, vec![key(n)], vec![result(n)]).await.unwrap();
         }
         assert_eq!(store.mirror_lag().groups, 3, "{kind:?}");
+        let local = digest(&store);
         bucket.faults.crash();
         bucket.faults.hold_puts(false);
         let err = store.flush().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Poisoned, "{kind:?}: {err}");
-        let local = digest(&store);
+        assert_eq!(store.get(&id(0)).unwrap_err().kind(), ErrorKind::Poisoned, "{kind:?}: reads must stop too");
         store.close();
         bucket.faults.revive();
 

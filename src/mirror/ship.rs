@@ -39,7 +39,7 @@ impl Failure {
     }
 
     fn from_error(e: &Error) -> Self {
-        Failure { fenced: e.kind() == crate::ErrorKind::Fenced, message: e.to_string() }
+        Failure { fenced: e.kind() == crate::ErrorKind::Fenced, message: e.message() }
     }
 }
 

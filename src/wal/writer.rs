@@ -181,9 +181,9 @@ fn run(
             Err(e) => {
                 let fenced = e.kind() == crate::ErrorKind::Fenced;
                 if fenced {
-                    shared.fence(e.to_string());
+                    shared.fence(e.message());
                 } else {
-                    shared.poison(e.to_string());
+                    shared.poison(e.message());
                 }
                 for call in batch.drain(..) {
                     let _ = call.reply.send(Err(shared.check().err().unwrap_or_else(|| Error::bug("not stopped"))));
