@@ -93,10 +93,11 @@ pub(crate) fn open(
         .chain(mark.as_ref().map(|m| m.epoch))
         .max()
         .unwrap_or(0);
-    let claim = claim(&remote, floor + 1, prior.as_ref(), settings, writer_tag, clock.as_ref())?;
-    let epoch = claim.epoch;
-    let log = read_log(&remote, claim.first_slot)?;
-    let mut history = claim.history.clone();
+    // What the newest manifest references; the claim below copies it, after everything read was checked, so a
+    // refused open leaves no claim behind.
+    let (first_slot, has_snapshot) = prior.as_ref().map_or((0, false), |p| (p.first_slot, p.snapshot));
+    let log = read_log(&remote, first_slot)?;
+    let mut history = prior.as_ref().map(|p| p.history.clone()).unwrap_or_default();
     for segment in &log.segments {
         history.extend(opens_in(segment));
     }
@@ -104,20 +105,20 @@ pub(crate) fn open(
     // Reconcile: bring the local state to the mirror's end, or find that the local file holds a tail the mirror
     // lacks (to re-ship, if no newer epoch fenced it) or a history it never had (refused).
     let mut snap = None;
-    let start_seq = match (log.segments.first(), claim.snapshot) {
+    let start_seq = match (log.segments.first(), has_snapshot) {
         (Some(s), _) => s.header.first_seq,
         (None, false) => 0,
         (None, true) => {
-            let s = read_snapshot(&remote, claim.first_slot)?;
+            let s = read_snapshot(&remote, first_slot)?;
             let seq = s.0.next_seq;
             snap = Some(s);
             seq
         }
     };
-    if !claim.snapshot && start_seq != 0 {
+    if !has_snapshot && start_seq != 0 {
         return Err(Error::corrupt(format!(
             "{} begins at seq {start_seq}, though no snapshot precedes it",
-            remote.describe(&remote.layout.wal(claim.first_slot))
+            remote.describe(&remote.layout.wal(first_slot))
         )));
     }
     let end_seq = log.segments.last().map_or(start_seq, |s| s.end_seq());
@@ -150,10 +151,10 @@ pub(crate) fn open(
         }
     };
     let mut meta: Option<Meta> = local.clone();
-    if reload && claim.snapshot {
+    if reload && has_snapshot {
         let (header, entries, place) = match snap.take() {
             Some(s) => s,
-            None => read_snapshot(&remote, claim.first_slot)?,
+            None => read_snapshot(&remote, first_slot)?,
         };
         if header.next_seq != start_seq {
             return Err(Error::corrupt(format!(
@@ -175,6 +176,9 @@ pub(crate) fn open(
             }
         }
     }
+
+    let claim = claim(&remote, floor + 1, prior.as_ref(), settings, writer_tag, clock.as_ref())?;
+    let epoch = claim.epoch;
 
     // Fence: re-ship the local tail, then put this writer's Open in the next slot. A lower-epoch segment that
     // wins a slot first is replayed (or must equal the tail it races); an equal or higher one fences us.
@@ -276,7 +280,7 @@ pub(crate) fn open(
     tracing::info!(epoch, fence_slot, created, mirror = %location, "sinkpoint mirror fenced");
 
     let records_since_snapshot = meta.next_seq - start_seq;
-    let keep_from = if claim.snapshot { start_seq } else { 0 };
+    let keep_from = if has_snapshot { start_seq } else { 0 };
     let (shipper, progress) = MirrorShipper::start(ShipperStart {
         remote,
         db: db.clone(),
