@@ -179,15 +179,13 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
         }
     }
     txn.commit()?;
-    if applied == 0 {
-        // Nothing new at our slot: either nothing was written, or the slots we reached were collected behind a
-        // newer snapshot, in which case only a fresh restore can continue.
-        let manifests = read_manifests(remote)?;
-        if manifests.last().is_some_and(|(_, m)| m.first_slot > slot) {
-            let loaded = load(remote)?;
-            let applied = loaded.meta.as_ref().map_or(0, |m| m.next_seq);
-            return Ok((applied, loaded.next_slot, None, Some(loaded)));
-        }
+    // The first absent slot is either the end of the log, or a slot the newest holder collected behind a newer
+    // snapshot (possibly while this refresh read the ones before it); then only a fresh restore can continue.
+    let manifests = read_manifests(remote)?;
+    if manifests.last().is_some_and(|(_, m)| m.first_slot > slot) {
+        let loaded = load(remote)?;
+        let applied = loaded.meta.as_ref().map_or(0, |m| m.next_seq);
+        return Ok((applied, loaded.next_slot, None, Some(loaded)));
     }
     Ok((applied, slot, meta, None))
 }
