@@ -73,7 +73,8 @@ struct Faults {
 #[derive(Debug)]
 struct State {
     faults: Mutex<Faults>,
-    hold: watch::Sender<bool>,
+    /// Puts of paths containing this string wait at the gate (`Some("")`: every put).
+    hold: watch::Sender<Option<String>>,
 }
 
 /// The operations a [`FaultStore`] tells apart.
@@ -112,7 +113,7 @@ fn generic(message: String) -> object_store::Error {
 impl<T: ObjectStore> FaultStore<T> {
     /// Wraps `inner`, injecting nothing yet.
     pub fn new(inner: T) -> Self {
-        let (hold, _) = watch::channel(false);
+        let (hold, _) = watch::channel(None);
         Self { inner: Arc::new(inner), state: Arc::new(State { faults: Mutex::default(), hold }) }
     }
 
@@ -176,7 +177,12 @@ impl<T: ObjectStore> FaultStore<T> {
 
     /// Holds every put at a gate before it reaches the inner store (`true`) or lets them through (`false`).
     pub fn hold_puts(&self, hold: bool) {
-        self.state.hold.send_replace(hold);
+        self.state.hold.send_replace(hold.then(String::new));
+    }
+
+    /// Holds only the puts of paths containing `path_contains` (until `hold_puts(false)`).
+    pub fn hold_puts_under(&self, path_contains: &str) {
+        self.state.hold.send_replace(Some(path_contains.to_owned()));
     }
 
     /// How many puts are waiting at the gate.
@@ -227,11 +233,12 @@ impl<T: ObjectStore> FaultStore<T> {
         Some(fault)
     }
 
-    async fn pass_gate(&self) {
+    async fn pass_gate(&self, location: &Path) {
+        let held = |hold: &Option<String>| hold.as_ref().is_some_and(|p| location.as_ref().contains(p.as_str()));
         let mut rx = self.state.hold.subscribe();
-        if *rx.borrow() {
+        if held(&rx.borrow()) {
             self.lock().waiting += 1;
-            let _ = rx.wait_for(|held| !*held).await;
+            let _ = rx.wait_for(|hold| !held(hold)).await;
             self.lock().waiting -= 1;
         }
     }
@@ -249,7 +256,7 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
         let latency = self.op(Op::Put)?;
         pause(latency).await;
-        self.pass_gate().await;
+        self.pass_gate(location).await;
         {
             let mut faults = self.lock();
             // A crash while the put waited at the gate stops it too.
