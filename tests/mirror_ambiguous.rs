@@ -103,3 +103,28 @@ async fn a_put_that_cannot_be_settled_poisons_until_reopen() {
         store.close();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_that_hangs_times_out_and_is_never_assumed() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "timeout");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.redb");
+        let clock = ManualClock::new(0);
+        let settings = sinkpoint::mirror::MirrorSettings { request_timeout_ms: 50, ..sync_settings() };
+        let store = builder(&bucket, &file, settings.clone(), &clock).open().await.unwrap();
+        seal(&store, 0).await;
+        // Every put now hangs: each attempt times out, reads back nothing, and is put again, until the writer
+        // gives up without assuming anything.
+        bucket.faults.hold_puts(true);
+        let err = store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap_err();
+        bucket.faults.hold_puts(false);
+        assert_eq!(err.kind(), ErrorKind::Poisoned, "{kind:?}: {err}");
+        assert!(err.to_string().contains("timed out"), "{kind:?}: {err}");
+        store.close();
+        let store = builder(&bucket, &file, settings, &clock).open().await.unwrap();
+        assert!(store.get(&id(1)).unwrap().is_some(), "{kind:?}: the local record was not shipped on reopen");
+        assert!(dense(&wal_keys(&bucket).await), "{kind:?}");
+        store.close();
+    }
+}

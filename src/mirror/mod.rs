@@ -65,11 +65,19 @@ pub struct MirrorSettings {
     /// Objects the newest manifest stopped referencing are deleted only this long after it was written, in
     /// milliseconds on the store's clock: a reader that began before then has that long to finish.
     pub gc_age_ms_min: u64,
+    /// The most one object-store request may take, in milliseconds of wall time (a liveness guard, not a
+    /// correctness one): a put still running then is abandoned and settled like any ambiguous put.
+    pub request_timeout_ms: u64,
 }
 
 impl Default for MirrorSettings {
     fn default() -> Self {
-        Self { mode: MirrorMode::Synchronous, snapshot_interval_records: 10_000, gc_age_ms_min: 10 * 60 * 1000 }
+        Self {
+            mode: MirrorMode::Synchronous,
+            snapshot_interval_records: 10_000,
+            gc_age_ms_min: 10 * 60 * 1000,
+            request_timeout_ms: 30_000,
+        }
     }
 }
 

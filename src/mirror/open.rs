@@ -48,7 +48,7 @@ pub(crate) fn open(
     config: MirrorConfig,
 ) -> Result<Opened> {
     let MirrorConfig { store, prefix, settings: mirror_settings, clock } = config;
-    let remote = Arc::new(Remote::new(store, prefix)?);
+    let remote = Arc::new(Remote::new(store, prefix, mirror_settings.request_timeout_ms)?);
     let location = remote.describe(remote.layout.prefix());
     let txn = db.begin_write()?;
     create_all(&txn)?;

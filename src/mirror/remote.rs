@@ -42,16 +42,20 @@ pub(crate) struct Remote {
     store: Arc<dyn ObjectStore>,
     pub(crate) layout: Layout,
     rt: OwnedRuntime,
+    /// The most one request may take (wall time): a request still running then is abandoned, and a put is
+    /// then ambiguous like any other failed one.
+    timeout: std::time::Duration,
 }
 
 impl Remote {
-    pub(crate) fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Result<Self> {
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, prefix: Path, request_timeout_ms: u64) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("sinkpoint-mirror-io")
             .enable_all()
             .build()?;
-        Ok(Self { store, layout: Layout::new(prefix), rt: OwnedRuntime(Some(rt)) })
+        let timeout = std::time::Duration::from_millis(request_timeout_ms.max(1));
+        Ok(Self { store, layout: Layout::new(prefix), rt: OwnedRuntime(Some(rt)), timeout })
     }
 
     /// Where the mirror lives, for messages.
@@ -61,9 +65,18 @@ impl Remote {
 
     /// Runs `future` to completion on the mirror's runtime. Called from threads that are not driving a
     /// runtime: the writer, the uploader, `spawn_blocking`.
-    fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
+    fn block_on<T, F: Future<Output = object_store::Result<T>>>(&self, future: F) -> Result<object_store::Result<T>> {
         let rt = self.rt.0.as_ref().ok_or_else(|| Error::bug("the mirror's runtime is gone"))?;
-        Ok(rt.block_on(future))
+        let timeout = self.timeout;
+        Ok(rt.block_on(async move {
+            match tokio::time::timeout(timeout, future).await {
+                Ok(result) => result,
+                Err(_) => Err(object_store::Error::Generic {
+                    store: "sinkpoint mirror",
+                    source: format!("the request timed out after {} ms", timeout.as_millis()).into(),
+                }),
+            }
+        }))
     }
 
     /// The object's bytes, or `None` if it is absent.

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::mirror::format::decode_segment;
 use crate::mirror::read::{read_log, read_manifests, read_snapshot};
 use crate::mirror::remote::Remote;
-use crate::mirror::snapshot;
+use crate::mirror::{MirrorSettings, snapshot};
 use crate::types::{Epoch, check_source_key};
 use crate::wal::apply::Tables;
 use crate::wal::tables::{KEYS, META, Meta, create_all, read_meta};
@@ -62,7 +62,8 @@ impl MirrorView {
     /// missing (kind [`crate::ErrorKind::WrongStore`]), never taken for an empty store.
     pub async fn open(store: Arc<dyn ObjectStore>, prefix: Path) -> Result<Self> {
         tokio::task::spawn_blocking(move || {
-            let remote = Arc::new(Remote::new(store, prefix)?);
+            let timeout = MirrorSettings::default().request_timeout_ms;
+            let remote = Arc::new(Remote::new(store, prefix, timeout)?);
             let loaded = load(&remote)?;
             Ok(Self::from_loaded(remote, loaded))
         })

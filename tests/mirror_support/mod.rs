@@ -166,7 +166,12 @@ pub fn result(n: u32) -> WriteResult {
 }
 
 pub fn sync_settings() -> MirrorSettings {
-    MirrorSettings { mode: MirrorMode::Synchronous, snapshot_interval_records: 1_000_000, gc_age_ms_min: 1_000 }
+    MirrorSettings {
+        mode: MirrorMode::Synchronous,
+        snapshot_interval_records: 1_000_000,
+        gc_age_ms_min: 1_000,
+        request_timeout_ms: 10_000,
+    }
 }
 
 /// A builder for a store whose local file is `file`, mirrored in `bucket`.
