@@ -316,6 +316,14 @@ impl Error {
         }
     }
 
+    /// The message without the wrapper of a `Poisoned` or `Fenced` error, to carry it into another one.
+    pub(crate) fn message(&self) -> String {
+        match &*self.inner {
+            Inner::Poisoned(m) | Inner::Fenced(m) => m.clone(),
+            _ => self.to_string(),
+        }
+    }
+
     pub(crate) fn corrupt(message: impl Into<String>) -> Self {
         Inner::Corrupt(message.into()).into()
     }

@@ -12,6 +12,7 @@
 pub mod commit;
 pub mod error;
 pub mod limits;
+pub mod mirror;
 pub mod state;
 mod store;
 pub mod target;

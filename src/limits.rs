@@ -48,3 +48,19 @@ const _: () = assert!(COMMIT_CHECKPOINTS_MAX * CHECKPOINT_ID_BYTES_MAX <= FRAME_
 const _: () = assert!(GROUP_COMMIT_CALLS_MAX <= WRITER_QUEUE_CALLS_MAX);
 // Stage calls refuse parts at or past SEAL_PARTS_MAX, so a checkpoint's result count always fits its u32.
 const _: () = assert!((SEAL_PARTS_MAX as u64) * (STAGE_RESULTS_MAX as u64) <= u32::MAX as u64);
+
+/// The most slots a takeover tries while racing an older writer for the fence slot, before it gives up.
+pub const MIRROR_FENCE_ATTEMPTS_MAX: u32 = 1024;
+/// The most epochs a writer tries to claim (each lost race to a concurrent claim moves to the next).
+pub const MIRROR_CLAIM_ATTEMPTS_MAX: u32 = 64;
+/// The most times one mirror put is resolved (read back, re-put) after an ambiguous failure before the writer
+/// gives up and poisons the store.
+pub const MIRROR_PUT_ATTEMPTS_MAX: u32 = 5;
+/// The most bytes of frames in one segment when a takeover re-ships a local tail the mirror lacks.
+pub const MIRROR_TAIL_SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// The largest mirror object a reader accepts, in bytes (a single S3 PUT is at most 5 GiB).
+pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
+/// The most frames one segment may hold.
+pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
+/// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.
+pub const MIRROR_HISTORY_EPOCHS_MAX: usize = 4096;

@@ -36,6 +36,7 @@ use crate::limits::{
     COMMIT_CHECKPOINTS_MAX, KEY_PAGE_KEYS_MAX, REASON_BYTES_MAX, SEAL_PARTS_MAX, STAGE_BYTES_MAX, STAGE_KEYS_MAX,
     STAGE_RESULTS_MAX,
 };
+use crate::mirror::{Clock, MirrorConfig, MirrorLag, MirrorSettings, Progress, SystemClock};
 use crate::state::{CheckpointRecord, CheckpointState, StateFilter};
 use crate::types::{
     Attempt, CheckpointId, Epoch, JobId, Part, SourceKey, TargetIdentity, WriteResult, check_source_key,
@@ -46,7 +47,7 @@ use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, KEYS, META, Meta, PARTS, STATES, STORE_FORMAT_VERSION, create_all,
     read_checkpoint, read_commit, read_meta, read_parts,
 };
-use crate::wal::writer::{CallDurability, Shared, Writer, WriterStats};
+use crate::wal::writer::{CallDurability, Shared, Shipper, Writer, WriterStats};
 
 /// How durable a `stage` call is before it returns.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -78,11 +79,14 @@ enum Location {
     Backend(Box<dyn StorageBackend>),
 }
 
-/// Builds a [`Store`]: settings plus the injected components (the redb storage backend, the writer tag).
+/// Builds a [`Store`]: settings plus the injected components (the redb storage backend, the writer tag, the
+/// mirror's object store and the clock).
 pub struct StoreBuilder {
     settings: StoreSettings,
     location: Option<Location>,
     writer_tag: Option<u128>,
+    mirror: Option<(Arc<dyn object_store::ObjectStore>, object_store::path::Path, MirrorSettings)>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl StoreBuilder {
@@ -116,9 +120,30 @@ impl StoreBuilder {
         self
     }
 
+    /// Mirrors the WAL to `store` under `prefix` (see [`crate::mirror`]): the open claims the next epoch there,
+    /// restores or reconciles the local file, and fences older writers; every committed group is then shipped as
+    /// one object.
+    pub fn mirror(
+        mut self,
+        store: Arc<dyn object_store::ObjectStore>,
+        prefix: object_store::path::Path,
+        settings: MirrorSettings,
+    ) -> Self {
+        self.mirror = Some((store, prefix, settings));
+        self
+    }
+
+    /// Injects the clock the mirror times its deletes and lag bound with (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Opens (or creates) the store, bumps the epoch durably and starts the writer.
     pub async fn open(self) -> Result<Store> {
-        let StoreBuilder { settings, location, writer_tag } = self;
+        let StoreBuilder { settings, location, writer_tag, mirror, clock } = self;
+        let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let mirror = mirror.map(|(store, prefix, settings)| MirrorConfig { store, prefix, settings, clock });
         let location = location.ok_or_else(|| {
             Error::from(InvalidInput::Syntax {
                 what: "store location",
@@ -126,7 +151,7 @@ impl StoreBuilder {
             })
         })?;
         let tag = writer_tag.unwrap_or_else(random_tag);
-        let opened = tokio::task::spawn_blocking(move || open_blocking(&settings, location, tag))
+        let opened = tokio::task::spawn_blocking(move || open_blocking(&settings, location, tag, mirror))
             .await
             .map_err(|e| Error::bug(format!("open task: {e}")))??;
         Ok(opened)
@@ -151,10 +176,16 @@ fn random_tag() -> u128 {
     out
 }
 
-fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128) -> Result<Store> {
+fn open_blocking(
+    settings: &StoreSettings,
+    location: Location,
+    writer_tag: u128,
+    mirror: Option<MirrorConfig>,
+) -> Result<Store> {
     let db = match location {
         Location::Path(path) => {
-            if !settings.create_if_missing && !path.exists() {
+            // With a mirror, a missing file is restored from it; the mirror says whether the store exists.
+            if !settings.create_if_missing && mirror.is_none() && !path.exists() {
                 return Err(Error::wrong_store(format!("no store at {}", path.display())));
             }
             if !path.exists() {
@@ -165,8 +196,14 @@ fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128)
         Location::Backend(backend) => redb::Builder::new().create_with_backend(BoxedBackend(backend))?,
     };
     let db = Arc::new(db);
+    if let Some(mirror) = mirror {
+        let opened = crate::mirror::open(&db, settings, writer_tag, mirror)?;
+        let shipper: Box<dyn Shipper> = Box::new(opened.shipper);
+        return start(db, opened.meta, opened.created, Vec::new(), settings, Some(shipper), Some(opened.progress));
+    }
     let txn = db.begin_write()?;
     create_all(&txn)?;
+    crate::mirror::refuse_without_mirror(&txn)?;
     let (meta, created, orphans) = {
         let mut tables = Tables::open(&txn)?;
         let existing = tables.read_meta()?;
@@ -204,10 +241,25 @@ fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128)
         (meta, created, Vec::new())
     };
     txn.commit()?;
+    start(db, meta, created, orphans, settings, None, None)
+}
+
+fn start(
+    db: Arc<Database>,
+    meta: Meta,
+    created: bool,
+    orphans: Vec<CheckpointId>,
+    settings: &StoreSettings,
+    shipper: Option<Box<dyn Shipper>>,
+    progress: Option<Arc<Progress>>,
+) -> Result<Store> {
     let mut store_orphans = orphans;
     store_orphans.extend(scan_orphans(&db, meta.epoch)?);
     let shared = Arc::new(Shared::default());
-    let writer = Writer::start(db.clone(), meta.clone(), shared.clone(), None)?;
+    if let Some(progress) = &progress {
+        progress.attach(shared.clone());
+    }
+    let writer = Writer::start(db.clone(), meta.clone(), shared.clone(), shipper)?;
     tracing::info!(job = %meta.job, epoch = meta.epoch, created, orphans = store_orphans.len(), "sinkpoint store opened");
     Ok(Store {
         db,
@@ -219,6 +271,7 @@ fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128)
         created,
         orphans: store_orphans,
         settings: settings.clone(),
+        progress,
     })
 }
 
@@ -244,7 +297,7 @@ fn create_file_atomically(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn check_identity(meta: &Meta, settings: &StoreSettings) -> Result<()> {
+pub(crate) fn check_identity(meta: &Meta, settings: &StoreSettings) -> Result<()> {
     if meta.format_version != STORE_FORMAT_VERSION {
         return Err(Error::corrupt(format!(
             "store format version {} is not the supported version {STORE_FORMAT_VERSION}",
@@ -373,6 +426,7 @@ pub struct Store {
     created: bool,
     orphans: Vec<CheckpointId>,
     settings: StoreSettings,
+    progress: Option<Arc<Progress>>,
 }
 
 impl Store {
@@ -387,6 +441,8 @@ impl Store {
             },
             location: None,
             writer_tag: None,
+            mirror: None,
+            clock: None,
         }
     }
 
@@ -642,6 +698,22 @@ impl Store {
     pub fn hold_writer(&self) -> WriterHold {
         self.shared.hold().acquire();
         WriterHold { shared: self.shared.clone() }
+    }
+
+    /// Waits until every group committed so far is in the mirror (immediate without a mirror, and in
+    /// synchronous mode). Fails with `Fenced` or `Poisoned` if the mirror stopped taking groups.
+    pub async fn flush(&self) -> Result<()> {
+        self.shared.check()?;
+        let Some(progress) = self.progress.clone() else { return Ok(()) };
+        tokio::task::spawn_blocking(move || progress.wait_all())
+            .await
+            .map_err(|e| Error::bug(format!("flush task: {e}")))??;
+        self.shared.check()
+    }
+
+    /// How far the mirror is behind the local file (zero without a mirror).
+    pub fn mirror_lag(&self) -> MirrorLag {
+        self.progress.as_ref().map(|p| p.lag()).unwrap_or_default()
     }
 
     /// Stops the writer after the calls already queued and closes the file.

@@ -6,11 +6,18 @@
 //! - [`FaultyTarget`]: wraps any [`crate::Target`] and injects commit and probe faults, scripted or seeded.
 //! - [`WatermarkTable`]: a target that keeps only a watermark, like Delta's `txn`.
 //! - [`SplitMix64`]: the seeded generator behind every random schedule.
+//! - [`FaultStore`]: an object store wrapper that fails puts before or after they land, holds them at a gate,
+//!   adds latency, counts requests and bytes, and crashes at operation k.
+//! - [`ManualClock`]: a clock that moves only when the test says so.
 
 mod backend;
+mod clock;
+mod faults;
 mod rng;
 mod target;
 
 pub use backend::CrashBackend;
+pub use clock::ManualClock;
+pub use faults::{Counts, FaultStore, PutFault};
 pub use rng::SplitMix64;
 pub use target::{CommitFault, FaultyTarget, ProbeFault, WatermarkTable};

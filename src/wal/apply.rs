@@ -359,6 +359,67 @@ impl<'txn> Tables<'txn> {
         Ok(outcome)
     }
 
+    /// Applies one frame read back from the mirror, as the writer that logged it did: the frame must carry
+    /// exactly the next sequence number, `Create` must come first and only first, `Open` must raise the epoch,
+    /// and every other record goes through [`Tables::execute`] under the frame's epoch, must be accepted, and
+    /// must re-encode to the very same bytes. Anything else means the mirror and this state have diverged (or
+    /// the mirror is damaged): an error naming `place` and the sequence number. The caller writes the meta.
+    pub(crate) fn replay(&mut self, meta: &mut Option<Meta>, bytes: &[u8], place: &str) -> Result<(), Error> {
+        let frame = frame::decode_exact(bytes, place)?;
+        let seq = frame.seq;
+        let record = Record::from_payload(frame.payload, &format!("{place}, seq {seq}"))?;
+        let expected = meta.as_ref().map_or(0, |m| m.next_seq);
+        if seq != expected {
+            return Err(Error::corrupt(format!("{place}: frame of seq {seq} where seq {expected} comes next")));
+        }
+        let diverged = |what: String| Error::corrupt(format!("{place}: replaying seq {seq}: {what}"));
+        let written = match (&record, meta.as_mut()) {
+            (Record::Create { job, target }, None) => {
+                if frame.epoch != 0 {
+                    return Err(diverged(format!("Create carries epoch {}", frame.epoch)));
+                }
+                let mut created = Meta {
+                    format_version: crate::wal::tables::STORE_FORMAT_VERSION,
+                    job: job.clone(),
+                    target: target.clone(),
+                    epoch: 0,
+                    writer_tag: 0,
+                    next_seq: 0,
+                    log_start: 0,
+                    seq: CommitSequence { next_key: 0, in_flight: None },
+                    finished: false,
+                };
+                let out = self.append(&mut created, 0, &record)?;
+                *meta = Some(created);
+                vec![out]
+            }
+            (_, None) => return Err(diverged("the log does not begin with Create".into())),
+            (Record::Create { .. }, Some(_)) => return Err(diverged("a second Create".into())),
+            (Record::Open { writer_tag }, Some(m)) => {
+                if frame.epoch <= m.epoch {
+                    return Err(diverged(format!("Open of epoch {} after epoch {}", frame.epoch, m.epoch)));
+                }
+                m.epoch = frame.epoch;
+                m.writer_tag = *writer_tag;
+                vec![self.append(m, frame.epoch, &record)?]
+            }
+            (_, Some(m)) => {
+                if frame.epoch != m.epoch {
+                    return Err(diverged(format!("a record of epoch {} within epoch {}", frame.epoch, m.epoch)));
+                }
+                let mut out = Vec::new();
+                if let Err(rejected) = self.execute(m, &record, &mut out)? {
+                    return Err(diverged(format!("the state rejects it: {rejected}")));
+                }
+                out
+            }
+        };
+        if written.len() != 1 || written[0] != bytes {
+            return Err(diverged("the state does not log it back as the same frame".into()));
+        }
+        Ok(())
+    }
+
     fn single(
         &mut self,
         id: &CheckpointId,

@@ -21,10 +21,32 @@ use crate::wal::tables::Meta;
 
 /// The receiver of each committed batch's frames: the mirror.
 pub(crate) trait Shipper: Send {
-    /// Ships the frames of one committed batch. `must_wait` is true when a caller's ack depends on it (a
-    /// synchronous mirror, or a commit intent in any mode). Returns the lowest sequence number that must stay
-    /// in the local log (everything below is safely in the mirror's snapshot).
+    /// Ships the frames of one committed batch (never empty) as one object; `meta` is the state after it.
+    /// `must_wait` is true when the batch holds a commit-protocol record, which must be in the mirror before any
+    /// call of the batch is acked whatever the mode (a synchronous mirror waits for every batch anyway). Returns
+    /// the lowest sequence number that must stay in the local log (everything below is safely in the mirror's
+    /// snapshot). An error of kind `Fenced` means a newer writer has taken over.
     fn ship(&mut self, meta: &Meta, frames: &[Vec<u8>], must_wait: bool) -> Result<u64>;
+}
+
+/// Whether a record belongs to the commit protocol, whose records are in the mirror before they are acked in
+/// every mirror mode (only staging may lag).
+fn is_commit_protocol(record: &Record) -> bool {
+    match record {
+        Record::BeginCommit { .. }
+        | Record::MarkCommitted { .. }
+        | Record::MarkUnknown { .. }
+        | Record::MarkNotCommitted { .. }
+        | Record::Resolve { .. }
+        | Record::CommitEmpty { .. }
+        | Record::ForceAbort { .. } => true,
+        Record::Create { .. }
+        | Record::Open { .. }
+        | Record::Stage { .. }
+        | Record::Seal { .. }
+        | Record::Restart { .. }
+        | Record::Abort { .. } => false,
+    }
 }
 
 /// How durable a call must be before it is acked.
@@ -76,7 +98,8 @@ struct Counters {
 /// State shared by the writer thread and the readers.
 #[derive(Default)]
 pub(crate) struct Shared {
-    poisoned: Mutex<Option<String>>,
+    /// Why the store refuses everything, and whether it is because it was fenced (sticky either way).
+    poisoned: Mutex<Option<(bool, String)>>,
     counters: Counters,
     #[cfg(any(test, feature = "testkit"))]
     hold: hold::Hold,
@@ -103,17 +126,27 @@ impl Shared {
 
     pub(crate) fn check(&self) -> Result<()> {
         match &*self.poisoned.lock().map_err(|_| Error::bug("poison lock"))? {
-            Some(reason) => Err(Error::poisoned(reason.clone())),
+            Some((true, reason)) => Err(Error::fenced(reason.clone())),
+            Some((false, reason)) => Err(Error::poisoned(reason.clone())),
             None => Ok(()),
         }
     }
 
     pub(crate) fn poison(&self, reason: String) {
+        self.stop(false, reason);
+    }
+
+    /// Makes every later call fail with `Fenced`: a newer writer has taken over.
+    pub(crate) fn fence(&self, reason: String) {
+        self.stop(true, reason);
+    }
+
+    fn stop(&self, fenced: bool, reason: String) {
         if let Ok(mut p) = self.poisoned.lock()
             && p.is_none()
         {
-            tracing::error!(%reason, "sinkpoint store poisoned");
-            *p = Some(reason);
+            tracing::error!(%reason, fenced, "sinkpoint store stopped");
+            *p = Some((fenced, reason));
         }
     }
 }
@@ -181,6 +214,8 @@ fn run(
     // Whether a non-durable commit has happened since the last durable one: a durable no-op call must then
     // still fsync, or it would ack state that a crash can lose.
     let mut unsynced = false;
+    // The lowest sequence number the mirror still needs in the local log, as the shipper last said.
+    let mut keep_from = 0u64;
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         // A test may hold the writer here, so that the calls it fires meanwhile all land in the next batch.
@@ -195,7 +230,9 @@ fn run(
         shared.counters.batches.fetch_add(1, Ordering::AcqRel);
         let results = match shared.check() {
             Err(e) => Err(e),
-            Ok(()) => commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced, shared),
+            Ok(()) => {
+                commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced, &mut keep_from, shared)
+            }
         };
         // Counted before the replies, so that a caller who has its answer sees its call counted.
         shared.counters.calls.fetch_add(batch.len() as u64, Ordering::AcqRel);
@@ -206,20 +243,14 @@ fn run(
                 }
             }
             Err(e) => {
-                if e.kind() != crate::ErrorKind::Fenced {
-                    shared.poison(e.to_string());
+                let fenced = e.kind() == crate::ErrorKind::Fenced;
+                if fenced {
+                    shared.fence(e.message());
                 } else {
-                    shared.poison(format!("fenced: {e}"));
+                    shared.poison(e.message());
                 }
-                let message = e.to_string();
-                let kind = e.kind();
                 for call in batch.drain(..) {
-                    let err = if kind == crate::ErrorKind::Fenced {
-                        Error::fenced(message.clone())
-                    } else {
-                        Error::poisoned(message.clone())
-                    };
-                    let _ = call.reply.send(Err(err));
+                    let _ = call.reply.send(Err(shared.check().err().unwrap_or_else(|| Error::bug("not stopped"))));
                 }
             }
         }
@@ -232,6 +263,7 @@ fn commit_batch(
     batch: &[Call],
     shipper: Option<&mut (dyn Shipper + '_)>,
     unsynced: &mut bool,
+    keep_from: &mut u64,
     shared: &Shared,
 ) -> Result<Vec<Result<Applied, TransitionError>>> {
     let mut next = meta.clone();
@@ -240,20 +272,21 @@ fn commit_batch(
     txn.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
     let mut frames = Vec::new();
     let mut results = Vec::with_capacity(batch.len());
-    let must_wait = durable;
     {
         let mut tables = Tables::open(&txn)?;
         for call in batch {
             results.push(tables.execute(&mut next, &call.record, &mut frames)?);
         }
         if !frames.is_empty() {
-            if shipper.is_none() {
-                let keep_from = next.next_seq.saturating_sub(LOG_RECORDS_RETAINED_MAX);
-                tables.truncate_log(&mut next, keep_from)?;
-            }
+            let keep = match shipper {
+                None => next.next_seq.saturating_sub(LOG_RECORDS_RETAINED_MAX),
+                Some(_) => *keep_from,
+            };
+            tables.truncate_log(&mut next, keep)?;
             tables.write_meta(&next)?;
         }
     }
+    let must_wait = batch.iter().zip(&results).any(|(call, result)| result.is_ok() && is_commit_protocol(&call.record));
     if frames.is_empty() && !(durable && *unsynced) {
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
@@ -263,8 +296,10 @@ fn commit_batch(
     shared.counters.commits.fetch_add(1, Ordering::AcqRel);
     *unsynced = !durable;
     *meta = next;
-    if let Some(shipper) = shipper {
-        shipper.ship(meta, &frames, must_wait)?;
+    if let Some(shipper) = shipper
+        && !frames.is_empty()
+    {
+        *keep_from = shipper.ship(meta, &frames, must_wait)?;
     }
     Ok(results)
 }

@@ -1,0 +1,595 @@
+//! The byte formats of the three mirror objects: the WAL segment, the snapshot and the manifest. Each is
+//! immutable, written once with `PutMode::Create`, and checked whole (magic, version, reserved bytes, lengths,
+//! a CRC32 over every byte before it) when read back, so a truncated or damaged object is an error naming it.
+//!
+//! All integers are little-endian. The CRC is CRC32 (IEEE), as in [`crate::wal::frame`].
+//!
+//! Segment, `wal/{slot:020}` (the frames of one committed group, or of a fence):
+//!
+//! | offset | size | field                                                                   |
+//! |-------:|-----:|-------------------------------------------------------------------------|
+//! | 0      | 8    | magic `SPWALSEG`                                                        |
+//! | 8      | 1    | format version ([`MIRROR_FORMAT_VERSION`])                              |
+//! | 9      | 1    | kind: 0 = group, 1 = fence (its last frame is the `Open` of this header's epoch and tag) |
+//! | 10     | 2    | reserved, zero                                                          |
+//! | 12     | 4    | frame count `n` (u32, at least 1)                                       |
+//! | 16     | 8    | slot (u64), equal to the slot in the object's name                      |
+//! | 24     | 8    | epoch of the writer that put it (u64)                                   |
+//! | 32     | 16   | that writer's tag (u128)                                                |
+//! | 48     | 8    | sequence number of the first frame (u64); the others follow densely     |
+//! | 56     | 8    | byte length `L` of the frames (u64)                                     |
+//! | 64     | L    | `n` frames back to back, each exactly as in the local log               |
+//! | 64 + L | 4    | CRC32 of bytes `0 .. 64 + L`                                            |
+//!
+//! Snapshot, `snapshot/{slot:020}` (the materialised state just before `wal/{slot}`, without the log):
+//!
+//! | offset | size | field                                                                   |
+//! |-------:|-----:|-------------------------------------------------------------------------|
+//! | 0      | 8    | magic `SPSNAPSH`                                                        |
+//! | 8      | 1    | format version                                                          |
+//! | 9      | 7    | reserved, zero                                                          |
+//! | 16     | 8    | slot (u64)                                                              |
+//! | 24     | 8    | next sequence number: the first frame of `wal/{slot}` (u64)             |
+//! | 32     | 8    | epoch of the writer that made it (u64)                                  |
+//! | 40     | 16   | that writer's tag (u128)                                                |
+//! | 56     | 8    | entry count `m` (u64)                                                   |
+//! | 64     | 8    | byte length `L` of the entries (u64)                                    |
+//! | 72     | L    | `m` entries, each a u32 length then a postcard [`SnapshotEntry`]         |
+//! | 72 + L | 4    | CRC32 of bytes `0 .. 72 + L`                                            |
+//!
+//! Manifest, `manifest/{epoch:020}` (an epoch claim) or `manifest/{epoch:020}.{update:010}` (the holder's
+//! update after a snapshot):
+//!
+//! | offset | size | field                                                                   |
+//! |-------:|-----:|-------------------------------------------------------------------------|
+//! | 0      | 8    | magic `SPMANIFS`                                                        |
+//! | 8      | 1    | format version                                                          |
+//! | 9      | 3    | reserved, zero                                                          |
+//! | 12     | 4    | byte length `N` of the body (u32)                                       |
+//! | 16     | N    | postcard [`ManifestBody`]                                               |
+//! | 16 + N | 4    | CRC32 of bytes `0 .. 16 + N`                                            |
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::limits::{MIRROR_HISTORY_EPOCHS_MAX, MIRROR_OBJECT_BYTES_MAX, MIRROR_SEGMENT_FRAMES_MAX};
+use crate::types::{Epoch, JobId, TargetIdentity};
+use crate::wal::frame;
+use crate::wal::record::Record;
+
+/// The only mirror format version written; readers refuse any other.
+pub const MIRROR_FORMAT_VERSION: u8 = 1;
+
+const SEGMENT_MAGIC: [u8; 8] = *b"SPWALSEG";
+const SNAPSHOT_MAGIC: [u8; 8] = *b"SPSNAPSH";
+const MANIFEST_MAGIC: [u8; 8] = *b"SPMANIFS";
+const SEGMENT_HEADER_BYTES: usize = 64;
+const SNAPSHOT_HEADER_BYTES: usize = 72;
+const MANIFEST_HEADER_BYTES: usize = 16;
+const CRC_BYTES: usize = 4;
+
+/// What a segment holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SegmentKind {
+    /// The frames of committed groups.
+    Group,
+    /// A new writer's fence: its last frame is that writer's `Open` record.
+    Fence,
+}
+
+/// The fixed fields of a segment.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct SegmentHeader {
+    pub kind: SegmentKind,
+    pub slot: u64,
+    pub epoch: Epoch,
+    pub writer_tag: u128,
+    pub first_seq: u64,
+}
+
+/// A decoded, fully checked segment.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Segment {
+    pub header: SegmentHeader,
+    /// Each frame's bytes, exactly as in the local log.
+    pub frames: Vec<Vec<u8>>,
+    /// Each frame's epoch.
+    pub epochs: Vec<Epoch>,
+    /// Each frame's record.
+    pub records: Vec<Record>,
+}
+
+impl Segment {
+    /// The sequence number after the last frame.
+    pub(crate) fn end_seq(&self) -> u64 {
+        self.header.first_seq + self.frames.len() as u64
+    }
+}
+
+fn le_u64(bytes: &[u8], at: usize) -> Result<u64, Error> {
+    Ok(u64::from_le_bytes(bytes[at..at + 8].try_into().map_err(|_| Error::bug("slice length"))?))
+}
+
+fn le_u32(bytes: &[u8], at: usize) -> Result<u32, Error> {
+    Ok(u32::from_le_bytes(bytes[at..at + 4].try_into().map_err(|_| Error::bug("slice length"))?))
+}
+
+fn le_u128(bytes: &[u8], at: usize) -> Result<u128, Error> {
+    Ok(u128::from_le_bytes(bytes[at..at + 16].try_into().map_err(|_| Error::bug("slice length"))?))
+}
+
+/// Checks the envelope every object shares: the size, the magic, the version, the trailing CRC. Returns the
+/// bytes before the CRC.
+fn check_envelope<'a>(bytes: &'a [u8], magic: &[u8; 8], header: usize, place: &str) -> Result<&'a [u8], Error> {
+    if bytes.len() as u64 > MIRROR_OBJECT_BYTES_MAX {
+        return Err(Error::corrupt(format!("{place}: {} bytes is over the object limit", bytes.len())));
+    }
+    if bytes.len() < header + CRC_BYTES {
+        return Err(Error::corrupt(format!(
+            "{place}: truncated ({} bytes, the header alone is {header})",
+            bytes.len()
+        )));
+    }
+    if bytes[..8] != magic[..] {
+        return Err(Error::corrupt(format!("{place}: wrong magic {:02x?}", &bytes[..8])));
+    }
+    if bytes[8] != MIRROR_FORMAT_VERSION {
+        return Err(Error::corrupt(format!(
+            "{place}: format version {} is not the supported {MIRROR_FORMAT_VERSION}",
+            bytes[8]
+        )));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - CRC_BYTES);
+    let stored = le_u32(crc, 0)?;
+    let actual = crc32fast::hash(body);
+    if stored != actual {
+        return Err(Error::corrupt(format!(
+            "{place}: fails its CRC32 (stored {stored:#010x}, computed {actual:#010x}): truncated or damaged"
+        )));
+    }
+    Ok(body)
+}
+
+fn check_length(body: &[u8], header: usize, declared: u64, place: &str) -> Result<(), Error> {
+    if (body.len() - header) as u64 != declared {
+        return Err(Error::corrupt(format!(
+            "{place}: declares {declared} bytes after its header but holds {}",
+            body.len() - header
+        )));
+    }
+    Ok(())
+}
+
+/// Encodes a segment of `frames` (each a whole frame), whose first sequence number is in the header.
+pub(crate) fn encode_segment(header: &SegmentHeader, frames: &[Vec<u8>]) -> Result<Vec<u8>, Error> {
+    let count = u32::try_from(frames.len()).map_err(|_| Error::bug("segment frame count over u32"))?;
+    if count == 0 || count > MIRROR_SEGMENT_FRAMES_MAX {
+        return Err(Error::bug(format!("a segment of {count} frames")));
+    }
+    let len: usize = frames.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(SEGMENT_HEADER_BYTES + len + CRC_BYTES);
+    out.extend_from_slice(&SEGMENT_MAGIC);
+    out.push(MIRROR_FORMAT_VERSION);
+    out.push(match header.kind {
+        SegmentKind::Group => 0,
+        SegmentKind::Fence => 1,
+    });
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&header.slot.to_le_bytes());
+    out.extend_from_slice(&header.epoch.to_le_bytes());
+    out.extend_from_slice(&header.writer_tag.to_le_bytes());
+    out.extend_from_slice(&header.first_seq.to_le_bytes());
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+    debug_assert_eq!(out.len(), SEGMENT_HEADER_BYTES);
+    for f in frames {
+        out.extend_from_slice(f);
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    // Checked just after it is written, as every read will check it.
+    debug_assert!(decode_segment(&out, header.slot, "encode check").is_ok());
+    Ok(out)
+}
+
+/// Decodes and checks a segment read from the object named by `place`, which must hold `slot`.
+pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Segment, Error> {
+    let body = check_envelope(bytes, &SEGMENT_MAGIC, SEGMENT_HEADER_BYTES, place)?;
+    let kind = match body[9] {
+        0 => SegmentKind::Group,
+        1 => SegmentKind::Fence,
+        k => return Err(Error::corrupt(format!("{place}: unknown segment kind {k}"))),
+    };
+    if body[10..12] != [0, 0] {
+        return Err(Error::corrupt(format!("{place}: non-zero reserved bytes")));
+    }
+    let count = le_u32(body, 12)?;
+    let header = SegmentHeader {
+        kind,
+        slot: le_u64(body, 16)?,
+        epoch: le_u64(body, 24)?,
+        writer_tag: le_u128(body, 32)?,
+        first_seq: le_u64(body, 48)?,
+    };
+    check_length(body, SEGMENT_HEADER_BYTES, le_u64(body, 56)?, place)?;
+    if header.slot != slot {
+        return Err(Error::corrupt(format!("{place}: holds slot {}, not {slot}", header.slot)));
+    }
+    if count == 0 || count > MIRROR_SEGMENT_FRAMES_MAX {
+        return Err(Error::corrupt(format!("{place}: declares {count} frames")));
+    }
+    let mut rest = &body[SEGMENT_HEADER_BYTES..];
+    let mut segment = Segment { header, frames: Vec::new(), epochs: Vec::new(), records: Vec::new() };
+    for i in 0..u64::from(count) {
+        let (frame, used) = frame::decode_prefix(rest, place)?;
+        let seq = segment.header.first_seq + i;
+        if frame.seq != seq {
+            return Err(Error::corrupt(format!("{place}: frame {i} has seq {}, expected {seq}", frame.seq)));
+        }
+        if frame.epoch > segment.header.epoch {
+            return Err(Error::corrupt(format!(
+                "{place}: frame of seq {seq} has epoch {}, above the segment's epoch {}",
+                frame.epoch, segment.header.epoch
+            )));
+        }
+        let record = Record::from_payload(frame.payload, &format!("{place}, seq {seq}"))?;
+        segment.epochs.push(frame.epoch);
+        segment.records.push(record);
+        segment.frames.push(rest[..used].to_vec());
+        rest = &rest[used..];
+    }
+    if !rest.is_empty() {
+        return Err(Error::corrupt(format!("{place}: {} bytes after its {count} frames", rest.len())));
+    }
+    let opens = segment.records.iter().filter(|r| matches!(r, Record::Open { .. })).count();
+    let last_opens = matches!(segment.records.last(), Some(Record::Open { writer_tag }) if *writer_tag == segment.header.writer_tag)
+        && segment.epochs.last() == Some(&segment.header.epoch);
+    let fence_ok = match kind {
+        SegmentKind::Fence => opens == 1 && last_opens,
+        SegmentKind::Group => opens == 0,
+    };
+    if !fence_ok {
+        return Err(Error::corrupt(format!(
+            "{place}: a {kind:?} segment with {opens} Open records (a fence ends with its writer's Open, a group has none)"
+        )));
+    }
+    Ok(segment)
+}
+
+/// One entry of a snapshot: a row of one materialised table, its value bytes exactly as stored (each value
+/// carries its own version and CRC).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) enum SnapshotEntry {
+    /// The meta value (exactly one, first).
+    Meta(Vec<u8>),
+    /// A row of `checkpoints`: id, value.
+    Checkpoint(String, Vec<u8>),
+    /// A row of `parts`: id, attempt, part, value.
+    Part(String, u32, u32, Vec<u8>),
+    /// A row of `keys`: source key, owning id.
+    Key(Vec<u8>, String),
+    /// A row of `states`: state code, id.
+    State(u8, String),
+    /// A row of `commits`: key number, value.
+    Commit(u64, Vec<u8>),
+}
+
+/// The fixed fields of a snapshot.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct SnapshotHeader {
+    pub slot: u64,
+    pub next_seq: u64,
+    pub epoch: Epoch,
+    pub writer_tag: u128,
+}
+
+/// Builds a snapshot's bytes one entry at a time.
+pub(crate) struct SnapshotWriter {
+    out: Vec<u8>,
+    entries: u64,
+}
+
+impl SnapshotWriter {
+    pub(crate) fn new(header: &SnapshotHeader) -> Self {
+        let mut out = Vec::with_capacity(4096);
+        out.extend_from_slice(&SNAPSHOT_MAGIC);
+        out.push(MIRROR_FORMAT_VERSION);
+        out.extend_from_slice(&[0; 7]);
+        out.extend_from_slice(&header.slot.to_le_bytes());
+        out.extend_from_slice(&header.next_seq.to_le_bytes());
+        out.extend_from_slice(&header.epoch.to_le_bytes());
+        out.extend_from_slice(&header.writer_tag.to_le_bytes());
+        out.extend_from_slice(&[0; 16]);
+        debug_assert_eq!(out.len(), SNAPSHOT_HEADER_BYTES);
+        Self { out, entries: 0 }
+    }
+
+    pub(crate) fn push(&mut self, entry: &SnapshotEntry) -> Result<(), Error> {
+        let bytes = postcard::to_allocvec(entry).map_err(|e| Error::bug(format!("encoding a snapshot entry: {e}")))?;
+        let len = u32::try_from(bytes.len()).map_err(|_| Error::bug("snapshot entry over u32"))?;
+        self.out.extend_from_slice(&len.to_le_bytes());
+        self.out.extend_from_slice(&bytes);
+        self.entries += 1;
+        Ok(())
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        let len = (self.out.len() - SNAPSHOT_HEADER_BYTES) as u64;
+        self.out[56..64].copy_from_slice(&self.entries.to_le_bytes());
+        self.out[64..72].copy_from_slice(&len.to_le_bytes());
+        let crc = crc32fast::hash(&self.out);
+        self.out.extend_from_slice(&crc.to_le_bytes());
+        self.out
+    }
+}
+
+/// Decodes and checks a snapshot read from the object named by `place`, which must hold `slot`.
+pub(crate) fn decode_snapshot(
+    bytes: &[u8],
+    slot: u64,
+    place: &str,
+) -> Result<(SnapshotHeader, Vec<SnapshotEntry>), Error> {
+    let body = check_envelope(bytes, &SNAPSHOT_MAGIC, SNAPSHOT_HEADER_BYTES, place)?;
+    if body[9..16] != [0; 7] {
+        return Err(Error::corrupt(format!("{place}: non-zero reserved bytes")));
+    }
+    let header = SnapshotHeader {
+        slot: le_u64(body, 16)?,
+        next_seq: le_u64(body, 24)?,
+        epoch: le_u64(body, 32)?,
+        writer_tag: le_u128(body, 40)?,
+    };
+    if header.slot != slot {
+        return Err(Error::corrupt(format!("{place}: holds slot {}, not {slot}", header.slot)));
+    }
+    let count = le_u64(body, 56)?;
+    check_length(body, SNAPSHOT_HEADER_BYTES, le_u64(body, 64)?, place)?;
+    let mut rest = &body[SNAPSHOT_HEADER_BYTES..];
+    let mut entries = Vec::new();
+    for i in 0..count {
+        if rest.len() < 4 {
+            return Err(Error::corrupt(format!("{place}: entry {i} of {count} is missing")));
+        }
+        let len = le_u32(rest, 0)? as usize;
+        let Some(entry_bytes) = rest.get(4..4 + len) else {
+            return Err(Error::corrupt(format!("{place}: entry {i} claims {len} bytes past the end")));
+        };
+        let entry: SnapshotEntry = postcard::from_bytes(entry_bytes)
+            .map_err(|e| Error::corrupt(format!("{place}: entry {i} is undecodable: {e}")))?;
+        if (i == 0) != matches!(entry, SnapshotEntry::Meta(_)) {
+            return Err(Error::corrupt(format!("{place}: entry {i}: the meta must come first, once")));
+        }
+        entries.push(entry);
+        rest = &rest[4 + len..];
+    }
+    if count == 0 || !rest.is_empty() {
+        return Err(Error::corrupt(format!("{place}: {count} entries and {} bytes after them", rest.len())));
+    }
+    Ok((header, entries))
+}
+
+/// The opening of one epoch, as the mirror's history remembers it: which writer, at which record and slot.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct EpochOpen {
+    /// The epoch.
+    pub epoch: Epoch,
+    /// The writer's tag.
+    pub writer_tag: u128,
+    /// The sequence number of its `Open` record.
+    pub seq: u64,
+    /// The slot of its fence.
+    pub slot: u64,
+}
+
+/// A manifest's body, postcard-encoded in this field order.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct ManifestBody {
+    /// The epoch claimed (or held, for an update).
+    pub epoch: Epoch,
+    /// 0 for the claim, then 1, 2… for the holder's updates after each snapshot.
+    pub update: u32,
+    /// The job the mirror belongs to.
+    pub job: JobId,
+    /// The target's identity.
+    pub target: TargetIdentity,
+    /// The claiming writer's tag.
+    pub writer_tag: u128,
+    /// The first slot a reader reads: the log is complete from here on.
+    pub first_slot: u64,
+    /// Whether `snapshot/{first_slot}` holds the state before `first_slot` (otherwise `first_slot` is 0 and
+    /// the log begins with `Create`).
+    pub snapshot: bool,
+    /// When it was written, on the writer's clock (ms); deletes it enables wait for the minimum age after this.
+    pub created_ms: u64,
+    /// The epochs opened in slots before `first_slot`, oldest first (at most [`MIRROR_HISTORY_EPOCHS_MAX`]);
+    /// the fences from `first_slot` on are in the slots themselves.
+    pub history: Vec<EpochOpen>,
+}
+
+/// Encodes a manifest.
+pub(crate) fn encode_manifest(body: &ManifestBody) -> Result<Vec<u8>, Error> {
+    let encoded = postcard::to_allocvec(body).map_err(|e| Error::bug(format!("encoding a manifest: {e}")))?;
+    let len = u32::try_from(encoded.len()).map_err(|_| Error::bug("manifest over u32"))?;
+    let mut out = Vec::with_capacity(MANIFEST_HEADER_BYTES + encoded.len() + CRC_BYTES);
+    out.extend_from_slice(&MANIFEST_MAGIC);
+    out.push(MIRROR_FORMAT_VERSION);
+    out.extend_from_slice(&[0, 0, 0]);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&encoded);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// Decodes and checks a manifest read from the object named by `place`, whose name says `(epoch, update)`.
+pub(crate) fn decode_manifest(bytes: &[u8], epoch: Epoch, update: u32, place: &str) -> Result<ManifestBody, Error> {
+    let body = check_envelope(bytes, &MANIFEST_MAGIC, MANIFEST_HEADER_BYTES, place)?;
+    if body[9..12] != [0, 0, 0] {
+        return Err(Error::corrupt(format!("{place}: non-zero reserved bytes")));
+    }
+    check_length(body, MANIFEST_HEADER_BYTES, u64::from(le_u32(body, 12)?), place)?;
+    let manifest: ManifestBody = postcard::from_bytes(&body[MANIFEST_HEADER_BYTES..])
+        .map_err(|e| Error::corrupt(format!("{place}: undecodable body: {e}")))?;
+    if manifest.epoch != epoch || manifest.update != update {
+        return Err(Error::corrupt(format!(
+            "{place}: holds epoch {} update {}, not its name's",
+            manifest.epoch, manifest.update
+        )));
+    }
+    // The identity was checked when it was written; a bad one read back is damage.
+    if JobId::new(manifest.job.as_str()).is_err() || TargetIdentity::new(manifest.target.as_str()).is_err() {
+        return Err(Error::corrupt(format!("{place}: holds an invalid job or target")));
+    }
+    if !manifest.snapshot && manifest.first_slot != 0 {
+        return Err(Error::corrupt(format!("{place}: reads from slot {} without a snapshot", manifest.first_slot)));
+    }
+    if manifest.history.len() > MIRROR_HISTORY_EPOCHS_MAX
+        || manifest.history.windows(2).any(|w| w[0].epoch >= w[1].epoch || w[0].seq >= w[1].seq)
+        || manifest.history.last().is_some_and(|h| h.slot >= manifest.first_slot || h.epoch > manifest.epoch)
+    {
+        return Err(Error::corrupt(format!("{place}: its epoch history is out of order")));
+    }
+    Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::CheckpointId;
+
+    fn frames() -> Vec<Vec<u8>> {
+        let stage = Record::Seal { id: CheckpointId::new("a").unwrap(), parts: 1 };
+        vec![
+            frame::encode(7, 2, &stage.to_payload().unwrap()).unwrap(),
+            frame::encode(8, 2, &Record::MarkCommitted { key: 0 }.to_payload().unwrap()).unwrap(),
+        ]
+    }
+
+    fn header() -> SegmentHeader {
+        SegmentHeader { kind: SegmentKind::Group, slot: 5, epoch: 2, writer_tag: 0xAB, first_seq: 7 }
+    }
+
+    #[test]
+    fn segment_golden_header_and_round_trip() {
+        // Format stability: these header bytes are segment format 1 forever.
+        let frames = frames();
+        let bytes = encode_segment(&header(), &frames).unwrap();
+        let len = frames.iter().map(Vec::len).sum::<usize>() as u64;
+        let mut expected = b"SPWALSEG".to_vec();
+        expected.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
+        expected.extend_from_slice(&5u64.to_le_bytes());
+        expected.extend_from_slice(&2u64.to_le_bytes());
+        expected.extend_from_slice(&0xABu128.to_le_bytes());
+        expected.extend_from_slice(&7u64.to_le_bytes());
+        expected.extend_from_slice(&len.to_le_bytes());
+        assert_eq!(&bytes[..64], &expected[..]);
+        assert_eq!(&bytes[64..bytes.len() - 4], frames.concat().as_slice());
+        let crc = crc32fast::hash(&bytes[..bytes.len() - 4]).to_le_bytes();
+        assert_eq!(&bytes[bytes.len() - 4..], &crc);
+        let back = decode_segment(&bytes, 5, "t").unwrap();
+        assert_eq!(back.end_seq(), 9);
+        assert_eq!((back.header, back.frames), (header(), frames));
+    }
+
+    #[test]
+    fn every_flipped_bit_and_truncation_of_a_segment_is_detected() {
+        let bytes = encode_segment(&header(), &frames()).unwrap();
+        for i in 0..bytes.len() * 8 {
+            let mut damaged = bytes.clone();
+            damaged[i / 8] ^= 1 << (i % 8);
+            let err = decode_segment(&damaged, 5, "wal/5").unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
+            assert!(err.to_string().contains("wal/5"), "{err}");
+        }
+        for len in 0..bytes.len() {
+            assert!(decode_segment(&bytes[..len], 5, "t").is_err(), "truncation to {len} went unnoticed");
+        }
+        assert!(decode_segment(&bytes, 6, "t").unwrap_err().to_string().contains("holds slot 5, not 6"));
+    }
+
+    #[test]
+    fn a_fence_must_end_with_its_writers_open() {
+        let open = frame::encode(3, 4, &Record::Open { writer_tag: 9 }.to_payload().unwrap()).unwrap();
+        let fence = SegmentHeader { kind: SegmentKind::Fence, slot: 1, epoch: 4, writer_tag: 9, first_seq: 3 };
+        assert!(decode_segment(&encode_segment(&fence, std::slice::from_ref(&open)).unwrap(), 1, "t").is_ok());
+        // The same Open in a group, or a fence with another writer's tag: both are refused.
+        let group = SegmentHeader { kind: SegmentKind::Group, ..fence.clone() };
+        let mut bytes = encode_segment(&fence, std::slice::from_ref(&open)).unwrap();
+        bytes[9] = 0;
+        let n = bytes.len() - 4;
+        let crc = crc32fast::hash(&bytes[..n]).to_le_bytes();
+        bytes[n..].copy_from_slice(&crc);
+        assert!(decode_segment(&bytes, 1, "t").is_err(), "{group:?}");
+        let other = SegmentHeader { writer_tag: 8, ..fence };
+        let mut bytes = SEGMENT_MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 1, 0, 0, 1, 0, 0, 0]);
+        for v in [other.slot, other.epoch] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&other.writer_tag.to_le_bytes());
+        bytes.extend_from_slice(&other.first_seq.to_le_bytes());
+        bytes.extend_from_slice(&(open.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&open);
+        let crc = crc32fast::hash(&bytes).to_le_bytes();
+        bytes.extend_from_slice(&crc);
+        assert!(decode_segment(&bytes, 1, "t").unwrap_err().to_string().contains("Open"));
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_detect_damage() {
+        let header = SnapshotHeader { slot: 9, next_seq: 40, epoch: 3, writer_tag: 7 };
+        let mut w = SnapshotWriter::new(&header);
+        let entries = vec![
+            SnapshotEntry::Meta(vec![1, 2, 3]),
+            SnapshotEntry::Checkpoint("a".into(), vec![4]),
+            SnapshotEntry::Part("a".into(), 0, 1, vec![5]),
+            SnapshotEntry::Key(b"k".to_vec(), "a".into()),
+            SnapshotEntry::State(1, "a".into()),
+            SnapshotEntry::Commit(0, vec![6]),
+        ];
+        for e in &entries {
+            w.push(e).unwrap();
+        }
+        let bytes = w.finish();
+        assert_eq!(&bytes[..16], b"SPSNAPSH\x01\0\0\0\0\0\0\0");
+        assert_eq!(&bytes[56..64], &6u64.to_le_bytes());
+        assert_eq!(decode_snapshot(&bytes, 9, "t").unwrap(), (header, entries));
+        for i in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[i] ^= 0x10;
+            assert!(decode_snapshot(&damaged, 9, "t").is_err(), "byte {i} flip went unnoticed");
+        }
+        for len in 0..bytes.len() {
+            assert!(decode_snapshot(&bytes[..len], 9, "t").is_err(), "truncation to {len} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn manifests_round_trip_and_detect_damage() {
+        let body = ManifestBody {
+            epoch: 4,
+            update: 2,
+            job: JobId::new("j").unwrap(),
+            target: TargetIdentity::new("t").unwrap(),
+            writer_tag: 5,
+            first_slot: 12,
+            snapshot: true,
+            created_ms: 1000,
+            history: vec![EpochOpen { epoch: 3, writer_tag: 1, seq: 1, slot: 0 }],
+        };
+        let bytes = encode_manifest(&body).unwrap();
+        assert_eq!(&bytes[..12], b"SPMANIFS\x01\0\0\0");
+        // The body is postcard in field order: epoch, update, job, target, tag, first slot, snapshot, created,
+        // history (count, then epoch, tag, seq, slot each).
+        let golden = "0402016a0174050c01e80701030101 00".replace(' ', "");
+        let hex: String = bytes[16..bytes.len() - 4].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, golden);
+        assert_eq!(decode_manifest(&bytes, 4, 2, "t").unwrap(), body);
+        assert!(decode_manifest(&bytes, 4, 3, "t").is_err(), "a manifest under another name");
+        for i in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[i] ^= 0x01;
+            assert!(decode_manifest(&damaged, 4, 2, "t").is_err(), "byte {i} flip went unnoticed");
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The object-storage mirror: the WAL shipped to any `object_store` as immutable objects, restored from there
+//! when the local file is gone, and the one place where a stale writer is fenced.
+//!
+//! - **Objects** (see [`layout`] for the keys, [`format`] for the bytes): epoch claims and their updates in
+//!   `manifest/`, one segment per committed group in the dense slots of `wal/`, periodic images of the state in
+//!   `snapshot/`. All are written once, with `PutMode::Create`.
+//! - **Takeover** (`open`): claim the next epoch, read the slots up to the first absent one, reconcile the local
+//!   file with them (or restore it), and put a fence (a segment holding this writer's `Open` record) in that
+//!   slot. A zombie's next segment finds its slot taken by a higher epoch and stops with `Fenced`.
+//! - **Shipping** (`ship`): the writer thread hands every committed group to an uploader as one object, waits
+//!   for it when the mode or a commit-protocol record says so, snapshots every so many records, and deletes what
+//!   the newest manifest no longer references after a minimum age.
+//! - **Reading without the local file**: [`MirrorView`].
+
+mod clock;
+mod format;
+mod layout;
+mod open;
+mod read;
+mod remote;
+mod ship;
+mod snapshot;
+mod view;
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::path::Path;
+use redb::{ReadableTable as _, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+pub use clock::{Clock, SystemClock};
+pub use format::MIRROR_FORMAT_VERSION;
+pub use view::MirrorView;
+
+pub(crate) use open::open;
+pub(crate) use ship::Progress;
+
+use crate::error::{Error, Result};
+use crate::wal::record::{decode_value, encode_value};
+
+/// When a call is acked relative to the mirror.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MirrorMode {
+    /// Every call is acked only after its group is in the mirror.
+    Synchronous,
+    /// Groups are uploaded in the background; a call is acked after the local commit, except that a batch
+    /// holding a commit-protocol record (begin, mark, resolve, commit-empty, force-abort) is always in the mirror
+    /// before it is acked. Callers wait for room when either bound is reached.
+    Asynchronous {
+        /// The most groups committed locally but not yet in the mirror.
+        lag_batches_max: u32,
+        /// The oldest such group's most age, in milliseconds on the store's clock.
+        lag_ms_max: u64,
+    },
+}
+
+/// The settings of a mirror: plain data.
+#[derive(Clone, Debug)]
+pub struct MirrorSettings {
+    /// When calls are acked.
+    pub mode: MirrorMode,
+    /// A snapshot is made after this many records since the last one (at least 1).
+    pub snapshot_interval_records: u64,
+    /// Objects the newest manifest stopped referencing are deleted only this long after it was written, in
+    /// milliseconds on the store's clock: a reader that began before then has that long to finish.
+    pub gc_age_ms_min: u64,
+    /// The most one object-store request may take, in milliseconds of wall time (a liveness guard, not a
+    /// correctness one): a put still running then is abandoned and settled like any ambiguous put.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for MirrorSettings {
+    fn default() -> Self {
+        Self {
+            mode: MirrorMode::Synchronous,
+            snapshot_interval_records: 10_000,
+            gc_age_ms_min: 10 * 60 * 1000,
+            request_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// How far the mirror is behind the local file (always zero in synchronous mode once a call returned).
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
+pub struct MirrorLag {
+    /// Groups committed locally and not yet in the mirror.
+    pub groups: u64,
+    /// Their records.
+    pub records: u64,
+    /// The oldest one's age, in milliseconds on the store's clock (0 when none).
+    pub oldest_ms: u64,
+}
+
+/// What `StoreBuilder::mirror` collected.
+pub(crate) struct MirrorConfig {
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: Path,
+    pub settings: MirrorSettings,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The local mark that a store is mirrored: without it, a missing mirror could not be told from a new one.
+const MARK: TableDefinition<&str, &[u8]> = TableDefinition::new("mirror");
+const MARK_KEY: &str = "mark";
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct Mark {
+    /// Where it was mirrored, for messages.
+    pub location: String,
+    /// The epoch it was last opened with through the mirror.
+    pub epoch: u64,
+}
+
+pub(crate) fn read_mark(txn: &WriteTransaction) -> Result<Option<Mark>> {
+    let table = txn.open_table(MARK)?;
+    let value = table.get(MARK_KEY)?;
+    value.map(|v| decode_value(v.value(), &|| "table mirror".into())).transpose()
+}
+
+pub(crate) fn write_mark(txn: &WriteTransaction, mark: &Mark) -> Result<()> {
+    txn.open_table(MARK)?.insert(MARK_KEY, encode_value(mark)?.as_slice())?;
+    Ok(())
+}
+
+/// Refuses to open a mirrored store without its mirror: its epoch and records would never reach the mirror, and
+/// the next open through the mirror would find the two diverged.
+pub(crate) fn refuse_without_mirror(txn: &WriteTransaction) -> Result<()> {
+    match read_mark(txn)? {
+        None => Ok(()),
+        Some(mark) => Err(Error::wrong_store(format!(
+            "the store is mirrored at {}: open it with that mirror (StoreBuilder::mirror)",
+            mark.location
+        ))),
+    }
+}

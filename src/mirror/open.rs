@@ -1,0 +1,388 @@
+//! Opening a store through its mirror: claim the next epoch, read the mirror's log, reconcile the local file
+//! with it (restoring it when it is missing), and fence the slot after the log with this writer's `Open`.
+//!
+//! Everything local happens in one redb write transaction that commits only after the fence landed, so a
+//! failed open leaves the local file as it was. The mirror only gains immutable objects whose history is
+//! consistent whatever happens next: a claim, re-shipped records of the local tail, the fence.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use redb::{Database, ReadableTable as _};
+
+use crate::error::{Error, Result};
+use crate::limits::{MIRROR_CLAIM_ATTEMPTS_MAX, MIRROR_FENCE_ATTEMPTS_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
+use crate::mirror::clock::Clock;
+use crate::mirror::format::{
+    EpochOpen, ManifestBody, SegmentHeader, SegmentKind, decode_segment, encode_manifest, encode_segment,
+};
+use crate::mirror::layout::ManifestName;
+use crate::mirror::read::{MirrorLog, opens_in, read_log, read_manifests, read_snapshot};
+use crate::mirror::remote::{Remote, Settled};
+use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart};
+use crate::mirror::{Mark, MirrorConfig, read_mark, snapshot, write_mark};
+use crate::store::{StoreSettings, check_identity};
+use crate::types::Epoch;
+use crate::wal::apply::Tables;
+use crate::wal::frame;
+use crate::wal::record::Record;
+use crate::wal::tables::{LOG, META, Meta, create_all, read_meta};
+
+/// A store opened through its mirror.
+pub(crate) struct Opened {
+    pub meta: Meta,
+    pub created: bool,
+    pub shipper: MirrorShipper,
+    pub progress: Arc<Progress>,
+}
+
+fn diverged(message: String) -> Error {
+    Error::corrupt(format!("diverged: {message}; delete the local file to restore it from the mirror"))
+}
+
+/// Opens `db` through the mirror of `config` as a writer tagged `writer_tag`.
+pub(crate) fn open(
+    db: &Arc<Database>,
+    settings: &StoreSettings,
+    writer_tag: u128,
+    config: MirrorConfig,
+) -> Result<Opened> {
+    let MirrorConfig { store, prefix, settings: mirror_settings, clock } = config;
+    let remote = Arc::new(Remote::new(store, prefix, mirror_settings.request_timeout_ms)?);
+    let location = remote.describe(remote.layout.prefix());
+    let txn = db.begin_write()?;
+    create_all(&txn)?;
+    let local = read_meta(&txn.open_table(META)?)?;
+    let mark = read_mark(&txn)?;
+    if let Some(m) = &local {
+        check_identity(m, settings)?;
+    }
+
+    let manifests = read_manifests(&remote)?;
+    let prior = manifests.last().map(|(_, body)| body.clone());
+    match (&prior, &local) {
+        (None, Some(_)) if mark.is_some() => {
+            return Err(Error::wrong_store(format!(
+                "the mirror at {location} is missing (no manifest), though the local store was mirrored there: \
+                 the prefix was deleted or is wrong; refusing to start afresh"
+            )));
+        }
+        (None, Some(_)) => {
+            return Err(Error::wrong_store(format!(
+                "the local store was created without a mirror; attaching the empty mirror at {location} to it \
+                 is not supported"
+            )));
+        }
+        (None, None) if !settings.create_if_missing => {
+            return Err(Error::wrong_store(format!(
+                "the store is missing: no local store, and no manifest in the mirror at {location}"
+            )));
+        }
+        (Some(p), _) if p.job != settings.job || p.target != settings.target => {
+            return Err(Error::wrong_store(format!(
+                "the mirror at {location} belongs to job {} and target {}, not {} and {}",
+                p.job, p.target, settings.job, settings.target
+            )));
+        }
+        _ => {}
+    }
+    let floor = manifests
+        .iter()
+        .map(|(n, _)| n.epoch)
+        .chain(local.as_ref().map(|m| m.epoch))
+        .chain(mark.as_ref().map(|m| m.epoch))
+        .max()
+        .unwrap_or(0);
+    // What the newest manifest references; the claim below copies it, after everything read was checked, so a
+    // refused open leaves no claim behind.
+    let (first_slot, has_snapshot) = prior.as_ref().map_or((0, false), |p| (p.first_slot, p.snapshot));
+    let log = read_log(&remote, first_slot)?;
+    let mut history = prior.as_ref().map(|p| p.history.clone()).unwrap_or_default();
+    for segment in &log.segments {
+        history.extend(opens_in(segment));
+    }
+
+    // Reconcile: bring the local state to the mirror's end, or find that the local file holds a tail the mirror
+    // lacks (to re-ship, if no newer epoch fenced it) or a history it never had (refused).
+    let mut snap = None;
+    let start_seq = match (log.segments.first(), has_snapshot) {
+        (Some(s), _) => s.header.first_seq,
+        (None, false) => 0,
+        (None, true) => {
+            let s = read_snapshot(&remote, first_slot)?;
+            let seq = s.0.next_seq;
+            snap = Some(s);
+            seq
+        }
+    };
+    if !has_snapshot && start_seq != 0 {
+        return Err(Error::corrupt(format!(
+            "{} begins at seq {start_seq}, though no snapshot precedes it",
+            remote.describe(&remote.layout.wal(first_slot))
+        )));
+    }
+    let end_seq = log.segments.last().map_or(start_seq, |s| s.end_seq());
+    let mut local_tail: Vec<Vec<u8>> = Vec::new();
+    let reload = match &local {
+        None => true,
+        Some(lm) => {
+            if let Some(next) = check_history(lm, &history, &location)?
+                && lm.next_seq > next.seq
+            {
+                return Err(diverged(format!(
+                    "the local store holds records of epoch {} from seq {} to {} that the mirror at {location} \
+                     does not: epoch {} fenced them at {}",
+                    lm.epoch,
+                    next.seq,
+                    lm.next_seq - 1,
+                    next.epoch,
+                    remote.describe(&remote.layout.wal(next.slot))
+                )));
+            }
+            let log_table = txn.open_table(LOG)?;
+            compare_overlap(lm, &log, &log_table, &remote)?;
+            for seq in end_seq..lm.next_seq {
+                let f = log_table.get(seq)?.ok_or_else(|| {
+                    Error::corrupt(format!("the local log lacks seq {seq}, which the mirror lacks too"))
+                })?;
+                local_tail.push(f.value().to_vec());
+            }
+            lm.next_seq < start_seq
+        }
+    };
+    let mut meta: Option<Meta> = local.clone();
+    if reload && has_snapshot {
+        let (header, entries, place) = match snap.take() {
+            Some(s) => s,
+            None => read_snapshot(&remote, first_slot)?,
+        };
+        if header.next_seq != start_seq {
+            return Err(Error::corrupt(format!(
+                "{place}: at seq {}, but its first slot at seq {start_seq}",
+                header.next_seq
+            )));
+        }
+        meta = Some(snapshot::load(&txn, &header, &entries, &place)?);
+    } else if reload {
+        meta = None;
+    }
+    let mut tables = Tables::open(&txn)?;
+    let applied_to = meta.as_ref().map_or(0, |m| m.next_seq);
+    for segment in &log.segments {
+        let place = remote.describe(&remote.layout.wal(segment.header.slot));
+        for (i, f) in segment.frames.iter().enumerate() {
+            if segment.header.first_seq + i as u64 >= applied_to {
+                tables.replay(&mut meta, f, &place)?;
+            }
+        }
+    }
+
+    let claim = claim(&remote, floor + 1, prior.as_ref(), settings, writer_tag, clock.as_ref())?;
+    let epoch = claim.epoch;
+
+    // Fence: re-ship the local tail, then put this writer's Open in the next slot. A lower-epoch segment that
+    // wins a slot first is replayed (or must equal the tail it races); an equal or higher one fences us.
+    let mut shipped = end_seq;
+    let mut slot = log.next_slot;
+    let mut created = false;
+    let mut fence = None;
+    for _ in 0..MIRROR_FENCE_ATTEMPTS_MAX {
+        let tail_at = (shipped - end_seq) as usize;
+        let (kind, frames, first_seq) = if tail_at < local_tail.len() {
+            let mut bytes = 0;
+            let chunk: Vec<Vec<u8>> = local_tail[tail_at..]
+                .iter()
+                .take_while(|f| {
+                    bytes += f.len();
+                    bytes <= MIRROR_TAIL_SEGMENT_BYTES_MAX
+                })
+                .cloned()
+                .collect();
+            let chunk = if chunk.is_empty() { vec![local_tail[tail_at].clone()] } else { chunk };
+            (SegmentKind::Group, chunk, shipped)
+        } else {
+            let mut frames = Vec::new();
+            let first_seq = meta.as_ref().map_or(0, |m| m.next_seq);
+            if meta.is_none() {
+                let create = Record::Create { job: settings.job.clone(), target: settings.target.clone() };
+                frames.push(frame::encode(0, 0, &create.to_payload()?)?);
+            }
+            let open_seq = first_seq + frames.len() as u64;
+            frames.push(frame::encode(open_seq, epoch, &Record::Open { writer_tag }.to_payload()?)?);
+            (SegmentKind::Fence, frames, first_seq)
+        };
+        let header = SegmentHeader { kind, slot, epoch, writer_tag, first_seq };
+        let bytes = Bytes::from(encode_segment(&header, &frames)?);
+        let path = remote.layout.wal(slot);
+        let place = remote.describe(&path);
+        match remote.put_settled(&path, &bytes)? {
+            Settled::Landed if kind == SegmentKind::Fence => {
+                created = frames.len() == 2;
+                for f in &frames {
+                    tables.replay(&mut meta, f, &place)?;
+                }
+                let open_seq = first_seq + frames.len() as u64 - 1;
+                history.push(EpochOpen { epoch, writer_tag, seq: open_seq, slot });
+                fence = Some(slot);
+                break;
+            }
+            Settled::Landed => {
+                shipped += frames.len() as u64;
+                slot += 1;
+            }
+            Settled::Taken(found) => {
+                let other = decode_segment(&found, slot, &place)?;
+                if other.header.epoch >= epoch {
+                    return Err(Error::fenced(format!(
+                        "{place} was taken by epoch {} while this writer (epoch {epoch}) was opening",
+                        other.header.epoch
+                    )));
+                }
+                if other.header.first_seq != shipped {
+                    return Err(Error::corrupt(format!(
+                        "{place}: begins at seq {}, but the log before it ends at seq {shipped}",
+                        other.header.first_seq
+                    )));
+                }
+                for (i, f) in other.frames.iter().enumerate() {
+                    let seq = shipped + i as u64;
+                    match local_tail.get((seq - end_seq) as usize) {
+                        Some(mine) if mine == f => {}
+                        Some(_) => {
+                            return Err(diverged(format!(
+                                "the local store's record at seq {seq} differs from the one epoch {} put at {place}",
+                                other.header.epoch
+                            )));
+                        }
+                        None => tables.replay(&mut meta, f, &place)?,
+                    }
+                }
+                history.extend(opens_in(&other));
+                shipped = other.end_seq();
+                slot += 1;
+            }
+        }
+    }
+    let Some(fence_slot) = fence else {
+        return Err(Error::poisoned(format!(
+            "could not fence the mirror at {location} within {MIRROR_FENCE_ATTEMPTS_MAX} slots: an older writer keeps \
+             winning them"
+        )));
+    };
+    let meta = meta.ok_or_else(|| Error::bug("no meta after the fence"))?;
+    if meta.epoch != epoch || meta.writer_tag != writer_tag {
+        return Err(Error::bug(format!("the fence left epoch {}, not {epoch}", meta.epoch)));
+    }
+    tables.write_meta(&meta)?;
+    drop(tables);
+    write_mark(&txn, &Mark { location: location.clone(), epoch })?;
+    txn.commit()?;
+    tracing::info!(epoch, fence_slot, created, mirror = %location, "sinkpoint mirror fenced");
+
+    let records_since_snapshot = meta.next_seq - start_seq;
+    let keep_from = if has_snapshot { start_seq } else { 0 };
+    let (shipper, progress) = MirrorShipper::start(ShipperStart {
+        remote,
+        db: db.clone(),
+        settings: mirror_settings,
+        clock,
+        epoch,
+        writer_tag,
+        job: settings.job.clone(),
+        target: settings.target.clone(),
+        history,
+        fence_slot,
+        records_since_snapshot,
+        claim,
+        keep_from,
+    })?;
+    Ok(Opened { meta, created, shipper, progress })
+}
+
+/// Claims the first free epoch from `first`: creating its manifest is the claim.
+fn claim(
+    remote: &Remote,
+    first: Epoch,
+    prior: Option<&ManifestBody>,
+    settings: &StoreSettings,
+    writer_tag: u128,
+    clock: &dyn Clock,
+) -> Result<ManifestBody> {
+    for epoch in first..first + u64::from(MIRROR_CLAIM_ATTEMPTS_MAX) {
+        let body = ManifestBody {
+            epoch,
+            update: 0,
+            job: settings.job.clone(),
+            target: settings.target.clone(),
+            writer_tag,
+            first_slot: prior.map_or(0, |p| p.first_slot),
+            snapshot: prior.is_some_and(|p| p.snapshot),
+            created_ms: clock.now_ms(),
+            history: prior.map(|p| p.history.clone()).unwrap_or_default(),
+        };
+        let path = remote.layout.manifest(ManifestName { epoch, update: 0 });
+        match remote.put_settled(&path, &Bytes::from(encode_manifest(&body)?))? {
+            Settled::Landed => return Ok(body),
+            Settled::Taken(_) => {
+                tracing::info!(epoch, "sinkpoint mirror: epoch claimed by another writer, trying the next")
+            }
+        }
+    }
+    Err(Error::poisoned(format!(
+        "could not claim an epoch in the mirror at {} within {MIRROR_CLAIM_ATTEMPTS_MAX} attempts",
+        remote.describe(remote.layout.prefix())
+    )))
+}
+
+/// Finds the local store's epoch in the mirror's history and returns the opening after it, if any: the local
+/// log may not reach past that opening's `Open` record.
+fn check_history(local: &Meta, history: &[EpochOpen], location: &str) -> Result<Option<EpochOpen>> {
+    let Some(i) = history.iter().position(|h| h.epoch == local.epoch) else {
+        if history.first().is_some_and(|h| local.epoch < h.epoch) {
+            return Err(diverged(format!(
+                "the local store (epoch {}) is older than the history the mirror at {location} keeps (from epoch {}), \
+                 so it cannot be checked against it",
+                local.epoch,
+                history.first().map_or(0, |h| h.epoch)
+            )));
+        }
+        return Err(diverged(format!(
+            "the local store's epoch {} was never opened through the mirror at {location}",
+            local.epoch
+        )));
+    };
+    if history[i].writer_tag != local.writer_tag {
+        return Err(diverged(format!(
+            "epoch {} was opened through the mirror at {location} by another writer ({:032x}, not {:032x})",
+            local.epoch, history[i].writer_tag, local.writer_tag
+        )));
+    }
+    Ok(history.get(i + 1).copied())
+}
+
+/// Compares every frame held both locally and in the read slots, byte for byte.
+fn compare_overlap(
+    local: &Meta,
+    log: &MirrorLog,
+    log_table: &redb::Table<'_, u64, &'static [u8]>,
+    remote: &Remote,
+) -> Result<()> {
+    for segment in &log.segments {
+        for (i, f) in segment.frames.iter().enumerate() {
+            let seq = segment.header.first_seq + i as u64;
+            if seq < local.log_start || seq >= local.next_seq {
+                continue;
+            }
+            let mine = log_table.get(seq)?.ok_or_else(|| {
+                Error::corrupt(format!("the local log lacks seq {seq} (it keeps {} on)", local.log_start))
+            })?;
+            if mine.value() != f.as_slice() {
+                return Err(diverged(format!(
+                    "the local record at seq {seq} differs from the mirror's at {}",
+                    remote.describe(&remote.layout.wal(segment.header.slot))
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! The mirror's object-store access: one dedicated runtime for every call (so the store's connections never
+//! depend on a caller's runtime being driven), reads that tell "absent" from "failed", and the one way to put:
+//! `PutMode::Create`, with an ambiguous outcome settled by reading the object back, never assumed.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt as _;
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+use tokio::runtime::Runtime;
+
+use crate::error::{Error, Result};
+use crate::limits::{MIRROR_OBJECT_BYTES_MAX, MIRROR_PUT_ATTEMPTS_MAX};
+use crate::mirror::layout::Layout;
+
+/// A runtime that may be dropped anywhere, an async context included.
+#[derive(Debug)]
+struct OwnedRuntime(Option<Runtime>);
+
+impl Drop for OwnedRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// What a settled put found at its path.
+#[derive(Debug)]
+pub(crate) enum Settled {
+    /// Our bytes are there: this put (or an earlier, ambiguous attempt of it) landed.
+    Landed,
+    /// Another object is there; its bytes.
+    Taken(Bytes),
+}
+
+/// The object store, the layout under its prefix, and the runtime every call runs on.
+#[derive(Debug)]
+pub(crate) struct Remote {
+    store: Arc<dyn ObjectStore>,
+    pub(crate) layout: Layout,
+    rt: OwnedRuntime,
+    /// The most one request may take (wall time): a request still running then is abandoned, and a put is
+    /// then ambiguous like any other failed one.
+    timeout: std::time::Duration,
+}
+
+impl Remote {
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, prefix: Path, request_timeout_ms: u64) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("sinkpoint-mirror-io")
+            .enable_all()
+            .build()?;
+        let timeout = std::time::Duration::from_millis(request_timeout_ms.max(1));
+        Ok(Self { store, layout: Layout::new(prefix), rt: OwnedRuntime(Some(rt)), timeout })
+    }
+
+    /// Where the mirror lives, for messages.
+    pub(crate) fn describe(&self, path: &Path) -> String {
+        format!("{} in {}", path, self.store)
+    }
+
+    /// Runs `future` to completion on the mirror's runtime. Called from threads that are not driving a
+    /// runtime: the writer, the uploader, `spawn_blocking`.
+    fn block_on<T, F: Future<Output = object_store::Result<T>>>(&self, future: F) -> Result<object_store::Result<T>> {
+        let rt = self.rt.0.as_ref().ok_or_else(|| Error::bug("the mirror's runtime is gone"))?;
+        let timeout = self.timeout;
+        Ok(rt.block_on(async move {
+            match tokio::time::timeout(timeout, future).await {
+                Ok(result) => result,
+                Err(_) => Err(object_store::Error::Generic {
+                    store: "sinkpoint mirror",
+                    source: format!("the request timed out after {} ms", timeout.as_millis()).into(),
+                }),
+            }
+        }))
+    }
+
+    /// The object's bytes, or `None` if it is absent.
+    pub(crate) fn get(&self, path: &Path) -> Result<Option<Bytes>> {
+        let store = self.store.clone();
+        let result = self.block_on(async move {
+            match store.get(path).await {
+                Ok(got) => {
+                    if got.meta.size > MIRROR_OBJECT_BYTES_MAX {
+                        return Ok(Err(got.meta.size));
+                    }
+                    got.bytes().await.map(Ok)
+                }
+                Err(e) => Err(e),
+            }
+        })?;
+        match result {
+            Ok(Ok(bytes)) => Ok(Some(bytes)),
+            Ok(Err(size)) => {
+                Err(Error::corrupt(format!("{}: {size} bytes is over the object limit", self.describe(path))))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every object under `dir` of the layout (`manifest`, `wal`, `snapshot`).
+    pub(crate) fn list(&self, dir: &str) -> Result<Vec<ObjectMeta>> {
+        let prefix = self.layout.dir(dir);
+        let store = self.store.clone();
+        Ok(self.block_on(async move { store.list(Some(&prefix)).try_collect::<Vec<_>>().await })??)
+    }
+
+    /// Deletes one object; an absent one is already deleted.
+    pub(crate) fn delete(&self, path: &Path) -> Result<()> {
+        let store = self.store.clone();
+        match self.block_on(async move { store.delete(path).await })? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn put_create(&self, path: &Path, bytes: &Bytes) -> Result<std::result::Result<(), object_store::Error>> {
+        let store = self.store.clone();
+        let payload = PutPayload::from_bytes(bytes.clone());
+        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        self.block_on(async move { store.put_opts(path, payload, opts).await.map(drop) })
+    }
+
+    /// Creates `path` holding `bytes` and settles what is there. A put that fails ambiguously (a timeout, an
+    /// error after it may have landed, a retry reporting `AlreadyExists`) is resolved by reading the object
+    /// back and comparing bytes, which carry the writer's unique tag: equal means it landed, other bytes mean
+    /// someone else's object is there, absent means it is put again. If it cannot be settled within
+    /// [`MIRROR_PUT_ATTEMPTS_MAX`] attempts the error says so, and the caller must stop: nothing is assumed.
+    pub(crate) fn put_settled(&self, path: &Path, bytes: &Bytes) -> Result<Settled> {
+        let mut last: Option<String> = None;
+        for attempt in 0..MIRROR_PUT_ATTEMPTS_MAX {
+            if attempt > 0 {
+                // A short pause between attempts; the object store's own client retries with backoff within
+                // each attempt.
+                std::thread::sleep(std::time::Duration::from_millis(10 * u64::from(attempt)));
+            }
+            match self.put_create(path, bytes)? {
+                Ok(()) => return Ok(Settled::Landed),
+                Err(e @ (object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. })) => {
+                    return Err(Error::from(e));
+                }
+                Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(path = %path, error = %e, attempt, "mirror put failed ambiguously; reading it back");
+                    last = Some(e.to_string());
+                }
+            }
+            match self.get(path) {
+                Ok(Some(found)) if found == *bytes => return Ok(Settled::Landed),
+                Ok(Some(found)) => return Ok(Settled::Taken(found)),
+                // Absent: the put did not land (yet); putting it again is safe, as Create admits one object.
+                Ok(None) => {}
+                Err(e) => last = Some(e.to_string()),
+            }
+        }
+        Err(Error::poisoned(format!(
+            "the put of {} could not be settled in {MIRROR_PUT_ATTEMPTS_MAX} attempts (last: {}); whether it \
+             landed is unknown",
+            self.describe(path),
+            last.unwrap_or_else(|| "no error".into())
+        )))
+    }
+}

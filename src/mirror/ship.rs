@@ -1,0 +1,494 @@
+//! Shipping: the writer thread's side of the mirror. Each committed group becomes one segment, put by an
+//! uploader thread in slot order; the writer waits for it when the mode or a commit-protocol record says so, and
+//! waits for room when the asynchronous lag bound is reached. A maintenance thread makes snapshots (only once
+//! every slot before them is in the mirror), writes the manifest update that references each, and, after the
+//! minimum age, deletes what the newest manifest no longer references.
+
+use std::collections::VecDeque;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use redb::{Database, ReadTransaction, ReadableDatabase as _};
+
+use crate::error::{Error, Result};
+use crate::mirror::clock::Clock;
+use crate::mirror::format::{
+    EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot,
+    encode_manifest, encode_segment,
+};
+use crate::mirror::layout::ManifestName;
+use crate::mirror::read::list_manifest_names;
+use crate::mirror::remote::{Remote, Settled};
+use crate::mirror::{MirrorLag, MirrorMode, MirrorSettings, snapshot};
+use crate::types::{Epoch, JobId, TargetIdentity};
+use crate::wal::tables::Meta;
+use crate::wal::writer::{Shared, Shipper};
+
+/// Why the mirror stopped taking segments.
+#[derive(Clone, Debug)]
+struct Failure {
+    fenced: bool,
+    message: String,
+}
+
+impl Failure {
+    fn error(&self) -> Error {
+        if self.fenced { Error::fenced(self.message.clone()) } else { Error::poisoned(self.message.clone()) }
+    }
+
+    fn from_error(e: &Error) -> Self {
+        Failure { fenced: e.kind() == crate::ErrorKind::Fenced, message: e.message() }
+    }
+}
+
+#[derive(Debug)]
+struct Queued {
+    slot: u64,
+    records: u64,
+    at_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct ProgressState {
+    /// Groups handed to the uploader and not yet in the mirror, in slot order.
+    queued: VecDeque<Queued>,
+    /// The highest slot in the mirror put by this writer (every slot before it is there too).
+    mirrored: Option<u64>,
+    failure: Option<Failure>,
+    /// The lowest sequence number the local log must keep.
+    keep_from: u64,
+}
+
+/// The upload progress, shared by the writer thread, the uploader, the maintenance thread and the store's
+/// `flush` and `mirror_lag`.
+pub(crate) struct Progress {
+    state: Mutex<ProgressState>,
+    changed: Condvar,
+    clock: Arc<dyn Clock>,
+    /// The store's shared state: a failure found by the uploader stops every call, reads included.
+    shared: std::sync::OnceLock<Arc<Shared>>,
+}
+
+impl Progress {
+    fn new(clock: Arc<dyn Clock>, keep_from: u64, mirrored: u64) -> Self {
+        let state = ProgressState { keep_from, mirrored: Some(mirrored), ..ProgressState::default() };
+        Self { state: Mutex::new(state), changed: Condvar::new(), clock, shared: std::sync::OnceLock::new() }
+    }
+
+    /// Makes a mirror failure stop the store at once, not only at its next write.
+    pub(crate) fn attach(&self, shared: Arc<Shared>) {
+        let _ = self.shared.set(shared);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ProgressState> {
+        // A panicking holder leaves plain counters behind; they stay meaningful.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, ProgressState>) -> MutexGuard<'a, ProgressState> {
+        // A timeout, so that a bound on the clock is re-read even when nothing lands.
+        match self.changed.wait_timeout(guard, std::time::Duration::from_millis(20)) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        }
+    }
+
+    /// How far the mirror is behind.
+    pub(crate) fn lag(&self) -> MirrorLag {
+        let state = self.lock();
+        let now = self.clock.now_ms();
+        MirrorLag {
+            groups: state.queued.len() as u64,
+            records: state.queued.iter().map(|q| q.records).sum(),
+            oldest_ms: state.queued.front().map_or(0, |q| now.saturating_sub(q.at_ms)),
+        }
+    }
+
+    fn check(state: &ProgressState) -> Result<()> {
+        state.failure.as_ref().map_or(Ok(()), |f| Err(f.error()))
+    }
+
+    /// Waits until every group handed over so far is in the mirror (or the mirror failed).
+    pub(crate) fn wait_all(&self) -> Result<()> {
+        let mut state = self.lock();
+        loop {
+            Self::check(&state)?;
+            if state.queued.is_empty() {
+                return Ok(());
+            }
+            state = self.wait(state);
+        }
+    }
+
+    fn wait_mirrored(&self, slot: u64) -> Result<()> {
+        let mut state = self.lock();
+        loop {
+            Self::check(&state)?;
+            if state.mirrored.is_some_and(|m| m >= slot) {
+                return Ok(());
+            }
+            state = self.wait(state);
+        }
+    }
+
+    fn wait_room(&self, mode: MirrorMode) -> Result<()> {
+        let MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } = mode else { return Ok(()) };
+        let mut state = self.lock();
+        loop {
+            Self::check(&state)?;
+            let now = self.clock.now_ms();
+            let full = state.queued.len() >= lag_batches_max.max(1) as usize;
+            let old = state.queued.front().is_some_and(|q| now.saturating_sub(q.at_ms) >= lag_ms_max);
+            if !full && !old {
+                return Ok(());
+            }
+            state = self.wait(state);
+        }
+    }
+
+    fn push(&self, slot: u64, records: u64) {
+        let at_ms = self.clock.now_ms();
+        self.lock().queued.push_back(Queued { slot, records, at_ms });
+    }
+
+    fn landed(&self, slot: u64) {
+        let mut state = self.lock();
+        debug_assert_eq!(state.queued.front().map(|q| q.slot), Some(slot));
+        state.queued.pop_front();
+        state.mirrored = Some(slot);
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    fn fail(&self, failure: Failure) {
+        let mut state = self.lock();
+        if state.failure.is_none() {
+            tracing::error!(message = %failure.message, fenced = failure.fenced, "sinkpoint mirror stopped");
+            if let Some(shared) = self.shared.get() {
+                if failure.fenced {
+                    shared.fence(failure.message.clone());
+                } else {
+                    shared.poison(failure.message.clone());
+                }
+            }
+            state.failure = Some(failure);
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    fn failed(&self) -> bool {
+        self.lock().failure.is_some()
+    }
+
+    fn set_keep_from(&self, seq: u64) {
+        let mut state = self.lock();
+        state.keep_from = state.keep_from.max(seq);
+    }
+
+    fn keep_from(&self) -> u64 {
+        self.lock().keep_from
+    }
+}
+
+/// Puts one segment and says whether this writer may go on: a slot taken by an equal or higher epoch fences it.
+fn put_segment(remote: &Remote, slot: u64, bytes: &Bytes, epoch: Epoch) -> std::result::Result<(), Failure> {
+    let path = remote.layout.wal(slot);
+    let place = remote.describe(&path);
+    match remote.put_settled(&path, bytes) {
+        Ok(Settled::Landed) => Ok(()),
+        Ok(Settled::Taken(found)) => match decode_segment(&found, slot, &place) {
+            Ok(other) if other.header.epoch >= epoch => Err(Failure {
+                fenced: true,
+                message: format!(
+                    "{place} is taken by epoch {} (writer {:032x}): a newer writer has taken over, and this writer \
+                     (epoch {epoch}) is fenced; its last group is not in the mirror",
+                    other.header.epoch, other.header.writer_tag
+                ),
+            }),
+            Ok(other) => Err(Failure {
+                fenced: false,
+                message: format!(
+                    "{place} is taken by the lower epoch {} after this writer (epoch {epoch}) fenced it: the mirror \
+                     was altered",
+                    other.header.epoch
+                ),
+            }),
+            Err(e) => Err(Failure { fenced: false, message: format!("{place} is taken by a damaged object: {e}") }),
+        },
+        Err(e) => Err(Failure::from_error(&e)),
+    }
+}
+
+enum Upload {
+    Segment { slot: u64, bytes: Bytes },
+}
+
+enum Maintenance {
+    Snapshot { slot: u64, next_seq: u64, txn: Box<ReadTransaction> },
+    Tick,
+}
+
+/// What the open learnt that shipping needs.
+pub(crate) struct ShipperStart {
+    pub remote: Arc<Remote>,
+    pub db: Arc<Database>,
+    pub settings: MirrorSettings,
+    pub clock: Arc<dyn Clock>,
+    pub epoch: Epoch,
+    pub writer_tag: u128,
+    pub job: JobId,
+    pub target: TargetIdentity,
+    /// Every epoch opened so far, this writer's included.
+    pub history: Vec<EpochOpen>,
+    /// The slot of this writer's fence.
+    pub fence_slot: u64,
+    /// The records in the mirror since the snapshot the claim references.
+    pub records_since_snapshot: u64,
+    /// The claim: what it references, when it was written.
+    pub claim: ManifestBody,
+    /// The lowest sequence number the local log must keep now.
+    pub keep_from: u64,
+}
+
+/// The writer thread's mirror.
+pub(crate) struct MirrorShipper {
+    db: Arc<Database>,
+    mode: MirrorMode,
+    snapshot_interval_records: u64,
+    epoch: Epoch,
+    writer_tag: u128,
+    next_slot: u64,
+    records_since_snapshot: u64,
+    progress: Arc<Progress>,
+    uploads: Option<mpsc::Sender<Upload>>,
+    maintenance: Option<mpsc::Sender<Maintenance>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl MirrorShipper {
+    pub(crate) fn start(start: ShipperStart) -> Result<(Self, Arc<Progress>)> {
+        let progress = Arc::new(Progress::new(start.clock.clone(), start.keep_from, start.fence_slot));
+        let (upload_tx, upload_rx) = mpsc::channel::<Upload>();
+        let (maint_tx, maint_rx) = mpsc::channel::<Maintenance>();
+        let mut threads = Vec::new();
+        {
+            let remote = start.remote.clone();
+            let progress = progress.clone();
+            let epoch = start.epoch;
+            threads.push(std::thread::Builder::new().name("sinkpoint-mirror-upload".into()).spawn(move || {
+                for Upload::Segment { slot, bytes } in upload_rx {
+                    if progress.failed() {
+                        continue;
+                    }
+                    match put_segment(&remote, slot, &bytes, epoch) {
+                        Ok(()) => progress.landed(slot),
+                        Err(failure) => progress.fail(failure),
+                    }
+                }
+            })?);
+        }
+        let mut maintainer = Maintainer {
+            remote: start.remote.clone(),
+            progress: progress.clone(),
+            clock: start.clock.clone(),
+            gc_age_ms_min: start.settings.gc_age_ms_min,
+            epoch: start.epoch,
+            writer_tag: start.writer_tag,
+            job: start.job,
+            target: start.target,
+            history: start.history,
+            update: 0,
+            pending: VecDeque::from([Collect {
+                created_ms: start.claim.created_ms,
+                first_slot: start.claim.first_slot,
+                name: ManifestName { epoch: start.epoch, update: 0 },
+            }]),
+            newest: true,
+        };
+        threads.push(std::thread::Builder::new().name("sinkpoint-mirror-maintenance".into()).spawn(move || {
+            for job in maint_rx {
+                maintainer.run(job);
+            }
+        })?);
+        let shipper = Self {
+            db: start.db,
+            mode: start.settings.mode,
+            snapshot_interval_records: start.settings.snapshot_interval_records.max(1),
+            epoch: start.epoch,
+            writer_tag: start.writer_tag,
+            next_slot: start.fence_slot + 1,
+            records_since_snapshot: start.records_since_snapshot,
+            progress: progress.clone(),
+            uploads: Some(upload_tx),
+            maintenance: Some(maint_tx),
+            threads,
+        };
+        Ok((shipper, progress))
+    }
+
+    fn send_upload(&self, upload: Upload) -> Result<()> {
+        self.uploads
+            .as_ref()
+            .and_then(|tx| tx.send(upload).ok())
+            .ok_or_else(|| Error::poisoned("the mirror's uploader has stopped".to_string()))
+    }
+}
+
+impl Shipper for MirrorShipper {
+    fn ship(&mut self, meta: &Meta, frames: &[Vec<u8>], must_wait: bool) -> Result<u64> {
+        Progress::check(&self.progress.lock())?;
+        let slot = self.next_slot;
+        let records = frames.len() as u64;
+        let header = SegmentHeader {
+            kind: SegmentKind::Group,
+            slot,
+            epoch: self.epoch,
+            writer_tag: self.writer_tag,
+            first_seq: meta.next_seq - records,
+        };
+        let bytes = Bytes::from(encode_segment(&header, frames)?);
+        self.progress.wait_room(self.mode)?;
+        self.progress.push(slot, records);
+        self.send_upload(Upload::Segment { slot, bytes })?;
+        self.next_slot += 1;
+        if self.mode == MirrorMode::Synchronous || must_wait {
+            self.progress.wait_mirrored(slot)?;
+        }
+        self.records_since_snapshot += records;
+        if let Some(tx) = &self.maintenance {
+            let job = if self.records_since_snapshot >= self.snapshot_interval_records {
+                self.records_since_snapshot = 0;
+                // Begun right after the commit of `slot`, so it sees the state just before `slot + 1`.
+                let txn = Box::new(self.db.begin_read()?);
+                Maintenance::Snapshot { slot: slot + 1, next_seq: meta.next_seq, txn }
+            } else {
+                Maintenance::Tick
+            };
+            let _ = tx.send(job);
+        }
+        Ok(self.progress.keep_from())
+    }
+}
+
+impl Drop for MirrorShipper {
+    fn drop(&mut self) {
+        // The uploader finishes what was handed over (a close leaves nothing acked only locally that it can
+        // still ship), then the maintenance thread its snapshot.
+        self.uploads = None;
+        self.maintenance = None;
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An old range the newest manifest stopped referencing when `name` was written.
+#[derive(Debug)]
+struct Collect {
+    created_ms: u64,
+    first_slot: u64,
+    name: ManifestName,
+}
+
+struct Maintainer {
+    remote: Arc<Remote>,
+    progress: Arc<Progress>,
+    clock: Arc<dyn Clock>,
+    gc_age_ms_min: u64,
+    epoch: Epoch,
+    writer_tag: u128,
+    job: JobId,
+    target: TargetIdentity,
+    history: Vec<EpochOpen>,
+    update: u32,
+    pending: VecDeque<Collect>,
+    /// False once a newer epoch's manifest was seen: deletes are then that writer's business.
+    newest: bool,
+}
+
+impl Maintainer {
+    fn run(&mut self, job: Maintenance) {
+        if let Maintenance::Snapshot { slot, next_seq, txn } = job
+            && let Err(e) = self.snapshot(slot, next_seq, &txn)
+        {
+            // A failed snapshot only delays truncation; the next interval tries again.
+            tracing::warn!(slot, error = %e, "sinkpoint mirror snapshot failed");
+        }
+        if let Err(e) = self.collect_due() {
+            tracing::warn!(error = %e, "sinkpoint mirror collection failed");
+        }
+    }
+
+    fn snapshot(&mut self, slot: u64, next_seq: u64, txn: &ReadTransaction) -> Result<()> {
+        // Only a snapshot whose every earlier slot is in the mirror describes the mirror's history.
+        self.progress.wait_mirrored(slot - 1)?;
+        let header = SnapshotHeader { slot, next_seq, epoch: self.epoch, writer_tag: self.writer_tag };
+        let bytes = Bytes::from(snapshot::build(txn, &header)?);
+        let path = self.remote.layout.snapshot(slot);
+        if let Settled::Taken(found) = self.remote.put_settled(&path, &bytes)? {
+            // Another writer's snapshot of the same slot is the same history; it only has to be sound.
+            decode_snapshot(&found, slot, &self.remote.describe(&path))?;
+        }
+        self.update += 1;
+        let created_ms = self.clock.now_ms();
+        let mut history = self.history.clone();
+        let excess = history.len().saturating_sub(crate::limits::MIRROR_HISTORY_EPOCHS_MAX);
+        history.drain(..excess);
+        let body = ManifestBody {
+            epoch: self.epoch,
+            update: self.update,
+            job: self.job.clone(),
+            target: self.target.clone(),
+            writer_tag: self.writer_tag,
+            first_slot: slot,
+            snapshot: true,
+            created_ms,
+            history,
+        };
+        let name = ManifestName { epoch: self.epoch, update: self.update };
+        let path = self.remote.layout.manifest(name);
+        if let Settled::Taken(_) = self.remote.put_settled(&path, &Bytes::from(encode_manifest(&body)?))? {
+            return Err(Error::corrupt(format!("{} was written by another writer", self.remote.describe(&path))));
+        }
+        self.progress.set_keep_from(next_seq);
+        self.pending.push_back(Collect { created_ms, first_slot: slot, name });
+        tracing::debug!(slot, next_seq, "sinkpoint mirror snapshot written");
+        Ok(())
+    }
+
+    /// Deletes what the newest due manifest no longer references, once it is old enough, and only while this
+    /// writer holds the newest epoch.
+    fn collect_due(&mut self) -> Result<()> {
+        let now = self.clock.now_ms();
+        let mut due = None;
+        while let Some(front) = self.pending.front()
+            && now.saturating_sub(front.created_ms) >= self.gc_age_ms_min
+        {
+            due = self.pending.pop_front();
+        }
+        let Some(due) = due else { return Ok(()) };
+        if !self.newest {
+            return Ok(());
+        }
+        let names = list_manifest_names(&self.remote)?;
+        if names.last().is_some_and(|n| n.epoch > self.epoch) {
+            self.newest = false;
+            return Ok(());
+        }
+        for name in names.into_iter().filter(|n| *n < due.name) {
+            self.remote.delete(&self.remote.layout.manifest(name))?;
+        }
+        for dir in ["wal", "snapshot"] {
+            for meta in self.remote.list(dir)? {
+                if self.remote.layout.parse_slot(&meta.location, dir).is_some_and(|s| s < due.first_slot) {
+                    self.remote.delete(&meta.location)?;
+                }
+            }
+        }
+        tracing::debug!(first_slot = due.first_slot, "sinkpoint mirror collected");
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! A read-only view of a store's state straight from its mirror, for remote workers that have no local file:
+//! the newest manifest's snapshot and every slot after it, restored (with every check a restore makes) into an
+//! in-memory redb, and brought up to date by [`MirrorView::refresh`].
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::path::Path;
+use redb::{Database, ReadableDatabase as _};
+
+use crate::error::{Error, Result};
+use crate::mirror::format::decode_segment;
+use crate::mirror::read::{read_log, read_manifests, read_snapshot};
+use crate::mirror::remote::Remote;
+use crate::mirror::{MirrorSettings, snapshot};
+use crate::types::{Epoch, check_source_key};
+use crate::wal::apply::Tables;
+use crate::wal::tables::{KEYS, META, Meta, create_all, read_meta};
+
+/// A read-only view of the skip set (which source keys are processed) from a store's mirror.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), sinkpoint::Error> {
+/// use std::sync::Arc;
+/// use object_store::{memory::InMemory, path::Path};
+/// use sinkpoint::mirror::{MirrorSettings, MirrorView};
+/// use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
+///
+/// let bucket = Arc::new(InMemory::new());
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = Store::builder(JobId::new("job-1")?, TargetIdentity::new("mem://t")?)
+///     .path(dir.path().join("sink.redb"))
+///     .mirror(bucket.clone(), Path::from("jobs/job-1"), MirrorSettings::default())
+///     .open()
+///     .await?;
+/// let id = CheckpointId::new("input-0")?;
+/// store.stage(&id, 0, 0, vec![b"s3://in/0.csv".to_vec()], vec![]).await?;
+/// store.seal(&id, 1).await?;
+///
+/// let view = MirrorView::open(bucket, Path::from("jobs/job-1")).await?;
+/// assert!(view.is_processed(b"s3://in/0.csv")?);
+/// store.close();
+/// # Ok(()) }
+/// ```
+pub struct MirrorView {
+    remote: Arc<Remote>,
+    db: Arc<Database>,
+    next_slot: u64,
+    epoch: Epoch,
+    next_seq: u64,
+}
+
+struct Loaded {
+    db: Database,
+    next_slot: u64,
+    meta: Option<Meta>,
+}
+
+impl MirrorView {
+    /// Restores the view from the mirror at `prefix` of `store`. A prefix without a manifest is reported as
+    /// missing (kind [`crate::ErrorKind::WrongStore`]), never taken for an empty store.
+    pub async fn open(store: Arc<dyn ObjectStore>, prefix: Path) -> Result<Self> {
+        tokio::task::spawn_blocking(move || {
+            let timeout = MirrorSettings::default().request_timeout_ms;
+            let remote = Arc::new(Remote::new(store, prefix, timeout)?);
+            let loaded = load(&remote)?;
+            Ok(Self::from_loaded(remote, loaded))
+        })
+        .await
+        .map_err(|e| Error::bug(format!("view task: {e}")))?
+    }
+
+    fn from_loaded(remote: Arc<Remote>, loaded: Loaded) -> Self {
+        let (epoch, next_seq) = loaded.meta.as_ref().map_or((0, 0), |m| (m.epoch, m.next_seq));
+        Self { remote, db: Arc::new(loaded.db), next_slot: loaded.next_slot, epoch, next_seq }
+    }
+
+    /// Applies the slots written since the last read; returns how many records it applied. If the mirror's
+    /// collection deleted the slots this view had reached, the view is restored afresh.
+    pub async fn refresh(&mut self) -> Result<u64> {
+        let remote = self.remote.clone();
+        let db = self.db.clone();
+        let next_slot = self.next_slot;
+        let (applied, next_slot, meta, reloaded) =
+            tokio::task::spawn_blocking(move || refresh(&remote, &db, next_slot))
+                .await
+                .map_err(|e| Error::bug(format!("view task: {e}")))??;
+        if let Some(loaded) = reloaded {
+            *self = Self::from_loaded(self.remote.clone(), loaded);
+            return Ok(applied);
+        }
+        self.next_slot = next_slot;
+        if let Some(m) = meta {
+            self.epoch = m.epoch;
+            self.next_seq = m.next_seq;
+        }
+        Ok(applied)
+    }
+
+    /// Whether a source key is processed, as of the last read of the mirror.
+    pub fn is_processed(&self, key: &[u8]) -> Result<bool> {
+        check_source_key(key)?;
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(KEYS)?.get(key)?.is_some())
+    }
+
+    /// The newest epoch the view has seen open.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The sequence number after the last record applied.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+}
+
+fn in_memory() -> Result<Database> {
+    Ok(redb::Builder::new().create_with_backend(redb::backends::InMemoryBackend::new())?)
+}
+
+fn load(remote: &Remote) -> Result<Loaded> {
+    let manifests = read_manifests(remote)?;
+    let Some((_, newest)) = manifests.last() else {
+        return Err(Error::wrong_store(format!(
+            "the mirror at {} is missing: it holds no manifest",
+            remote.describe(remote.layout.prefix())
+        )));
+    };
+    let log = read_log(remote, newest.first_slot)?;
+    let db = in_memory()?;
+    let txn = db.begin_write()?;
+    create_all(&txn)?;
+    let mut meta = None;
+    if newest.snapshot {
+        let (header, entries, place) = read_snapshot(remote, newest.first_slot)?;
+        meta = Some(snapshot::load(&txn, &header, &entries, &place)?);
+    }
+    {
+        let mut tables = Tables::open(&txn)?;
+        for segment in &log.segments {
+            let place = remote.describe(&remote.layout.wal(segment.header.slot));
+            for f in &segment.frames {
+                tables.replay(&mut meta, f, &place)?;
+            }
+        }
+        if let Some(m) = meta.as_mut() {
+            // The view answers from the tables; it keeps no log.
+            tables.truncate_log(m, m.next_seq)?;
+            tables.write_meta(m)?;
+        }
+    }
+    txn.commit()?;
+    Ok(Loaded { db, next_slot: log.next_slot, meta })
+}
+
+type Refreshed = (u64, u64, Option<Meta>, Option<Loaded>);
+
+fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
+    let txn = db.begin_write()?;
+    let mut meta = read_meta(&txn.open_table(META)?)?;
+    let mut applied = 0u64;
+    {
+        let mut tables = Tables::open(&txn)?;
+        loop {
+            let path = remote.layout.wal(slot);
+            let Some(bytes) = remote.get(&path)? else { break };
+            let place = remote.describe(&path);
+            let segment = decode_segment(&bytes, slot, &place)?;
+            for f in &segment.frames {
+                tables.replay(&mut meta, f, &place)?;
+            }
+            applied += segment.frames.len() as u64;
+            slot += 1;
+        }
+        if let Some(m) = meta.as_mut() {
+            tables.truncate_log(m, m.next_seq)?;
+            tables.write_meta(m)?;
+        }
+    }
+    txn.commit()?;
+    // The first absent slot is either the end of the log, or a slot the newest holder collected behind a newer
+    // snapshot (possibly while this refresh read the ones before it); then only a fresh restore can continue.
+    let manifests = read_manifests(remote)?;
+    if manifests.last().is_some_and(|(_, m)| m.first_slot > slot) {
+        let loaded = load(remote)?;
+        let applied = loaded.meta.as_ref().map_or(0, |m| m.next_seq);
+        return Ok((applied, loaded.next_slot, None, Some(loaded)));
+    }
+    Ok((applied, slot, meta, None))
+}

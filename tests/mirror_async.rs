@@ -1,0 +1,174 @@
+//! Proves the mirror modes on every backend, on a gate and a logical clock rather than wall time: in
+//! asynchronous mode the lag never exceeds its bound in groups or in age (callers wait for room), a
+//! commit-protocol record is in the mirror before its call returns, `flush` waits for everything; and in every
+//! mode a committed group is exactly one PUT, never one object per call.
+
+mod mirror_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mirror_support::*;
+use sinkpoint::CheckpointState;
+use sinkpoint::mirror::{MirrorMode, MirrorSettings};
+use sinkpoint::testkit::ManualClock;
+
+fn asynchronous(lag_batches_max: u32, lag_ms_max: u64) -> MirrorSettings {
+    MirrorSettings { mode: MirrorMode::Asynchronous { lag_batches_max, lag_ms_max }, ..sync_settings() }
+}
+
+/// Gives a call that should be blocked every chance to finish (a wrong implementation shows here), then says
+/// whether it did.
+async fn finished<T>(task: &tokio::task::JoinHandle<T>) -> bool {
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    task.is_finished()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_lag_stays_within_its_bound_in_groups() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "lag-groups");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let store = Arc::new(
+            builder(&bucket, &dir.path().join("a.redb"), asynchronous(3, u64::MAX), &clock).open().await.unwrap(),
+        );
+        bucket.faults.hold_puts(true);
+        for n in 0..3 {
+            store.stage(&id(n), 0, 0, vec![key(n)], vec![]).await.unwrap();
+            assert_eq!(store.mirror_lag().groups, u64::from(n) + 1, "{kind:?}");
+        }
+        let fourth = {
+            let store = store.clone();
+            tokio::spawn(async move { store.stage(&id(3), 0, 0, vec![key(3)], vec![]).await })
+        };
+        assert!(!finished(&fourth).await, "{kind:?}: a call was acked beyond the lag bound");
+        assert_eq!(store.mirror_lag().groups, 3, "{kind:?}");
+        bucket.faults.hold_puts(false);
+        fourth.await.unwrap().unwrap();
+        store.flush().await.unwrap();
+        assert_eq!(store.mirror_lag(), Default::default(), "{kind:?}");
+        Arc::try_unwrap(store).ok().unwrap().close();
+        let restored = builder(&bucket, &dir.path().join("b.redb"), sync_settings(), &clock).open().await.unwrap();
+        assert!((0..4).all(|n| restored.get(&id(n)).unwrap().is_some()), "{kind:?}");
+        restored.close();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_lag_stays_within_its_bound_in_age_on_the_logical_clock() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "lag-age");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(10_000);
+        let store = Arc::new(
+            builder(&bucket, &dir.path().join("a.redb"), asynchronous(1000, 500), &clock).open().await.unwrap(),
+        );
+        bucket.faults.hold_puts(true);
+        store.stage(&id(0), 0, 0, vec![key(0)], vec![]).await.unwrap();
+        clock.advance(499);
+        store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap();
+        assert_eq!(store.mirror_lag().oldest_ms, 499, "{kind:?}");
+        clock.advance(1);
+        let late = {
+            let store = store.clone();
+            tokio::spawn(async move { store.stage(&id(2), 0, 0, vec![key(2)], vec![]).await })
+        };
+        assert!(!finished(&late).await, "{kind:?}: a call was acked with the oldest group at the age bound");
+        assert_eq!(store.mirror_lag().oldest_ms, 500, "{kind:?}");
+        bucket.faults.hold_puts(false);
+        late.await.unwrap().unwrap();
+        store.flush().await.unwrap();
+        Arc::try_unwrap(store).ok().unwrap().close();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_protocol_records_are_in_the_mirror_before_they_return_in_asynchronous_mode() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "async-intent");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let store = Arc::new(
+            builder(&bucket, &dir.path().join("a.redb"), asynchronous(64, u64::MAX), &clock).open().await.unwrap(),
+        );
+        seal(&store, 0).await;
+        store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap();
+        store.seal(&id(1), 1).await.unwrap();
+        for step in 0..3 {
+            bucket.faults.hold_puts(true);
+            let call = {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    match step {
+                        0 => store.begin_commit(0, &[id(0)], None, false).await,
+                        1 => store.mark_committed(0).await,
+                        _ => store.commit_empty(&[id(1)]).await,
+                    }
+                })
+            };
+            assert!(!finished(&call).await, "{kind:?}: protocol call {step} returned before the mirror had it");
+            bucket.faults.hold_puts(false);
+            call.await.unwrap().unwrap();
+        }
+        // Without a flush, a restore elsewhere sees every protocol record.
+        let restored = builder(&bucket, &dir.path().join("b.redb"), sync_settings(), &clock).open().await.unwrap();
+        assert_eq!(restored.get(&id(0)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+        assert_eq!(restored.get(&id(1)).unwrap().unwrap().state, CheckpointState::Committed { key: None });
+        restored.close();
+        Arc::try_unwrap(store).ok().unwrap().close();
+    }
+}
+
+/// The frame count in a segment's header (bytes 12..16).
+fn frames_in(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes[12..16].try_into().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_put_per_group_never_one_object_per_call() {
+    for kind in kinds() {
+        for settings in [sync_settings(), asynchronous(8, u64::MAX)] {
+            let bucket = Bucket::new(kind, "one-put");
+            let dir = tempfile::tempdir().unwrap();
+            let clock = ManualClock::new(0);
+            let store =
+                Arc::new(builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap());
+            let at_open = bucket.faults.put_paths().len();
+            // Sequential calls: one group, one put each.
+            for n in 0..5 {
+                store.stage(&id(n), 0, 0, vec![key(n)], vec![]).await.unwrap();
+            }
+            store.flush().await.unwrap();
+            assert_eq!(bucket.faults.put_paths().len() - at_open, 5, "{kind:?} {:?}", settings.mode);
+            // Concurrent calls while each put takes 20 ms: folded into few groups, still one put per group.
+            bucket.faults.set_latency(Duration::from_millis(20));
+            let calls: Vec<_> = (100..164)
+                .map(|n| {
+                    let store = store.clone();
+                    tokio::spawn(async move { store.stage(&id(n), 0, 0, vec![key(n)], vec![]).await })
+                })
+                .collect();
+            for call in calls {
+                call.await.unwrap().unwrap();
+            }
+            store.flush().await.unwrap();
+            bucket.faults.set_latency(Duration::ZERO);
+            let puts: Vec<String> = bucket.faults.put_paths()[at_open + 5..].to_vec();
+            let mut frames = 0;
+            for path in &puts {
+                assert!(path.contains("/wal/"), "{kind:?}: {path}");
+                let key = path.split_once("/wal/").map(|(_, slot)| format!("wal/{slot}")).unwrap();
+                frames += frames_in(&bucket.read(&key).await);
+            }
+            assert_eq!(frames, 64, "{kind:?}: the groups hold {frames} records, not the 64 calls");
+            assert!(puts.len() < 16, "{kind:?} {:?}: {} puts for 64 concurrent calls", settings.mode, puts.len());
+            let mut unique = puts.clone();
+            unique.dedup();
+            assert_eq!(unique.len(), puts.len(), "{kind:?}: a slot was put twice");
+            Arc::try_unwrap(store).ok().unwrap().close();
+        }
+    }
+}

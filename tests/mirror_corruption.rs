@@ -1,0 +1,177 @@
+//! Proves fail-closed restore (invariant 6) on every backend: each object a restore reads (every manifest, the
+//! referenced snapshot, every slot from it on) corrupted by one flipped byte, truncated to half or by one byte
+//! is refused with a `Corrupt` error naming that object; a gap in the slots is refused naming the missing slot;
+//! a well-formed segment whose record the state rejects is refused naming the sequence number; objects a restore
+//! does not need (slots behind the snapshot, awaiting collection) do not stop it.
+
+mod mirror_support;
+
+use mirror_support::*;
+use sinkpoint::ErrorKind;
+use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::testkit::ManualClock;
+use sinkpoint::wal::frame;
+use sinkpoint::wal::record::Record;
+
+fn settings() -> MirrorSettings {
+    // Snapshots, but no collection: every old object stays, so the test sees live and unreferenced ones.
+    MirrorSettings { snapshot_interval_records: 6, gc_age_ms_min: u64::MAX, ..sync_settings() }
+}
+
+/// Builds a mirror with two epochs, snapshots and slots after the newest snapshot; returns its keys.
+async fn build(bucket: &Bucket, dir: &std::path::Path, clock: &ManualClock) -> Vec<String> {
+    let file = dir.join("a.redb");
+    let store = builder(bucket, &file, settings(), clock).open().await.unwrap();
+    for n in 0..4 {
+        seal(&store, n).await;
+    }
+    store.close();
+    let store = builder(bucket, &file, settings(), clock).open().await.unwrap();
+    seal(&store, 4).await;
+    store.flush().await.unwrap();
+    store.close();
+    std::fs::remove_file(&file).unwrap();
+    bucket.keys().await
+}
+
+fn slot_of(key: &str) -> u64 {
+    key.rsplit('/').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_object_a_restore_reads_is_checked() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "corrupt");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let keys = build(&bucket, dir.path(), &clock).await;
+        let snapshot = keys.iter().filter(|k| k.starts_with("snapshot/")).max().cloned().expect("a snapshot");
+        let live = |key: &str| {
+            key.starts_with("manifest/")
+                || key == snapshot
+                || (key.starts_with("wal/") && slot_of(key) >= slot_of(&snapshot))
+        };
+        assert!(keys.iter().any(|k| !live(k)), "{kind:?}: the mirror has no unreferenced object: {keys:?}");
+        let file = dir.path().join("r.redb");
+        let mut checked = 0;
+        for key in &keys {
+            let good = bucket.read(key).await;
+            let mut flipped = good.clone();
+            flipped[good.len() / 2] ^= 0x20;
+            for (what, bad) in [
+                ("flipped", flipped),
+                ("halved", good[..good.len() / 2].to_vec()),
+                ("short", good[..good.len() - 1].to_vec()),
+            ] {
+                bucket.overwrite(key, bad).await;
+                let before = bucket.keys().await;
+                let opened = builder(&bucket, &file, settings(), &clock).open().await;
+                if live(key) {
+                    let err = opened.err().unwrap_or_else(|| panic!("{kind:?}: {what} {key} went unnoticed"));
+                    assert_eq!(err.kind(), ErrorKind::Corrupt, "{kind:?}: {what} {key}: {err}");
+                    assert!(err.to_string().contains(key.as_str()), "{kind:?}: {what} {key}: {err}");
+                    assert_eq!(bucket.keys().await, before, "{kind:?}: a refused open wrote to the mirror");
+                    checked += 1;
+                } else {
+                    // The restore does not read it; the open succeeds (and claims an epoch), which is harmless.
+                    opened.unwrap_or_else(|e| panic!("{kind:?}: {what} unreferenced {key}: {e}")).close();
+                    std::fs::remove_file(&file).unwrap();
+                }
+                bucket.overwrite(key, good.clone()).await;
+            }
+        }
+        assert!(checked >= 3 * 5, "{kind:?}: only {checked} damaged objects checked");
+        // And with the local file present, a damaged slot after it is refused too.
+        let store = builder(&bucket, &file, settings(), &clock).open().await.unwrap();
+        store.close();
+        let last = bucket.keys().await.into_iter().filter(|k| k.starts_with("wal/")).max().unwrap();
+        let good = bucket.read(&last).await;
+        bucket.overwrite(&last, good[..good.len() - 1].to_vec()).await;
+        let err = builder(&bucket, &file, settings(), &clock).open().await.err().unwrap();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{kind:?}: {err}");
+        assert!(err.to_string().contains(&last), "{kind:?}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_in_the_slots_is_refused_naming_the_missing_slot() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gap");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        // No snapshot, so every slot is referenced.
+        let file = dir.path().join("a.redb");
+        let store = builder(&bucket, &file, sync_settings(), &clock).open().await.unwrap();
+        for n in 0..3 {
+            seal(&store, n).await;
+        }
+        store.close();
+        std::fs::remove_file(&file).unwrap();
+        let keys = bucket.keys().await;
+        let wal: Vec<&String> = keys.iter().filter(|k| k.starts_with("wal/")).collect();
+        let missing = wal[wal.len() / 2];
+        bucket.delete(missing).await;
+        let err = builder(&bucket, &dir.path().join("r.redb"), sync_settings(), &clock).open().await.err().unwrap();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{kind:?}: {err}");
+        let message = err.to_string();
+        assert!(message.contains("gap") && message.contains(missing.as_str()), "{kind:?}: {message}");
+    }
+}
+
+/// Encodes a segment by hand, as docs/ARCHITECTURE.md describes it.
+fn segment(slot: u64, epoch: u64, first_seq: u64, frames: &[Vec<u8>]) -> Vec<u8> {
+    let len: usize = frames.iter().map(Vec::len).sum();
+    let mut out = b"SPWALSEG".to_vec();
+    out.extend_from_slice(&[1, 0, 0, 0]);
+    out.extend_from_slice(&(frames.len() as u32).to_le_bytes());
+    out.extend_from_slice(&slot.to_le_bytes());
+    out.extend_from_slice(&epoch.to_le_bytes());
+    out.extend_from_slice(&7u128.to_le_bytes());
+    out.extend_from_slice(&first_seq.to_le_bytes());
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+    for f in frames {
+        out.extend_from_slice(f);
+    }
+    let crc = crc32fast_hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// CRC32 (IEEE), bit by bit: the test does not share the library's implementation.
+fn crc32fast_hash(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_state_rejects_is_refused_naming_its_sequence_number() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "rejected");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let keys = build(&bucket, dir.path(), &clock).await;
+        let last = keys.iter().filter(|k| k.starts_with("wal/")).max().unwrap().clone();
+        let bytes = bucket.read(&last).await;
+        let first_seq = u64::from_le_bytes(bytes[48..56].try_into().unwrap());
+        let count = u64::from(u32::from_le_bytes(bytes[12..16].try_into().unwrap()));
+        let epoch = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+        // A well-formed slot after the last one, marking a commit key that was never begun.
+        let seq = first_seq + count;
+        let record = Record::MarkCommitted { key: 99 }.to_payload().unwrap();
+        let next = format!("wal/{:020}", slot_of(&last) + 1);
+        bucket
+            .overwrite(&next, segment(slot_of(&last) + 1, epoch, seq, &[frame::encode(seq, epoch, &record).unwrap()]))
+            .await;
+        let err = builder(&bucket, &dir.path().join("r.redb"), settings(), &clock).open().await.err().unwrap();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{kind:?}: {err}");
+        let message = err.to_string();
+        assert!(message.contains(&format!("seq {seq}")) && message.contains("rejects"), "{kind:?}: {message}");
+        assert!(message.contains(&next), "{kind:?}: {message}");
+    }
+}

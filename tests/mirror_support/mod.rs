@@ -1,0 +1,222 @@
+//! Shared by the `mirror_*` suites: the three object-store backends every mirror test runs on (in-memory, a
+//! local directory, and moto's S3 API when `SINKPOINT_S3_ENDPOINT` is set), each wrapped in a `FaultStore`,
+//! and small helpers to build stores and checkpoints.
+#![allow(dead_code, reason = "each suite uses a different part of the support module")]
+
+use std::io::{Read as _, Write as _};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt as _};
+use sinkpoint::mirror::{MirrorMode, MirrorSettings};
+use sinkpoint::testkit::{FaultStore, ManualClock};
+use sinkpoint::{CheckpointId, Format, JobId, Store, StoreBuilder, TargetIdentity, WriteResult};
+
+/// Which object store a test runs on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Memory,
+    Local,
+    S3,
+}
+
+/// One object store for one test, with the fault wrapper the stores use and the prefix under test.
+pub struct Bucket {
+    pub kind: Kind,
+    pub raw: Arc<dyn ObjectStore>,
+    pub faults: FaultStore<Arc<dyn ObjectStore>>,
+    pub prefix: Path,
+    _dir: Option<tempfile::TempDir>,
+}
+
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+fn unique(test: &str) -> String {
+    let n = UNIQUE.fetch_add(1, Ordering::SeqCst);
+    let pid = std::process::id();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let name: String =
+        test.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    let name = &name[..name.len().min(30)];
+    format!("{name}-{pid}-{n}-{nanos}")
+}
+
+/// Creates a bucket on moto with a plain HTTP `PUT /{name}` (moto does not check signatures).
+fn create_s3_bucket(endpoint: &str, name: &str) {
+    let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut conn = std::net::TcpStream::connect(hostport).expect("connect to moto");
+    let request = format!("PUT /{name} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let status = answer.lines().next().unwrap_or_default().to_owned();
+    assert!(status.contains(" 200") || status.contains(" 409"), "creating bucket {name}: {status}");
+}
+
+/// The backends to run on: the S3 one only when moto is there. Without it, outside CI the test says so loudly
+/// and runs the other two; in CI (`CI` set) a missing moto fails the test.
+pub fn kinds() -> Vec<Kind> {
+    match std::env::var("SINKPOINT_S3_ENDPOINT") {
+        Ok(_) => vec![Kind::Memory, Kind::Local, Kind::S3],
+        Err(_) => {
+            assert!(
+                std::env::var("CI").is_err(),
+                "CI is set but SINKPOINT_S3_ENDPOINT is not: .ci/run must start moto (source .ci/moto.sh; moto_start)"
+            );
+            eprintln!(
+                "\n*** SKIP S3: SINKPOINT_S3_ENDPOINT is not set, so the mirror tests run on InMemory and \
+                 LocalFileSystem only. Run `source .ci/moto.sh && moto_start` first to cover S3. ***\n"
+            );
+            vec![Kind::Memory, Kind::Local]
+        }
+    }
+}
+
+impl Bucket {
+    pub fn new(kind: Kind, test: &str) -> Self {
+        let name = unique(test);
+        let (raw, dir): (Arc<dyn ObjectStore>, _) = match kind {
+            Kind::Memory => (Arc::new(object_store::memory::InMemory::new()), None),
+            Kind::Local => {
+                let dir = tempfile::tempdir().unwrap();
+                (Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap()), Some(dir))
+            }
+            Kind::S3 => {
+                let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT").unwrap();
+                create_s3_bucket(&endpoint, &name);
+                let s3 = object_store::aws::AmazonS3Builder::new()
+                    .with_endpoint(&endpoint)
+                    .with_allow_http(true)
+                    .with_bucket_name(&name)
+                    .with_access_key_id("test")
+                    .with_secret_access_key("test")
+                    .with_region("us-east-1")
+                    .build()
+                    .unwrap();
+                (Arc::new(s3), None)
+            }
+        };
+        let faults = FaultStore::new(raw.clone());
+        Self { kind, raw, faults, prefix: Path::from(format!("jobs/{name}")), _dir: dir }
+    }
+
+    /// The store handed to sinkpoint.
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(self.faults.clone())
+    }
+
+    /// The keys under the prefix, sorted, relative to it.
+    pub async fn keys(&self) -> Vec<String> {
+        use futures::TryStreamExt as _;
+        let mut out: Vec<String> = self
+            .raw
+            .list(Some(&self.prefix))
+            .map_ok(|m| m.location.as_ref().trim_start_matches(self.prefix.as_ref()).trim_start_matches('/').to_owned())
+            .try_collect()
+            .await
+            .unwrap();
+        out.sort();
+        out
+    }
+
+    pub fn path(&self, key: &str) -> Path {
+        Path::from(format!("{}/{key}", self.prefix))
+    }
+
+    pub async fn read(&self, key: &str) -> Vec<u8> {
+        self.raw.get(&self.path(key)).await.unwrap().bytes().await.unwrap().to_vec()
+    }
+
+    /// Replaces an object's bytes behind sinkpoint's back (corruption tests).
+    pub async fn overwrite(&self, key: &str, bytes: Vec<u8>) {
+        self.raw.put(&self.path(key), bytes.into()).await.unwrap();
+    }
+
+    pub async fn delete(&self, key: &str) {
+        self.raw.delete(&self.path(key)).await.unwrap();
+    }
+
+    /// Deletes everything under the prefix.
+    pub async fn delete_prefix(&self) {
+        for key in self.keys().await {
+            self.delete(&key).await;
+        }
+    }
+}
+
+pub fn job() -> JobId {
+    JobId::new("job").unwrap()
+}
+
+pub fn target() -> TargetIdentity {
+    TargetIdentity::new("mem://table").unwrap()
+}
+
+pub fn id(n: u32) -> CheckpointId {
+    CheckpointId::new(format!("input-{n:04}")).unwrap()
+}
+
+pub fn key(n: u32) -> Vec<u8> {
+    format!("s3://in/{n:04}.csv").into_bytes()
+}
+
+pub fn result(n: u32) -> WriteResult {
+    WriteResult::new(Format::Parquet, format!("part-{n:04}.parquet").into_bytes()).unwrap()
+}
+
+pub fn sync_settings() -> MirrorSettings {
+    MirrorSettings {
+        mode: MirrorMode::Synchronous,
+        snapshot_interval_records: 1_000_000,
+        gc_age_ms_min: 1_000,
+        request_timeout_ms: 10_000,
+    }
+}
+
+/// A builder for a store whose local file is `file`, mirrored in `bucket`.
+pub fn builder(bucket: &Bucket, file: &std::path::Path, settings: MirrorSettings, clock: &ManualClock) -> StoreBuilder {
+    Store::builder(job(), target())
+        .path(file)
+        .mirror(bucket.store(), bucket.prefix.clone(), settings)
+        .clock(Arc::new(clock.clone()))
+}
+
+/// Stages and seals checkpoint `n` (one part: its key and its result).
+pub async fn seal(store: &Store, n: u32) {
+    store.stage(&id(n), 0, 0, vec![key(n)], vec![result(n)]).await.unwrap();
+    store.seal(&id(n), 1).await.unwrap();
+}
+
+/// What a store holds, in a comparable form: every checkpoint's state, the processed keys, the pending results.
+pub fn digest(store: &Store) -> String {
+    use sinkpoint::StateFilter;
+    let mut out = String::new();
+    for filter in [
+        StateFilter::Staged,
+        StateFilter::Sealed,
+        StateFilter::Committing,
+        StateFilter::CommitUnknown,
+        StateFilter::Committed,
+        StateFilter::Aborted,
+    ] {
+        for info in store.list(filter).unwrap() {
+            out.push_str(&format!(
+                "{} {:?} a{} p{} r{}\n",
+                info.id, info.state, info.attempt, info.parts, info.results
+            ));
+        }
+    }
+    for k in store.processed_keys() {
+        out.push_str(&format!("key {}\n", String::from_utf8_lossy(&k.unwrap())));
+    }
+    let pending = store.pending().unwrap();
+    for p in pending.checkpoints {
+        out.push_str(&format!("pending {} {:?}\n", p.info.id, p.results));
+    }
+    out.push_str(&format!(
+        "next_key {} in_flight {:?} finished {}\n",
+        pending.next_key, pending.in_flight, pending.finished
+    ));
+    out
+}
