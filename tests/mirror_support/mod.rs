@@ -32,6 +32,7 @@ pub struct Bucket {
 
 static UNIQUE: AtomicU64 = AtomicU64::new(0);
 
+#[expect(clippy::disallowed_methods, reason = "bucket names must differ across runs against one moto server")]
 fn unique(test: &str) -> String {
     let n = UNIQUE.fetch_add(1, Ordering::SeqCst);
     let pid = std::process::id();
