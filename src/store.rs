@@ -154,9 +154,13 @@ fn open_blocking(settings: &StoreSettings, location: Location, writer_tag: u128)
             if !settings.create_if_missing && !path.exists() {
                 return Err(Error::wrong_store(format!("no store at {}", path.display())));
             }
+            crate::wal::half_created::reset_file(&path, settings.create_if_missing)?;
             Database::create(&path)?
         }
-        Location::Backend(backend) => redb::Builder::new().create_with_backend(BoxedBackend(backend))?,
+        Location::Backend(backend) => {
+            crate::wal::half_created::reset_backend(&*backend, settings.create_if_missing)?;
+            redb::Builder::new().create_with_backend(BoxedBackend(backend))?
+        }
     };
     let db = Arc::new(db);
     let txn = db.begin_write()?;
@@ -596,6 +600,12 @@ impl Store {
     /// Stops the writer after the calls already queued and closes the file.
     pub fn close(mut self) {
         self.writer.close();
+    }
+
+    /// The open redb database, for the testkit's snapshots of the live (acknowledged) state.
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn database(&self) -> &Database {
+        &self.db
     }
 
     #[cfg(any(test, feature = "testkit"))]
