@@ -3,6 +3,7 @@
 //! call in flight), every invariant holds, the reopened store answers accordingly, and finishing the workload
 //! ends in the crash-free run's state.
 
+use std::io::Write as _;
 use std::time::Instant;
 
 use sinkpoint::testkit::crash::{Op, OpOutcome, Workload, runtime};
@@ -187,6 +188,7 @@ fn every_crash_point_recovers() {
         );
         total += report.crash_points;
     }
-    println!("{total} crash points in {:.1?}", started.elapsed());
+    // Written to the stderr handle, which the test harness does not capture, so every CI log shows the count.
+    writeln!(std::io::stderr(), "{total} crash points in {:.1?}", started.elapsed()).unwrap();
     assert!(total >= 1000, "only {total} crash points");
 }

@@ -95,6 +95,9 @@ impl<'rt> Driver<'rt> {
 
     /// Records one call's outcome; stops the workload if the backend died.
     fn record<T>(&mut self, what: String, result: &Result<T, Error>) -> Result<(), Stop> {
+        let index = self.calls.len();
+        let failure = |e: &Error| format!("call {index} {what} failed without a crash: {e}");
+        let failure = result.as_ref().err().map(failure);
         self.calls.push(CallRecord { op: self.op, what, outcome: result.as_ref().map(drop).map_err(class) });
         if let Some(after) = &mut self.after {
             // The live state of the open store, which a crash must not lose; a closed store keeps the last.
@@ -108,8 +111,9 @@ impl<'rt> Driver<'rt> {
             return Err(Stop::Crashed);
         }
         match result {
+            // Without a crash, only a refusal of the call itself is a legitimate outcome.
             Err(e) if matches!(e.kind(), ErrorKind::Poisoned | ErrorKind::Io | ErrorKind::Bug | ErrorKind::Corrupt) => {
-                Err(Stop::Failed(format!("call {what} failed without a crash: {e}", what = self.calls.len() - 1)))
+                Err(Stop::Failed(failure.unwrap_or_default()))
             }
             _ => Ok(()),
         }
