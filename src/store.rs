@@ -193,7 +193,10 @@ fn open_blocking(
             }
             Database::create(&path)?
         }
-        Location::Backend(backend) => redb::Builder::new().create_with_backend(BoxedBackend(backend))?,
+        Location::Backend(backend) => {
+            crate::wal::half_created::reset_backend(&*backend, settings.create_if_missing)?;
+            redb::Builder::new().create_with_backend(BoxedBackend(backend))?
+        }
     };
     let db = Arc::new(db);
     if let Some(mirror) = mirror {
@@ -719,6 +722,12 @@ impl Store {
     /// Stops the writer after the calls already queued and closes the file.
     pub fn close(mut self) {
         self.writer.close();
+    }
+
+    /// The open redb database, for the testkit's snapshots of the live (acknowledged) state.
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn database(&self) -> &Database {
+        &self.db
     }
 
     #[cfg(any(test, feature = "testkit"))]

@@ -126,6 +126,7 @@ impl Record {
         if !rest.is_empty() {
             return Err(Error::corrupt(format!("{place}: {} bytes after the record", rest.len())));
         }
+        check_canonical(&record, payload.len(), &|| place.to_owned())?;
         record.check_read_back(place)?;
         Ok(record)
     }
@@ -162,7 +163,10 @@ pub fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
 }
 
 /// Decodes a table value written by [`encode_value`]; `place` names its table and key.
-pub fn decode_value<T: for<'de> Deserialize<'de>>(bytes: &[u8], place: &dyn Fn() -> String) -> Result<T, Error> {
+pub fn decode_value<T: Serialize + for<'de> Deserialize<'de>>(
+    bytes: &[u8],
+    place: &dyn Fn() -> String,
+) -> Result<T, Error> {
     if bytes.len() < 5 {
         return Err(Error::corrupt(format!("{}: value of {} bytes is truncated", place(), bytes.len())));
     }
@@ -179,7 +183,24 @@ pub fn decode_value<T: for<'de> Deserialize<'de>>(bytes: &[u8], place: &dyn Fn()
     if !rest.is_empty() {
         return Err(Error::corrupt(format!("{}: {} bytes after the value", place(), rest.len())));
     }
+    check_canonical(&value, body.len() - 1, place)?;
     Ok(value)
+}
+
+/// Refuses a value that was not encoded the one way postcard encodes it. Postcard also accepts overlong
+/// varints (`0x80 0x00` for 0), its only freedom, and those are always longer than the canonical encoding; so
+/// comparing lengths is enough. Our writer never produces them: such bytes are damage, and accepting them would
+/// give one value many encodings, breaking every byte comparison of frames and parts.
+fn check_canonical<T: Serialize>(value: &T, len: usize, place: &dyn Fn() -> String) -> Result<(), Error> {
+    let canonical = postcard::experimental::serialized_size(value)
+        .map_err(|e| Error::bug(format!("{}: sizing a decoded value: {e}", place())))?;
+    if canonical != len {
+        return Err(Error::corrupt(format!(
+            "{}: a non-canonical encoding ({len} bytes where the value takes {canonical})",
+            place()
+        )));
+    }
+    Ok(())
 }
 
 const VALUE_VERSION: u8 = 1;
@@ -236,6 +257,18 @@ mod tests {
         let mut bytes = Record::Restart { id: id("a") }.to_payload().unwrap();
         bytes.push(0);
         assert_eq!(Record::from_payload(&bytes, "t").unwrap_err().kind(), crate::ErrorKind::Corrupt);
+    }
+
+    #[test]
+    fn overlong_varints_are_corruption() {
+        // Found by the decode_record fuzz target: writer tag 2^49 - 1 with a redundant zero group.
+        let overlong = [1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0];
+        let err = Record::from_payload(&overlong, "t").unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
+        assert!(err.to_string().contains("non-canonical"), "{err}");
+        let mut value = vec![VALUE_VERSION, 0x85, 0x00];
+        value.extend_from_slice(&crc32fast::hash(&value).to_le_bytes());
+        assert_eq!(decode_value::<u32>(&value, &|| "t".into()).unwrap_err().kind(), crate::ErrorKind::Corrupt);
     }
 
     #[test]

@@ -1,0 +1,279 @@
+//! The driver: plays a workload's operations against a [`Store`] on a [`CrashBackend`] the way a sink writer
+//! would, including the documented responses to what a crash leaves (restart and re-stage an orphan, skip a
+//! commit key already begun with the same ids), and records every store call with its outcome.
+
+use std::collections::BTreeMap;
+
+use tokio::runtime::Runtime;
+
+use super::{Image, Op, OpOutcome};
+use crate::error::{Error, ErrorKind, TransitionError};
+use crate::store::{StageOutcome, Store};
+use crate::testkit::CrashBackend;
+use crate::types::{CheckpointId, JobId, Part, SourceKey, TargetIdentity, WriteResult};
+
+/// One store call and what it returned.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct CallRecord {
+    /// The index of the operation the call belongs to.
+    pub op: usize,
+    /// What was called.
+    pub what: String,
+    /// Its outcome: `Ok` or the error's class.
+    pub outcome: Result<(), String>,
+}
+
+/// Why the driver stopped before the end of the workload.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// The backend died during the last recorded call (or right after it).
+    Crashed,
+    /// A check of the workload itself failed.
+    Failed(String),
+}
+
+/// The class of an error, stable across runs: the transition's variant name, or the kind.
+pub(crate) fn class(e: &Error) -> String {
+    match e.transition() {
+        Some(t) => {
+            let debug = format!("{t:?}");
+            debug.split([' ', '{', '(']).next().unwrap_or_default().to_owned()
+        }
+        None => format!("{:?}", e.kind()),
+    }
+}
+
+/// The driver's memory of a checkpoint's current attempt: what the caller staged in it, by part, so that an
+/// orphan can be restarted and re-staged as a retried task would.
+type Memory = BTreeMap<CheckpointId, BTreeMap<Part, (Vec<SourceKey>, Vec<WriteResult>)>>;
+
+pub(crate) struct Driver<'rt> {
+    rt: &'rt Runtime,
+    job: JobId,
+    target: TargetIdentity,
+    backend: CrashBackend,
+    store: Option<Store>,
+    memory: Memory,
+    opens: u128,
+    /// Every store call so far.
+    pub calls: Vec<CallRecord>,
+    /// The acknowledged state after each call (only when tracing): `after[i]` follows `calls[i]`.
+    pub after: Option<Vec<Option<Image>>>,
+    op: usize,
+}
+
+impl<'rt> Driver<'rt> {
+    pub(crate) fn new(rt: &'rt Runtime, backend: CrashBackend, trace: bool) -> Result<Self, String> {
+        Ok(Self {
+            rt,
+            job: JobId::new("crash-job").map_err(|e| e.to_string())?,
+            target: TargetIdentity::new("mem://crash-table").map_err(|e| e.to_string())?,
+            backend,
+            store: None,
+            memory: Memory::new(),
+            opens: 0,
+            calls: Vec::new(),
+            after: trace.then(Vec::new),
+            op: 0,
+        })
+    }
+
+    /// Carries the caller's memory over a crash onto a recovered backend, as a rerun of the same job would.
+    pub(crate) fn recover(mut self, backend: CrashBackend) -> Driver<'rt> {
+        // The old store's backend is dead, so dropping it (a clean shutdown) cannot reach the durable image.
+        drop(self.store.take());
+        Driver { backend, store: None, calls: Vec::new(), after: None, ..self }
+    }
+
+    pub(crate) fn backend(&self) -> &CrashBackend {
+        &self.backend
+    }
+
+    pub(crate) fn store(&self) -> Option<&Store> {
+        self.store.as_ref()
+    }
+
+    /// Records one call's outcome; stops the workload if the backend died.
+    fn record<T>(&mut self, what: String, result: &Result<T, Error>) -> Result<(), Stop> {
+        let index = self.calls.len();
+        let failure = |e: &Error| format!("call {index} {what} failed without a crash: {e}");
+        let failure = result.as_ref().err().map(failure);
+        self.calls.push(CallRecord { op: self.op, what, outcome: result.as_ref().map(drop).map_err(class) });
+        if let Some(after) = &mut self.after {
+            // The live state of the open store, which a crash must not lose; a closed store keeps the last.
+            let image = match &self.store {
+                Some(store) => Image::from_store(store).map_err(Stop::Failed)?,
+                None => after.last().cloned().flatten(),
+            };
+            after.push(image);
+        }
+        if self.backend.is_dead() {
+            return Err(Stop::Crashed);
+        }
+        match result {
+            // Without a crash, only a refusal of the call itself is a legitimate outcome.
+            Err(e) if matches!(e.kind(), ErrorKind::Poisoned | ErrorKind::Io | ErrorKind::Bug | ErrorKind::Corrupt) => {
+                Err(Stop::Failed(failure.unwrap_or_default()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Opens the store (the first open and every reopen).
+    pub(crate) fn open(&mut self) -> Result<(), Stop> {
+        self.opens += 1;
+        let builder =
+            Store::builder(self.job.clone(), self.target.clone()).backend(self.backend.clone()).writer_tag(self.opens);
+        let (store, result) = match self.rt.block_on(builder.open()) {
+            Ok(store) => (Some(store), Ok(())),
+            Err(e) => (None, Err(e)),
+        };
+        self.store = store;
+        self.record("open".into(), &result)
+    }
+
+    /// Sets the operation index the next calls are recorded under.
+    pub(crate) fn at_op(&mut self, index: usize) {
+        self.op = index;
+    }
+
+    /// Closes the store cleanly (never a stand-in for a crash: the backend decides what is durable).
+    pub(crate) fn close(&mut self) -> Result<(), Stop> {
+        if let Some(store) = self.store.take() {
+            store.close();
+        }
+        self.record("close".into(), &Ok::<(), Error>(()))
+    }
+
+    fn live(&self) -> Result<&Store, Stop> {
+        self.store.as_ref().ok_or_else(|| Stop::Failed("no open store".into()))
+    }
+
+    fn attempt(&self, id: &CheckpointId) -> Result<u32, Stop> {
+        let store = self.live()?;
+        match store.get(id) {
+            Ok(info) => Ok(info.map_or(0, |i| i.attempt)),
+            Err(_) if self.backend.is_dead() => Err(Stop::Crashed),
+            Err(e) => Err(Stop::Failed(format!("get({id}): {e}"))),
+        }
+    }
+
+    fn stage_once(
+        &mut self,
+        id: &CheckpointId,
+        part: Part,
+        keys: &[SourceKey],
+        results: &[WriteResult],
+    ) -> Result<Result<StageOutcome, Error>, Stop> {
+        let attempt = self.attempt(id)?;
+        let result = self.rt.block_on(self.live()?.stage(id, attempt, part, keys.to_vec(), results.to_vec()));
+        self.record(format!("stage({id}, {attempt}, {part})"), &result)?;
+        Ok(result)
+    }
+
+    /// Stages one part; an orphan (staged by an older epoch) is restarted and its remembered parts re-staged
+    /// first, the documented response.
+    fn stage(
+        &mut self,
+        id: &CheckpointId,
+        part: Part,
+        keys: &[SourceKey],
+        results: &[WriteResult],
+    ) -> Result<OpOutcome, Stop> {
+        let mut result = self.stage_once(id, part, keys, results)?;
+        if result
+            .as_ref()
+            .err()
+            .and_then(Error::transition)
+            .is_some_and(|t| matches!(t, TransitionError::Orphaned { .. }))
+        {
+            let restarted = self.rt.block_on(self.live()?.restart(id));
+            self.record(format!("restart({id}) of an orphan"), &restarted)?;
+            if let Err(e) = restarted {
+                return Ok(Err(class(&e)));
+            }
+            let remembered: Vec<_> = self.memory.get(id).into_iter().flatten().map(|(p, v)| (*p, v.clone())).collect();
+            for (p, (k, r)) in remembered {
+                if let Err(e) = self.stage_once(id, p, &k, &r)? {
+                    return Ok(Err(class(&e)));
+                }
+            }
+            result = self.stage_once(id, part, keys, results)?;
+        }
+        match result {
+            Ok(_) => {
+                self.memory.entry(id.clone()).or_default().insert(part, (keys.to_vec(), results.to_vec()));
+                Ok(Ok(()))
+            }
+            Err(e) => Ok(Err(class(&e))),
+        }
+    }
+
+    /// Plays one operation; `Err` stops the workload.
+    pub(crate) fn play(&mut self, index: usize, op: &Op) -> Result<OpOutcome, Stop> {
+        self.op = index;
+        let rt = self.rt;
+        let outcome = match op {
+            Op::Stage { id, part, keys, results } => return self.stage(id, *part, keys, results),
+            Op::Seal { id, parts } => {
+                let r = rt.block_on(self.live()?.seal(id, *parts));
+                self.record(format!("seal({id}, {parts})"), &r)?;
+                r.map(drop)
+            }
+            Op::Restart { id } => {
+                let r = rt.block_on(self.live()?.restart(id));
+                self.record(format!("restart({id})"), &r)?;
+                if r.is_ok() {
+                    self.memory.remove(id);
+                }
+                r.map(drop)
+            }
+            Op::Abort { id } => {
+                let r = rt.block_on(self.live()?.abort(id));
+                self.record(format!("abort({id})"), &r)?;
+                if r.is_ok() {
+                    self.memory.remove(id);
+                }
+                r.map(drop)
+            }
+            Op::BeginCommit { key, ids, final_commit } => {
+                // A key already bound to the same ids was begun by an earlier run whose ack was lost.
+                let mut sorted = ids.clone();
+                sorted.sort();
+                let existing = self.live()?.commit_info(*key);
+                if existing.as_ref().is_ok_and(|c| c.as_ref().is_some_and(|c| c.ids == sorted)) {
+                    return Ok(Ok(()));
+                }
+                let r = rt.block_on(self.live()?.begin_commit(*key, ids, Some(*key + 100), *final_commit));
+                self.record(format!("begin_commit({key}, {ids:?})"), &r)?;
+                r
+            }
+            Op::CommitEmpty { ids } => {
+                let r = rt.block_on(self.live()?.commit_empty(ids));
+                self.record(format!("commit_empty({ids:?})"), &r)?;
+                r
+            }
+            Op::MarkCommitted { key } => {
+                let r = rt.block_on(self.live()?.mark_committed(*key));
+                self.record(format!("mark_committed({key})"), &r)?;
+                r
+            }
+            Op::MarkUnknown { key } => {
+                let r = rt.block_on(self.live()?.mark_unknown(*key, "timeout"));
+                self.record(format!("mark_unknown({key})"), &r)?;
+                r
+            }
+            Op::MarkNotCommitted { key } => {
+                let r = rt.block_on(self.live()?.mark_not_committed(*key));
+                self.record(format!("mark_not_committed({key})"), &r)?;
+                r
+            }
+            Op::Reopen => {
+                self.close()?;
+                self.open()?;
+                Ok(())
+            }
+        };
+        Ok(outcome.map_err(|e| class(&e)))
+    }
+}
