@@ -9,6 +9,10 @@
 //! cargo run --example job                                   # the rerun recovers (F1)
 //! ```
 //!
+//! By default the WAL is mirrored to `DIR/mirror` (a local directory standing in for object storage): delete
+//! `DIR/sink.redb` between runs and the next run restores it from the mirror. `--local DIR2` keeps the local
+//! file elsewhere (a second machine); `--no-mirror` runs on the local file alone.
+//!
 //! Crash points: after-stage, after-seal, after-begin-commit, after-target-commit-before-mark, unknown-outcome.
 //! A crash is a real process exit with code 86, with no clean shutdown.
 
@@ -18,6 +22,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
+use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::target::DirTable;
 use sinkpoint::testkit::{CommitFault, FaultyTarget, ProbeFault};
 use sinkpoint::{CheckpointId, JobId, Store, Target, TargetIdentity};
@@ -29,6 +34,8 @@ const FENCED_EXIT_CODE: u8 = 5;
 
 struct Args {
     dir: PathBuf,
+    local: Option<PathBuf>,
+    mirror: bool,
     inputs: usize,
     rows: usize,
     workers: usize,
@@ -40,7 +47,7 @@ struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: job [--dir DIR] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--work-ms MS] [--fresh]\n           \
+        "usage: job [--dir DIR] [--local DIR] [--no-mirror] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--work-ms MS] [--fresh]\n           \
          [--crash-at after-stage|after-seal|after-begin-commit|after-target-commit-before-mark|unknown-outcome]"
     );
     std::process::exit(2)
@@ -49,6 +56,8 @@ fn usage() -> ! {
 fn parse() -> Args {
     let mut args = Args {
         dir: PathBuf::from("target/sinkpoint-demo"),
+        local: None,
+        mirror: true,
         inputs: 50,
         rows: 1000,
         workers: 8,
@@ -62,6 +71,8 @@ fn parse() -> Args {
         let mut value = || it.next().unwrap_or_else(|| usage());
         match flag.as_str() {
             "--dir" => args.dir = PathBuf::from(value()),
+            "--local" => args.local = Some(PathBuf::from(value())),
+            "--no-mirror" => args.mirror = false,
             "--inputs" => args.inputs = value().parse().unwrap_or_else(|_| usage()),
             "--rows" => args.rows = value().parse().unwrap_or_else(|_| usage()),
             "--workers" => args.workers = value().parse().unwrap_or_else(|_| usage()),
@@ -146,7 +157,11 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
     std::fs::create_dir_all(&args.dir)?;
     let table_dir = args.dir.join("table");
     let table = DirTable::local(&table_dir)?;
-    let store_path = args.dir.join("sink.redb");
+    // The local file: beside the table by default, or in --local (another machine's disk in the two-driver test).
+    let local_dir = args.local.clone().unwrap_or_else(|| args.dir.clone());
+    std::fs::create_dir_all(&local_dir)?;
+    let store_path = local_dir.join("sink.redb");
+    let mirror_dir = args.dir.join("mirror");
     let job = JobId::new("demo-job")?;
     let identity = TargetIdentity::new(format!("file://{}", table_dir.display()))?;
     println!(
@@ -156,7 +171,15 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
         store_path.display(),
         table_dir.display()
     );
-    let store = Arc::new(Store::builder(job, identity).path(&store_path).open().await?);
+    let mut builder = Store::builder(job, identity).path(&store_path);
+    if args.mirror {
+        // The mirror: a local directory standing in for S3; every object fsynced before its put returns.
+        std::fs::create_dir_all(&mirror_dir)?;
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(&mirror_dir)?.with_fsync(true);
+        builder = builder.mirror(Arc::new(fs), object_store::path::Path::from("demo-job"), MirrorSettings::default());
+        println!("mirror: {} (synchronous)", mirror_dir.display());
+    }
+    let store = Arc::new(builder.open().await?);
 
     // The target: the table itself, or, for the unknown-outcome crash, the table behind a fault that lands the
     // commit, loses its ack, and fails the probe that follows.

@@ -52,10 +52,10 @@ impl DirTable {
         Self { store, prefix }
     }
 
-    /// A table in a local directory (created if missing).
+    /// A table in a local directory (created if missing), every file fsynced before its put returns.
     pub fn local(dir: impl AsRef<std::path::Path>) -> Result<Self> {
         std::fs::create_dir_all(dir.as_ref())?;
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.as_ref())?;
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.as_ref())?.with_fsync(true);
         Ok(Self::new(Arc::new(fs), Path::default()))
     }
 
