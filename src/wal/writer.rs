@@ -247,8 +247,11 @@ fn commit_batch(
             results.push(tables.execute(&mut next, &call.record, &mut frames)?);
         }
         if !frames.is_empty() {
-            if shipper.is_none() {
-                let keep_from = next.next_seq.saturating_sub(LOG_RECORDS_RETAINED_MAX);
+            // Truncated in steps of LOG_RECORDS_RETAINED_MAX records, once the log holds twice that: cutting a
+            // record or two off its head in every batch would dirty (write and fsync) the log's first pages as
+            // well as its last in nearly every commit.
+            if shipper.is_none() && next.next_seq.saturating_sub(next.log_start) >= 2 * LOG_RECORDS_RETAINED_MAX {
+                let keep_from = next.next_seq - LOG_RECORDS_RETAINED_MAX;
                 tables.truncate_log(&mut next, keep_from)?;
             }
             tables.write_meta(&next)?;
