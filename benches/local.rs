@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use redb::{Database, ReadableDatabase, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use sinkpoint::testkit::SplitMix64;
 use sinkpoint::{StagingDurability, Store};
 
@@ -32,6 +32,13 @@ const PARTS_PER_ID: u64 = 50_000;
 const STAGERS: [usize; 4] = [1, 8, 32, 128];
 /// Inserts per transaction of the raw batched baseline.
 const RAW_BATCH_INSERTS: u64 = 1000;
+/// The stage-shaped raw baseline: calls a commit (about what 128 stagers get), checkpoints written to, tables.
+const SHAPED_CALLS_A_COMMIT: u64 = 64;
+const SHAPED_IDS: u64 = 128;
+const SHAPED_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+const SHAPED_PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
+const SHAPED_CHECKPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoints");
+const SHAPED_META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Keys of the lookup store (quick mode: a hundredth).
 const LOOKUP_KEYS: u64 = 100_000;
 /// The source keys one stage call carries when building the lookup store.
@@ -63,6 +70,14 @@ fn main() {
             format!("stage {} vs redb {}", fmt_dur(stage), fmt_dur(raw)),
         );
     }
+    if let (Some(stage), Some(raw)) = (m("stage-nd"), m("redb-single-nd")) {
+        report.add(
+            "the same, neither fsynced: non-durable stage / raw redb Durability::None commit (time)",
+            stage.as_secs_f64() / raw.as_secs_f64(),
+            Goal::Info,
+            format!("stage {} vs redb {}: the CPU and thread hand-off part of the gap", fmt_dur(stage), fmt_dur(raw)),
+        );
+    }
     for n in STAGERS {
         let Some(group) = m(&format!("stagers-{n}")) else { continue };
         let rate = 1.0 / group.as_secs_f64();
@@ -80,6 +95,14 @@ fn main() {
                 batched.as_secs_f64() / group.as_secs_f64(),
                 if n >= 32 { Goal::AtLeast(0.5) } else { Goal::Info },
                 format!("{} stage calls vs {} inserts", fmt_rate(rate), fmt_rate(1.0 / batched.as_secs_f64())),
+            );
+        }
+        if let (Some(shaped), true) = (m("redb-shaped"), n == 128) {
+            report.add(
+                format!("{n} stagers / raw redb doing a stage call's writes by hand, 64 a commit (per second)"),
+                shaped.as_secs_f64() / group.as_secs_f64(),
+                Goal::Info,
+                format!("{} vs {}", fmt_rate(rate), fmt_rate(1.0 / shaped.as_secs_f64())),
             );
         }
         if let (Some(serial), true) = (m("stage"), n > 1) {
@@ -168,6 +191,40 @@ fn bench_durable_one(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path
             })
         })
     });
+    // The same pair without fsync: what is left is CPU and the hand-off to the writer thread.
+    let nd = rt.block_on(common::open_store(&dir.join("one-nd.redb"), StagingDurability::None));
+    let mut next = 0u64;
+    g.bench_function("sinkpoint-stage-nondurable", |b| {
+        b.iter_custom(|iters| {
+            timed(samples, "stage-nd", iters, || {
+                rt.block_on(async {
+                    for _ in 0..iters {
+                        let (id, part) = id_part("one", next);
+                        nd.stage(&id, 0, part, vec![key(next)], vec![small_result(next)]).await.expect("stage");
+                        next += 1;
+                    }
+                })
+            })
+        })
+    });
+    let rawnd = raw_db(&dir.join("one-raw-nd.redb"));
+    let mut next = 0u64;
+    g.bench_function("redb-single-insert-nondurable", |b| {
+        b.iter_custom(|iters| {
+            timed(samples, "redb-single-nd", iters, || {
+                for _ in 0..iters {
+                    let mut txn = rawnd.begin_write().expect("raw write");
+                    txn.set_durability(redb::Durability::None).expect("raw durability");
+                    {
+                        let mut t = txn.open_table(RAW).expect("raw table");
+                        t.insert(key(next).as_slice(), small_result(next).bytes()).expect("raw insert");
+                    }
+                    txn.commit().expect("raw commit");
+                    next += 1;
+                }
+            })
+        })
+    });
     g.finish();
     store.close();
 }
@@ -220,6 +277,44 @@ fn bench_group_commit(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Pat
                             t.insert(key(next).as_slice(), small_result(next).bytes()).expect("raw insert");
                             next += 1;
                         }
+                    }
+                    txn.commit().expect("raw commit");
+                }
+            })
+        })
+    });
+
+    // What one stage call writes, done by hand in raw redb (no channel, no encoding, no validation): a log
+    // append, a part at the end of one of 128 checkpoints, the checkpoint's record, and the meta value once a
+    // commit. It tells the data layout's cost from the machinery's.
+    let raw = raw_db(&dir.join("shaped-raw.redb"));
+    g.throughput(Throughput::Elements(SHAPED_CALLS_A_COMMIT));
+    let mut next = 0u64;
+    let part_value = vec![7u8; 100];
+    let frame = vec![9u8; 160];
+    g.bench_function("redb-stage-shaped-64-calls-a-commit", |b| {
+        b.iter_custom(|iters| {
+            timed(samples, "redb-shaped", iters * SHAPED_CALLS_A_COMMIT, || {
+                for _ in 0..iters {
+                    let txn = raw.begin_write().expect("raw write");
+                    {
+                        let mut log = txn.open_table(SHAPED_LOG).expect("raw log");
+                        let mut parts = txn.open_table(SHAPED_PARTS).expect("raw parts");
+                        let mut checkpoints = txn.open_table(SHAPED_CHECKPOINTS).expect("raw checkpoints");
+                        let mut meta = txn.open_table(SHAPED_META).expect("raw meta");
+                        for _ in 0..SHAPED_CALLS_A_COMMIT {
+                            let id = format!("shaped-{:03}", next % SHAPED_IDS);
+                            let part = (next / SHAPED_IDS) as u32;
+                            let seen = checkpoints.get(id.as_str()).expect("raw get").map(|v| v.value().len());
+                            std::hint::black_box(seen);
+                            let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
+                            std::hint::black_box(there);
+                            parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
+                            checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
+                            log.insert(next, frame.as_slice()).expect("raw insert");
+                            next += 1;
+                        }
+                        meta.insert("meta", &part_value[..60]).expect("raw insert");
                     }
                     txn.commit().expect("raw commit");
                 }
