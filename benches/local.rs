@@ -12,20 +12,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use sinkpoint::testkit::SplitMix64;
 use sinkpoint::{StagingDurability, Store};
 
-use common::{Goal, Report, SAMPLING, Samples, cid, fmt_dur, fmt_rate, key, small_result};
+use common::{Goal, Op, Report, cid, fmt_dur, fmt_rate, key, small_result};
 
 /// The raw baseline's table: a stage's key as the key, its write result's bytes as the value.
 const RAW: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bench");
 /// The raw baseline of the key index: source key → owning checkpoint id, as sinkpoint's own index.
 const RAW_KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
 
-/// Criterion's samples per bench; the ratios use the medians of exactly these.
+/// Criterion's samples per bench (its minimum).
 const SAMPLE_SIZE: usize = 10;
+/// The paired rounds behind the ratios, and how long each op runs in a round.
+const ROUNDS: usize = 12;
+const BURST: Duration = Duration::from_millis(60);
 /// Parts per checkpoint id before a stager moves to a fresh id (well below the seal limit).
 const PARTS_PER_ID: u64 = 50_000;
 /// The concurrency levels of the group-commit row.
@@ -50,96 +52,150 @@ const LOOKUP_SEED: u64 = 0x5eed_0006;
 
 fn main() {
     let quick = common::quick();
-    let samples = Samples::default();
     let report = Report::default();
     let rt = common::runtime();
     let dir = common::tempdir();
-    let mut c = common::criterion(SAMPLE_SIZE, Duration::from_secs(if quick { 1 } else { 3 }));
+    let dir = dir.path();
+    let mut c = common::criterion(SAMPLE_SIZE, Duration::from_secs(if quick { 1 } else { 2 }));
 
-    bench_durable_one(&mut c, &rt, dir.path(), &samples);
-    bench_group_commit(&mut c, &rt, dir.path(), &samples);
-    bench_lookups(&mut c, &rt, dir.path(), &samples, if quick { LOOKUP_KEYS / 100 } else { LOOKUP_KEYS });
+    let one = rt.block_on(common::open_store(&dir.join("one.redb"), StagingDurability::Immediate));
+    let one_nd = rt.block_on(common::open_store(&dir.join("one-nd.redb"), StagingDurability::None));
+    let group = Arc::new(rt.block_on(common::open_store(&dir.join("group.redb"), StagingDurability::Immediate)));
+    let lookup_keys = if quick { LOOKUP_KEYS / 100 } else { LOOKUP_KEYS };
+    let lookup = rt.block_on(lookup_store(dir, lookup_keys));
+    let raw_one = raw_db(&dir.join("one-raw.redb"));
+    let raw_one_nd = raw_db(&dir.join("one-raw-nd.redb"));
+    let raw_batch = raw_db(&dir.join("batch-raw.redb"));
+    let raw_shaped = raw_db(&dir.join("shaped-raw.redb"));
+    let raw_lookup = raw_lookup_db(dir, lookup_keys);
+    let probes = lookup_probes(&lookup, lookup_keys);
+    let held = raw_lookup.begin_read().expect("raw read");
+    let held = held.open_table(RAW_KEYS).expect("raw keys table");
+
+    let mut durable = vec![
+        stage_op("sinkpoint-stage", &rt, &one, "one"),
+        raw_single_op("redb-single-insert", &raw_one, redb::Durability::Immediate),
+        stage_op("sinkpoint-stage-nondurable", &rt, &one_nd, "nd"),
+        raw_single_op("redb-single-insert-nondurable", &raw_one_nd, redb::Durability::None),
+    ];
+    let mut grouped: Vec<Op<'_>> = STAGERS.iter().map(|&n| stagers_op(n, &rt, &group)).collect();
+    grouped.push(raw_batch_op(&raw_batch));
+    grouped.push(raw_shaped_op(&raw_shaped));
+    let mut lookups = vec![
+        Op::new("sinkpoint-is-processed", 1, 256, |iters| {
+            timed_lookups(iters, &probes, |k| lookup.is_processed(k).expect("lookup"))
+        }),
+        Op::new("redb-get-a-read-txn-each", 1, 256, |iters| {
+            timed_lookups(iters, &probes, |k| {
+                let txn = raw_lookup.begin_read().expect("raw read");
+                txn.open_table(RAW_KEYS).expect("raw keys table").get(k).expect("raw get").is_some()
+            })
+        }),
+        Op::new("redb-get-one-held-read-txn", 1, 256, |iters| {
+            timed_lookups(iters, &probes, |k| held.get(k).expect("raw get").is_some())
+        }),
+    ];
+    common::bench_ops(&mut c, "durable-one", &mut durable);
+    common::bench_ops(&mut c, "group-commit", &mut grouped);
+    common::bench_ops(&mut c, "lookups", &mut lookups);
     c.final_summary();
 
-    let m = |name: &str| samples.median(name, SAMPLE_SIZE);
-    if let (Some(stage), Some(raw)) = (m("stage"), m("redb-single")) {
+    // The ratios: every op of every group in each round, so each pair shares the machine's moments.
+    let mut all: Vec<Op<'_>> = durable.into_iter().chain(grouped).chain(lookups).collect();
+    let (rounds, burst) = if quick { (1, Duration::from_millis(1)) } else { (ROUNDS, BURST) };
+    let r = common::paired_rounds(&mut all, rounds, burst);
+    drop(all);
+    let stats = group.stats();
+    println!(
+        "\ngroup commit: {} calls in {} redb commits ({:.1} calls a commit over every stager count); {rounds} paired rounds",
+        stats.calls,
+        stats.commits,
+        stats.calls as f64 / stats.commits.max(1) as f64
+    );
+    report_rows(&report, &r);
+    report.print("local: durable stage, group commit, lookups");
+    one.close();
+    one_nd.close();
+    lookup.close();
+    if let Ok(group) = Arc::try_unwrap(group) {
+        group.close();
+    }
+}
+
+fn report_rows(report: &Report, r: &common::Rounds) {
+    let t = |name: &str| r.time(name).unwrap_or_default();
+    let spread =
+        |a: &str, b: &str| r.spread(a, b).map(|(lo, hi)| format!(" (rounds {lo:.2}..{hi:.2})")).unwrap_or_default();
+    let rate = |name: &str| fmt_rate(1.0 / t(name).as_secs_f64().max(1e-12));
+    if let Some(ratio) = r.ratio("sinkpoint-stage", "redb-single-insert") {
         report.add(
             "durable stage of one small result / raw redb single-insert durable commit (time)",
-            stage.as_secs_f64() / raw.as_secs_f64(),
+            ratio,
             Goal::AtMost(1.2),
-            format!("stage {} vs redb {}", fmt_dur(stage), fmt_dur(raw)),
+            format!(
+                "stage {} vs redb {}{}",
+                fmt_dur(t("sinkpoint-stage")),
+                fmt_dur(t("redb-single-insert")),
+                spread("sinkpoint-stage", "redb-single-insert")
+            ),
         );
     }
-    if let (Some(stage), Some(raw)) = (m("stage-nd"), m("redb-single-nd")) {
+    if let Some(ratio) = r.ratio("sinkpoint-stage-nondurable", "redb-single-insert-nondurable") {
         report.add(
             "the same, neither fsynced: non-durable stage / raw redb Durability::None commit (time)",
-            stage.as_secs_f64() / raw.as_secs_f64(),
+            ratio,
             Goal::Info,
-            format!("stage {} vs redb {}: the CPU and thread hand-off part of the gap", fmt_dur(stage), fmt_dur(raw)),
+            format!(
+                "stage {} vs redb {}: the CPU and thread hand-off part of the gap",
+                fmt_dur(t("sinkpoint-stage-nondurable")),
+                fmt_dur(t("redb-single-insert-nondurable"))
+            ),
         );
     }
     for n in STAGERS {
-        let Some(group) = m(&format!("stagers-{n}")) else { continue };
-        let rate = 1.0 / group.as_secs_f64();
-        if let Some(raw) = m("redb-single") {
+        let name = stagers_name(n);
+        // Throughput ratios: the baseline's time per element over the subject's.
+        if let Some(ratio) = r.ratio("redb-single-insert", name) {
             report.add(
                 format!("{n} stagers, group commit / serial raw redb durable commits (calls per second)"),
-                raw.as_secs_f64() / group.as_secs_f64(),
+                ratio,
                 if n == 32 { Goal::AtLeast(10.0) } else { Goal::Info },
-                format!("{} vs {}", fmt_rate(rate), fmt_rate(1.0 / raw.as_secs_f64())),
+                format!("{} vs {}{}", rate(name), rate("redb-single-insert"), spread("redb-single-insert", name)),
             );
         }
-        if let Some(batched) = m("redb-batch") {
+        if let Some(ratio) = r.ratio("redb-1000-inserts-a-commit", name) {
             report.add(
                 format!("{n} stagers, group commit / raw redb commits of 1,000 inserts (per second)"),
-                batched.as_secs_f64() / group.as_secs_f64(),
+                ratio,
                 if n >= 32 { Goal::AtLeast(0.5) } else { Goal::Info },
-                format!("{} stage calls vs {} inserts", fmt_rate(rate), fmt_rate(1.0 / batched.as_secs_f64())),
+                format!("{} stage calls vs {} inserts", rate(name), rate("redb-1000-inserts-a-commit")),
             );
         }
-        if let (Some(shaped), true) = (m("redb-shaped"), n == 128) {
+        if let (Some(ratio), true) = (r.ratio("redb-stage-shaped-64-calls-a-commit", name), n >= 32) {
             report.add(
-                format!("{n} stagers / raw redb doing a stage call's writes by hand, 64 a commit (per second)"),
-                shaped.as_secs_f64() / group.as_secs_f64(),
+                format!("{n} stagers / raw redb doing a stage call's writes by hand, 64 calls a commit (per second)"),
+                ratio,
                 Goal::Info,
-                format!("{} vs {}", fmt_rate(rate), fmt_rate(1.0 / shaped.as_secs_f64())),
-            );
-        }
-        if let (Some(serial), true) = (m("stage"), n > 1) {
-            report.add(
-                format!("{n} stagers / 1 stager, both sinkpoint (calls per second)"),
-                serial.as_secs_f64() / group.as_secs_f64(),
-                Goal::Info,
-                format!("{} vs {}", fmt_rate(rate), fmt_rate(1.0 / serial.as_secs_f64())),
+                format!("{} vs {}", rate(name), rate("redb-stage-shaped-64-calls-a-commit")),
             );
         }
     }
-    if let (Some(sp), Some(raw)) = (m("is-processed"), m("redb-get")) {
+    if let Some(ratio) = r.ratio("redb-get-a-read-txn-each", "sinkpoint-is-processed") {
         report.add(
             "is_processed / raw redb point get, a read transaction each (lookups per second)",
-            raw.as_secs_f64() / sp.as_secs_f64(),
+            ratio,
             Goal::AtLeast(0.5),
-            format!("{} vs {}", fmt_rate(1.0 / sp.as_secs_f64()), fmt_rate(1.0 / raw.as_secs_f64())),
+            format!("{} vs {}", rate("sinkpoint-is-processed"), rate("redb-get-a-read-txn-each")),
         );
     }
-    if let (Some(sp), Some(raw)) = (m("is-processed"), m("redb-get-held")) {
+    if let Some(ratio) = r.ratio("redb-get-one-held-read-txn", "sinkpoint-is-processed") {
         report.add(
             "is_processed / raw redb point get in one held read transaction (lookups per second)",
-            raw.as_secs_f64() / sp.as_secs_f64(),
+            ratio,
             Goal::Info,
-            format!("{} vs {}", fmt_rate(1.0 / sp.as_secs_f64()), fmt_rate(1.0 / raw.as_secs_f64())),
+            format!("{} vs {}", rate("sinkpoint-is-processed"), rate("redb-get-one-held-read-txn")),
         );
     }
-    report.print("local: durable stage, group commit, lookups");
-}
-
-/// Times `iters` runs of a routine and records them under `name`.
-fn timed(samples: &Samples, name: &str, count: u64, f: impl FnOnce()) -> Duration {
-    let start = Instant::now();
-    f();
-    let elapsed = start.elapsed();
-    samples.record(name, count, elapsed);
-    elapsed
 }
 
 /// The checkpoint id and part of a stager's `i`-th call: a fresh id every `PARTS_PER_ID` parts.
@@ -156,172 +212,68 @@ fn raw_db(path: &Path) -> Database {
     db
 }
 
-fn bench_durable_one(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path, samples: &Samples) {
-    let store = rt.block_on(common::open_store(&dir.join("one.redb"), StagingDurability::Immediate));
-    let raw = raw_db(&dir.join("one-raw.redb"));
-    let mut g = c.benchmark_group("durable-one");
-    g.sampling_mode(SAMPLING);
+/// One durable (or not, as the store was opened) stage call of one key and one small result, serially.
+fn stage_op<'a>(name: &'static str, rt: &'a tokio::runtime::Runtime, store: &'a Store, prefix: &'static str) -> Op<'a> {
     let mut next = 0u64;
-    g.bench_function("sinkpoint-stage", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "stage", iters, || {
-                rt.block_on(async {
-                    for _ in 0..iters {
-                        let (id, part) = id_part("one", next);
-                        store.stage(&id, 0, part, vec![key(next)], vec![small_result(next)]).await.expect("stage");
-                        next += 1;
-                    }
-                })
-            })
-        })
-    });
-    let mut next = 0u64;
-    g.bench_function("redb-single-insert", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "redb-single", iters, || {
-                for _ in 0..iters {
-                    let txn = raw.begin_write().expect("raw write");
-                    {
-                        let mut t = txn.open_table(RAW).expect("raw table");
-                        t.insert(key(next).as_slice(), small_result(next).bytes()).expect("raw insert");
-                    }
-                    txn.commit().expect("raw commit");
-                    next += 1;
-                }
-            })
-        })
-    });
-    // The same pair without fsync: what is left is CPU and the hand-off to the writer thread.
-    let nd = rt.block_on(common::open_store(&dir.join("one-nd.redb"), StagingDurability::None));
-    let mut next = 0u64;
-    g.bench_function("sinkpoint-stage-nondurable", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "stage-nd", iters, || {
-                rt.block_on(async {
-                    for _ in 0..iters {
-                        let (id, part) = id_part("one", next);
-                        nd.stage(&id, 0, part, vec![key(next)], vec![small_result(next)]).await.expect("stage");
-                        next += 1;
-                    }
-                })
-            })
-        })
-    });
-    let rawnd = raw_db(&dir.join("one-raw-nd.redb"));
-    let mut next = 0u64;
-    g.bench_function("redb-single-insert-nondurable", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "redb-single-nd", iters, || {
-                for _ in 0..iters {
-                    let mut txn = rawnd.begin_write().expect("raw write");
-                    txn.set_durability(redb::Durability::None).expect("raw durability");
-                    {
-                        let mut t = txn.open_table(RAW).expect("raw table");
-                        t.insert(key(next).as_slice(), small_result(next).bytes()).expect("raw insert");
-                    }
-                    txn.commit().expect("raw commit");
-                    next += 1;
-                }
-            })
-        })
-    });
-    g.finish();
-    store.close();
+    Op::new(name, 1, 1, move |iters| {
+        let start = Instant::now();
+        rt.block_on(async {
+            for _ in 0..iters {
+                let (id, part) = id_part(prefix, next);
+                store.stage(&id, 0, part, vec![key(next)], vec![small_result(next)]).await.expect("stage");
+                next += 1;
+            }
+        });
+        start.elapsed()
+    })
 }
 
-fn bench_group_commit(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path, samples: &Samples) {
-    let store = Arc::new(rt.block_on(common::open_store(&dir.join("group.redb"), StagingDurability::Immediate)));
-    let mut g = c.benchmark_group("group-commit");
-    g.sampling_mode(SAMPLING);
-    for n in STAGERS {
-        // One iteration is one call of each of the n stagers, running freely (not in lock-step).
-        g.throughput(Throughput::Elements(n as u64));
-        let counters: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
-        g.bench_function(format!("sinkpoint-{n}-stagers"), |b| {
-            b.iter_custom(|iters| {
-                timed(samples, &format!("stagers-{n}"), iters * n as u64, || {
-                    rt.block_on(async {
-                        let tasks: Vec<_> = (0..n)
-                            .map(|t| {
-                                let (store, counters) = (store.clone(), counters.clone());
-                                tokio::spawn(async move { stager(&store, n, t, &counters[t], iters).await })
-                            })
-                            .collect();
-                        for task in tasks {
-                            task.await.expect("stager task");
-                        }
-                    })
+/// One raw redb write transaction of one insert of the same bytes (key, result) a stage call carries.
+fn raw_single_op<'a>(name: &'static str, db: &'a Database, durability: redb::Durability) -> Op<'a> {
+    let mut next = 0u64;
+    Op::new(name, 1, 1, move |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let mut txn = db.begin_write().expect("raw write");
+            txn.set_durability(durability).expect("raw durability");
+            {
+                let mut t = txn.open_table(RAW).expect("raw table");
+                t.insert(key(next).as_slice(), small_result(next).bytes()).expect("raw insert");
+            }
+            txn.commit().expect("raw commit");
+            next += 1;
+        }
+        start.elapsed()
+    })
+}
+
+fn stagers_name(n: usize) -> &'static str {
+    match n {
+        1 => "sinkpoint-1-stager",
+        8 => "sinkpoint-8-stagers",
+        32 => "sinkpoint-32-stagers",
+        _ => "sinkpoint-128-stagers",
+    }
+}
+
+/// `n` concurrent stagers; one iteration is one durable call of each, running freely (not in lock-step).
+fn stagers_op<'a>(n: usize, rt: &'a tokio::runtime::Runtime, store: &'a Arc<Store>) -> Op<'a> {
+    let counters: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    Op::new(stagers_name(n), n as u64, 1, move |iters| {
+        let start = Instant::now();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..n)
+                .map(|t| {
+                    let (store, counters) = (store.clone(), counters.clone());
+                    tokio::spawn(async move { stager(&store, n, t, &counters[t], iters).await })
                 })
-            })
+                .collect();
+            for task in tasks {
+                task.await.expect("stager task");
+            }
         });
-    }
-    let stats = store.stats();
-    println!("group commit: {} calls in {} redb commits ({:.1} calls a commit)", stats.calls, stats.commits, {
-        stats.calls as f64 / stats.commits.max(1) as f64
-    });
-    if let Ok(store) = Arc::try_unwrap(store) {
-        store.close();
-    }
-
-    let raw = raw_db(&dir.join("batch-raw.redb"));
-    g.throughput(Throughput::Elements(RAW_BATCH_INSERTS));
-    let mut next = 0u64;
-    g.bench_function("redb-1000-inserts-a-commit", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "redb-batch", iters * RAW_BATCH_INSERTS, || {
-                for _ in 0..iters {
-                    let txn = raw.begin_write().expect("raw write");
-                    {
-                        let mut t = txn.open_table(RAW).expect("raw table");
-                        for _ in 0..RAW_BATCH_INSERTS {
-                            t.insert(key(next).as_slice(), small_result(next).bytes()).expect("raw insert");
-                            next += 1;
-                        }
-                    }
-                    txn.commit().expect("raw commit");
-                }
-            })
-        })
-    });
-
-    // What one stage call writes, done by hand in raw redb (no channel, no encoding, no validation): a log
-    // append, a part at the end of one of 128 checkpoints, the checkpoint's record, and the meta value once a
-    // commit. It tells the data layout's cost from the machinery's.
-    let raw = raw_db(&dir.join("shaped-raw.redb"));
-    g.throughput(Throughput::Elements(SHAPED_CALLS_A_COMMIT));
-    let mut next = 0u64;
-    let part_value = vec![7u8; 100];
-    let frame = vec![9u8; 160];
-    g.bench_function("redb-stage-shaped-64-calls-a-commit", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "redb-shaped", iters * SHAPED_CALLS_A_COMMIT, || {
-                for _ in 0..iters {
-                    let txn = raw.begin_write().expect("raw write");
-                    {
-                        let mut log = txn.open_table(SHAPED_LOG).expect("raw log");
-                        let mut parts = txn.open_table(SHAPED_PARTS).expect("raw parts");
-                        let mut checkpoints = txn.open_table(SHAPED_CHECKPOINTS).expect("raw checkpoints");
-                        let mut meta = txn.open_table(SHAPED_META).expect("raw meta");
-                        for _ in 0..SHAPED_CALLS_A_COMMIT {
-                            let id = format!("shaped-{:03}", next % SHAPED_IDS);
-                            let part = (next / SHAPED_IDS) as u32;
-                            let seen = checkpoints.get(id.as_str()).expect("raw get").map(|v| v.value().len());
-                            std::hint::black_box(seen);
-                            let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
-                            std::hint::black_box(there);
-                            parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
-                            checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
-                            log.insert(next, frame.as_slice()).expect("raw insert");
-                            next += 1;
-                        }
-                        meta.insert("meta", &part_value[..60]).expect("raw insert");
-                    }
-                    txn.commit().expect("raw commit");
-                }
-            })
-        })
-    });
-    g.finish();
+        start.elapsed()
+    })
 }
 
 async fn stager(store: &Store, n: usize, t: usize, counter: &AtomicU64, calls: u64) {
@@ -335,75 +287,104 @@ async fn stager(store: &Store, n: usize, t: usize, counter: &AtomicU64, calls: u
     }
 }
 
-fn bench_lookups(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path, samples: &Samples, keys: u64) {
-    let store = rt.block_on(async {
-        let store = common::open_store(&dir.join("lookup.redb"), StagingDurability::Immediate).await;
-        for (n, start) in (0..keys).step_by(BUILD_KEYS_PER_STAGE as usize).enumerate() {
-            let id = cid(&format!("lookup-{n}"));
-            let batch: Vec<Vec<u8>> = (start..(start + BUILD_KEYS_PER_STAGE).min(keys)).map(key).collect();
-            store.stage(&id, 0, 0, batch, Vec::new()).await.expect("stage keys");
-            store.seal(&id, 1).await.expect("seal");
-        }
-        store
-    });
-    let raw = raw_db(&dir.join("lookup-raw.redb"));
-    {
-        let txn = raw.begin_write().expect("raw write");
-        {
-            let mut t = txn.open_table(RAW_KEYS).expect("raw keys table");
-            for i in 0..keys {
-                let owner = format!("lookup-{}", i / BUILD_KEYS_PER_STAGE);
-                t.insert(key(i).as_slice(), owner.as_str()).expect("raw insert");
+/// One durable raw redb commit of 1,000 inserts of sequential keys: redb's best case.
+fn raw_batch_op(db: &Database) -> Op<'_> {
+    let mut next = 0u64;
+    Op::new("redb-1000-inserts-a-commit", RAW_BATCH_INSERTS, 1, move |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let txn = db.begin_write().expect("raw write");
+            {
+                let mut t = txn.open_table(RAW).expect("raw table");
+                for _ in 0..RAW_BATCH_INSERTS {
+                    t.insert(key(next).as_slice(), small_result(next).bytes()).expect("raw insert");
+                    next += 1;
+                }
             }
+            txn.commit().expect("raw commit");
         }
-        txn.commit().expect("raw commit");
+        start.elapsed()
+    })
+}
+
+/// What one stage call writes, done by hand in raw redb (no channel, no encoding, no validation): a log
+/// append, a part at the end of one of 128 checkpoints, the checkpoint's record, and the meta value once a
+/// commit; 64 calls a durable commit. It tells the data layout's cost from the machinery's.
+fn raw_shaped_op(db: &Database) -> Op<'_> {
+    let mut next = 0u64;
+    let part_value = vec![7u8; 100];
+    let frame = vec![9u8; 160];
+    Op::new("redb-stage-shaped-64-calls-a-commit", SHAPED_CALLS_A_COMMIT, 1, move |iters| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let txn = db.begin_write().expect("raw write");
+            {
+                let mut log = txn.open_table(SHAPED_LOG).expect("raw log");
+                let mut parts = txn.open_table(SHAPED_PARTS).expect("raw parts");
+                let mut checkpoints = txn.open_table(SHAPED_CHECKPOINTS).expect("raw checkpoints");
+                let mut meta = txn.open_table(SHAPED_META).expect("raw meta");
+                for _ in 0..SHAPED_CALLS_A_COMMIT {
+                    let id = format!("shaped-{:03}", next % SHAPED_IDS);
+                    let part = (next / SHAPED_IDS) as u32;
+                    let seen = checkpoints.get(id.as_str()).expect("raw get").map(|v| v.value().len());
+                    std::hint::black_box(seen);
+                    let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
+                    std::hint::black_box(there);
+                    parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
+                    checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
+                    log.insert(next, frame.as_slice()).expect("raw insert");
+                    next += 1;
+                }
+                meta.insert("meta", &part_value[..60]).expect("raw insert");
+            }
+            txn.commit().expect("raw commit");
+        }
+        start.elapsed()
+    })
+}
+
+/// A store with `keys` processed keys, staged `BUILD_KEYS_PER_STAGE` to a call.
+async fn lookup_store(dir: &Path, keys: u64) -> Store {
+    let store = common::open_store(&dir.join("lookup.redb"), StagingDurability::Immediate).await;
+    for (n, start) in (0..keys).step_by(BUILD_KEYS_PER_STAGE as usize).enumerate() {
+        let id = cid(&format!("lookup-{n}"));
+        let batch: Vec<Vec<u8>> = (start..(start + BUILD_KEYS_PER_STAGE).min(keys)).map(key).collect();
+        store.stage(&id, 0, 0, batch, Vec::new()).await.expect("stage keys");
+        store.seal(&id, 1).await.expect("seal");
     }
+    store
+}
+
+/// The same keys, each owned by the same checkpoint id, in a raw redb table of the store's key-index types.
+fn raw_lookup_db(dir: &Path, keys: u64) -> Database {
+    let raw = raw_db(&dir.join("lookup-raw.redb"));
+    let txn = raw.begin_write().expect("raw write");
+    {
+        let mut t = txn.open_table(RAW_KEYS).expect("raw keys table");
+        for i in 0..keys {
+            let owner = format!("lookup-{}", i / BUILD_KEYS_PER_STAGE);
+            t.insert(key(i).as_slice(), owner.as_str()).expect("raw insert");
+        }
+    }
+    txn.commit().expect("raw commit");
+    raw
+}
+
+/// Random processed keys to look up (seeded, printed), checked against the store first.
+fn lookup_probes(store: &Store, keys: u64) -> Vec<Vec<u8>> {
     println!("lookups: {keys} processed keys, probes drawn with seed {LOOKUP_SEED:#x}");
     let mut rng = SplitMix64::new(LOOKUP_SEED);
     let probes: Vec<Vec<u8>> = (0..LOOKUP_PROBES).map(|_| key(rng.below(keys))).collect();
-    assert!(store.is_processed(&probes[0]).expect("lookup"), "a processed key must be found");
+    assert!(probes.iter().all(|p| store.is_processed(p).expect("lookup")), "every processed key must be found");
     assert!(!store.is_processed(b"s3://in/absent").expect("lookup"), "an absent key must not be found");
+    probes
+}
 
-    let mut g = c.benchmark_group("lookups");
-    g.sampling_mode(SAMPLING);
-    let mut i = 0usize;
-    g.bench_function("sinkpoint-is-processed", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "is-processed", iters, || {
-                for _ in 0..iters {
-                    let hit = store.is_processed(&probes[i % LOOKUP_PROBES]).expect("lookup");
-                    std::hint::black_box(hit);
-                    i += 1;
-                }
-            })
-        })
-    });
-    g.bench_function("redb-get-a-read-txn-each", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "redb-get", iters, || {
-                for _ in 0..iters {
-                    let txn = raw.begin_read().expect("raw read");
-                    let t = txn.open_table(RAW_KEYS).expect("raw keys table");
-                    let hit = t.get(probes[i % LOOKUP_PROBES].as_slice()).expect("raw get").is_some();
-                    std::hint::black_box(hit);
-                    i += 1;
-                }
-            })
-        })
-    });
-    let txn = raw.begin_read().expect("raw read");
-    let t = txn.open_table(RAW_KEYS).expect("raw keys table");
-    g.bench_function("redb-get-one-held-read-txn", |b| {
-        b.iter_custom(|iters| {
-            timed(samples, "redb-get-held", iters, || {
-                for _ in 0..iters {
-                    let hit = t.get(probes[i % LOOKUP_PROBES].as_slice()).expect("raw get").is_some();
-                    std::hint::black_box(hit);
-                    i += 1;
-                }
-            })
-        })
-    });
-    g.finish();
-    store.close();
+/// Times `iters` lookups, cycling through the probes.
+fn timed_lookups(iters: u64, probes: &[Vec<u8>], mut lookup: impl FnMut(&[u8]) -> bool) -> Duration {
+    let start = Instant::now();
+    for i in 0..iters as usize {
+        std::hint::black_box(lookup(&probes[i % probes.len()]));
+    }
+    start.elapsed()
 }

@@ -17,17 +17,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::Criterion;
 use redb::{Database, ReadableDatabase, TableDefinition};
 use sinkpoint::{StagingDurability, Store};
 
-use common::{Goal, Report, SAMPLING, Samples, cid, fmt_dur, key, small_result};
+use common::{Goal, Op, Report, cid, fmt_dur, key, small_result};
 
 /// sinkpoint's key index, read raw by the baseline scan (the table's name and types are the store's own).
 const KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
 
 /// Criterion's samples per bench (its minimum): each is one open of a fresh copy of the crashed file.
 const SAMPLE_SIZE: usize = 10;
+/// Paired rounds of one store open and one raw open each, behind the ratio.
+const OPEN_ROUNDS: usize = 10;
 /// Bumped whenever the fixture's shape changes, so that a stale cached file is never measured.
 const FIXTURE_VERSION: u32 = 1;
 /// Source keys per checkpoint in every fixture: 1 M keys over 10 k checkpoints.
@@ -53,25 +54,37 @@ fn main() {
     }
     let quick = common::quick();
     let (big, small) = if quick { (20_000, 5_000) } else { (1_000_000, 100_000) };
-    let samples = Samples::default();
     let report = Report::default();
     let dir = common::tempdir();
     let mut c = common::criterion(SAMPLE_SIZE, Duration::from_secs(if quick { 1 } else { 5 }));
 
     let big_fixture = fixture(big, dir.path(), quick);
-    bench_open(&mut c, &big_fixture, dir.path(), &samples, big);
+    let size = std::fs::metadata(&big_fixture).map(|m| m.len()).unwrap_or(0);
+    println!("open after a crash: {big} keys, a {:.1} MiB file", size as f64 / (1024.0 * 1024.0));
+    let rt = common::runtime();
+    let copy = dir.path().join("open.redb");
+    let mut ops = open_ops(&rt, &big_fixture, &copy);
+    common::bench_ops(&mut c, "open-after-crash", &mut ops);
     c.final_summary();
-    if let (Some(store), Some(raw)) =
-        (samples.median("open-store", SAMPLE_SIZE), samples.median("open-raw", SAMPLE_SIZE))
-    {
+    let r = common::paired_rounds(&mut ops, if quick { 1 } else { OPEN_ROUNDS }, Duration::ZERO);
+    drop(ops);
+    let _ = std::fs::remove_file(&copy);
+    if let Some(ratio) = r.ratio("sinkpoint-store-open", "redb-open") {
+        let spread = r.spread("sinkpoint-store-open", "redb-open").unwrap_or_default();
         report.add(
             format!(
                 "open after a crash, {big} keys / {} checkpoints: Store::open / raw redb open (time)",
                 big / KEYS_PER_CHECKPOINT
             ),
-            store.as_secs_f64() / raw.as_secs_f64(),
+            ratio,
             Goal::AtMost(2.0),
-            format!("store {} vs redb {}", fmt_dur(store), fmt_dur(raw)),
+            format!(
+                "store {} vs redb {} (rounds {:.2}..{:.2})",
+                fmt_dur(r.time("sinkpoint-store-open").unwrap_or_default()),
+                fmt_dur(r.time("redb-open").unwrap_or_default()),
+                spread.0,
+                spread.1
+            ),
         );
     }
 
@@ -255,54 +268,41 @@ fn build(path: &Path, keys: u64) {
 // ---------------------------------------------------------------------------------------------------------
 // Open after a crash.
 
-fn bench_open(c: &mut Criterion, fixture: &Path, scratch: &Path, samples: &Samples, keys: u64) {
-    let rt = common::runtime();
-    let copy = scratch.join("open.redb");
-    let size = std::fs::metadata(fixture).map(|m| m.len()).unwrap_or(0);
-    println!("open after a crash: {keys} keys, a {:.1} MiB file", size as f64 / (1024.0 * 1024.0));
-    let mut g = c.benchmark_group("open-after-crash");
-    g.sampling_mode(SAMPLING);
-    g.bench_function("sinkpoint-store-open", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                // A fresh copy each time: an open repairs the file and then shuts it down cleanly.
-                std::fs::copy(fixture, &copy).expect("copy the fixture");
-                let start = Instant::now();
-                let store =
-                    rt.block_on(Store::builder(common::job(), common::target()).path(&copy).must_exist().open());
-                total += start.elapsed();
-                let store = store.expect("open the crashed store");
-                assert_eq!(store.orphans().len() as u64, STAGED_AT_CRASH, "the orphans found at open");
-                store.close();
-            }
-            samples.record("open-store", iters, total);
-            total
-        })
+/// The two opens of a fresh copy of the crashed fixture (copied before the clock starts: an open repairs the
+/// file and then shuts it down cleanly, so each open needs its own crash image).
+fn open_ops<'a>(rt: &'a tokio::runtime::Runtime, fixture: &'a Path, copy: &'a Path) -> Vec<Op<'a>> {
+    let store_open = Op::new("sinkpoint-store-open", 1, 1, move |iters| {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            std::fs::copy(fixture, copy).expect("copy the fixture");
+            let start = Instant::now();
+            let store = rt.block_on(Store::builder(common::job(), common::target()).path(copy).must_exist().open());
+            total += start.elapsed();
+            let store = store.expect("open the crashed store");
+            assert_eq!(store.orphans().len() as u64, STAGED_AT_CRASH, "the orphans found at open");
+            store.close();
+        }
+        total
     });
-    g.bench_function("redb-open", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                std::fs::copy(fixture, &copy).expect("copy the fixture");
-                let repaired = Arc::new(AtomicU64::new(0));
-                let seen = repaired.clone();
-                let start = Instant::now();
-                let db = Database::builder()
-                    .set_repair_callback(move |_| {
-                        seen.fetch_add(1, Ordering::Relaxed);
-                    })
-                    .open(&copy);
-                total += start.elapsed();
-                drop(db.expect("raw open of the crashed file"));
-                assert!(repaired.load(Ordering::Relaxed) > 0, "the file must need a repair: it is a crash image");
-            }
-            samples.record("open-raw", iters, total);
-            total
-        })
+    let raw_open = Op::new("redb-open", 1, 1, move |iters| {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            std::fs::copy(fixture, copy).expect("copy the fixture");
+            let repaired = Arc::new(AtomicU64::new(0));
+            let seen = repaired.clone();
+            let start = Instant::now();
+            let db = Database::builder()
+                .set_repair_callback(move |_| {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                })
+                .open(copy);
+            total += start.elapsed();
+            drop(db.expect("raw open of the crashed file"));
+            assert!(repaired.load(Ordering::Relaxed) > 0, "the file must need a repair: it is a crash image");
+        }
+        total
     });
-    g.finish();
-    let _ = std::fs::remove_file(&copy);
+    vec![store_open, raw_open]
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -37,32 +37,88 @@ pub fn criterion(sample_size: usize, measurement: Duration) -> Criterion {
 /// The sampling mode every group uses.
 pub const SAMPLING: SamplingMode = SamplingMode::Flat;
 
-/// Records each `iter_custom` call (one criterion sample, or a warm-up call) so that the ratios are computed
-/// from exactly the samples criterion measured: criterion runs its warm-up calls first and its `sample_size`
-/// measured samples last, so the last `sample_size` records of a name are the measured ones.
-#[derive(Default)]
-pub struct Samples {
-    by_name: Mutex<BTreeMap<String, Vec<(u64, Duration)>>>,
+/// One measured operation: `run(iters)` does `iters` iterations of `elements` elements each and returns the
+/// time they took (a routine may leave its setup, such as copying a file, out of it).
+pub struct Op<'a> {
+    pub name: &'static str,
+    /// Elements (stage calls, inserts, lookups, opens) in one iteration.
+    pub elements: u64,
+    /// Iterations per timed call in the paired rounds: more than one for sub-microsecond routines, so that
+    /// reading the clock does not weigh on them.
+    pub chunk: u64,
+    pub run: Box<dyn FnMut(u64) -> Duration + 'a>,
 }
 
-impl Samples {
-    /// Records one call of `iters` iterations that took `elapsed`.
-    pub fn record(&self, name: &str, iters: u64, elapsed: Duration) {
-        let mut map = self.by_name.lock().expect("samples lock");
-        map.entry(name.to_owned()).or_default().push((iters, elapsed));
+impl<'a> Op<'a> {
+    pub fn new(name: &'static str, elements: u64, chunk: u64, run: impl FnMut(u64) -> Duration + 'a) -> Self {
+        Self { name, elements, chunk, run: Box::new(run) }
+    }
+}
+
+/// Registers every op as a criterion bench of `group` (criterion's own statistics and output).
+pub fn bench_ops(c: &mut Criterion, group: &str, ops: &mut [Op<'_>]) {
+    let mut g = c.benchmark_group(group);
+    g.sampling_mode(SAMPLING);
+    for op in ops.iter_mut() {
+        g.throughput(criterion::Throughput::Elements(op.elements));
+        g.bench_function(op.name, |b| b.iter_custom(|iters| (op.run)(iters)));
+    }
+    g.finish();
+}
+
+/// The time of one element of each op in each round of [`paired_rounds`].
+pub struct Rounds {
+    per_element: BTreeMap<&'static str, Vec<f64>>,
+}
+
+/// The ratios' measurement, built for a noisy shared machine: `rounds` rounds, each running every op for about
+/// `burst`, one after the other (in reverse order every other round, so that a trend over the round weighs on
+/// both sides of a pair alike). A ratio is the median over rounds of the two ops' times in the same round, so
+/// the noise of a moment is shared by a subject and its baseline instead of landing on one of them.
+pub fn paired_rounds(ops: &mut [Op<'_>], rounds: usize, burst: Duration) -> Rounds {
+    let mut per_element: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    for round in 0..rounds {
+        let order: Vec<usize> = if round % 2 == 0 { (0..ops.len()).collect() } else { (0..ops.len()).rev().collect() };
+        for i in order {
+            let op = &mut ops[i];
+            let (mut elapsed, mut elements) = (Duration::ZERO, 0u64);
+            // At least one call, however short the burst.
+            loop {
+                elapsed += (op.run)(op.chunk);
+                elements += op.chunk * op.elements;
+                if elapsed >= burst {
+                    break;
+                }
+            }
+            per_element.entry(op.name).or_default().push(elapsed.as_secs_f64() / elements as f64);
+        }
+    }
+    Rounds { per_element }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 }
+}
+
+impl Rounds {
+    /// The median time of one element of `op`.
+    pub fn time(&self, op: &str) -> Option<Duration> {
+        self.per_element.get(op).map(|v| Duration::from_secs_f64(median(v.clone())))
     }
 
-    /// The median time of one iteration over the last `n` samples of `name`, if it ran (a criterion filter
-    /// may have skipped it).
-    pub fn median(&self, name: &str, n: usize) -> Option<Duration> {
-        let map = self.by_name.lock().expect("samples lock");
-        let all = map.get(name)?;
-        let mut per_iter: Vec<f64> =
-            all[all.len().saturating_sub(n)..].iter().map(|(i, d)| d.as_secs_f64() / (*i).max(1) as f64).collect();
-        per_iter.sort_by(f64::total_cmp);
-        let mid = per_iter.len() / 2;
-        let median = if per_iter.len() % 2 == 1 { per_iter[mid] } else { (per_iter[mid - 1] + per_iter[mid]) / 2.0 };
-        Some(Duration::from_secs_f64(median))
+    /// The median over rounds of `a`'s time per element over `b`'s.
+    pub fn ratio(&self, a: &str, b: &str) -> Option<f64> {
+        let (a, b) = (self.per_element.get(a)?, self.per_element.get(b)?);
+        Some(median(a.iter().zip(b).map(|(x, y)| x / y).collect()))
+    }
+
+    /// The spread of that ratio over the rounds (min, max), to show how noisy the run was.
+    pub fn spread(&self, a: &str, b: &str) -> Option<(f64, f64)> {
+        let (a, b) = (self.per_element.get(a)?, self.per_element.get(b)?);
+        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        Some((r.iter().copied().fold(f64::INFINITY, f64::min), r.iter().copied().fold(0.0, f64::max)))
     }
 }
 
@@ -123,14 +179,10 @@ impl Report {
         println!("| row | ratio | goal | verdict | absolute figures |");
         println!("| --- | ---: | --- | --- | --- |");
         for r in rows.iter() {
-            println!(
-                "| {} | {:.3} | {} | {} | {} |",
-                r.name,
-                r.ratio,
-                r.goal.text(),
-                r.goal.verdict(r.ratio),
-                r.figures
-            );
+            // Three decimals, but a tiny ratio keeps its digits in scientific notation.
+            let ratio =
+                if r.ratio == 0.0 || r.ratio >= 0.01 { format!("{:.3}", r.ratio) } else { format!("{:.1e}", r.ratio) };
+            println!("| {} | {ratio} | {} | {} | {} |", r.name, r.goal.text(), r.goal.verdict(r.ratio), r.figures);
         }
         println!("\n{}", machine());
     }
