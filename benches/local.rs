@@ -26,8 +26,8 @@ const RAW_KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
 /// Criterion's samples per bench (its minimum).
 const SAMPLE_SIZE: usize = 10;
 /// The paired rounds behind the ratios, and how long each op runs in a round.
-const ROUNDS: usize = 12;
-const BURST: Duration = Duration::from_millis(60);
+const ROUNDS: usize = 15;
+const BURST: Duration = Duration::from_millis(40);
 /// Parts per checkpoint id before a stager moves to a fresh id (well below the seal limit).
 const PARTS_PER_ID: u64 = 50_000;
 /// The concurrency levels of the group-commit row.
@@ -100,10 +100,23 @@ fn main() {
     common::bench_ops(&mut c, "lookups", &mut lookups);
     c.final_summary();
 
-    // The ratios: every op of every group in each round, so each pair shares the machine's moments.
+    // The ratios: each subject and its baseline in alternating bursts, so each pair shares the machine's moments.
     let mut all: Vec<Op<'_>> = durable.into_iter().chain(grouped).chain(lookups).collect();
+    let mut pairs = vec![
+        ("sinkpoint-stage", "redb-single-insert"),
+        ("sinkpoint-stage-nondurable", "redb-single-insert-nondurable"),
+        ("sinkpoint-is-processed", "redb-get-a-read-txn-each"),
+        ("sinkpoint-is-processed", "redb-get-one-held-read-txn"),
+    ];
+    for n in STAGERS {
+        pairs.push((stagers_name(n), "redb-single-insert"));
+        pairs.push((stagers_name(n), "redb-1000-inserts-a-commit"));
+        if n >= 32 {
+            pairs.push((stagers_name(n), "redb-stage-shaped-64-calls-a-commit"));
+        }
+    }
     let (rounds, burst) = if quick { (1, Duration::from_millis(1)) } else { (ROUNDS, BURST) };
-    let r = common::paired_rounds(&mut all, rounds, burst);
+    let r = common::paired_rounds(&mut all, &pairs, rounds, burst);
     drop(all);
     let stats = group.stats();
     println!(
@@ -154,10 +167,11 @@ fn report_rows(report: &Report, r: &common::Rounds) {
     }
     for n in STAGERS {
         let name = stagers_name(n);
+        let who = if n == 1 { "1 stager".to_owned() } else { format!("{n} stagers") };
         // Throughput ratios: the baseline's time per element over the subject's.
         if let Some(ratio) = r.ratio("redb-single-insert", name) {
             report.add(
-                format!("{n} stagers, group commit / serial raw redb durable commits (calls per second)"),
+                format!("{who}, group commit / serial raw redb durable commits (calls per second)"),
                 ratio,
                 if n == 32 { Goal::AtLeast(10.0) } else { Goal::Info },
                 format!("{} vs {}{}", rate(name), rate("redb-single-insert"), spread("redb-single-insert", name)),
@@ -165,7 +179,7 @@ fn report_rows(report: &Report, r: &common::Rounds) {
         }
         if let Some(ratio) = r.ratio("redb-1000-inserts-a-commit", name) {
             report.add(
-                format!("{n} stagers, group commit / raw redb commits of 1,000 inserts (per second)"),
+                format!("{who}, group commit / raw redb commits of 1,000 inserts (per second)"),
                 ratio,
                 if n >= 32 { Goal::AtLeast(0.5) } else { Goal::Info },
                 format!("{} stage calls vs {} inserts", rate(name), rate("redb-1000-inserts-a-commit")),
@@ -173,7 +187,7 @@ fn report_rows(report: &Report, r: &common::Rounds) {
         }
         if let (Some(ratio), true) = (r.ratio("redb-stage-shaped-64-calls-a-commit", name), n >= 32) {
             report.add(
-                format!("{n} stagers / raw redb doing a stage call's writes by hand, 64 calls a commit (per second)"),
+                format!("{who} / raw redb doing a stage call's writes by hand, 64 calls a commit (per second)"),
                 ratio,
                 Goal::Info,
                 format!("{} vs {}", rate(name), rate("redb-stage-shaped-64-calls-a-commit")),

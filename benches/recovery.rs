@@ -28,7 +28,7 @@ const KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
 /// Criterion's samples per bench (its minimum): each is one open of a fresh copy of the crashed file.
 const SAMPLE_SIZE: usize = 10;
 /// Paired rounds of one store open and one raw open each, behind the ratio.
-const OPEN_ROUNDS: usize = 10;
+const OPEN_ROUNDS: usize = 11;
 /// Bumped whenever the fixture's shape changes, so that a stale cached file is never measured.
 const FIXTURE_VERSION: u32 = 1;
 /// Source keys per checkpoint in every fixture: 1 M keys over 10 k checkpoints.
@@ -66,7 +66,8 @@ fn main() {
     let mut ops = open_ops(&rt, &big_fixture, &copy);
     common::bench_ops(&mut c, "open-after-crash", &mut ops);
     c.final_summary();
-    let r = common::paired_rounds(&mut ops, if quick { 1 } else { OPEN_ROUNDS }, Duration::ZERO);
+    let pairs = [("sinkpoint-store-open", "redb-open")];
+    let r = common::paired_rounds(&mut ops, &pairs, if quick { 1 } else { OPEN_ROUNDS }, Duration::ZERO);
     drop(ops);
     let _ = std::fs::remove_file(&copy);
     if let Some(ratio) = r.ratio("sinkpoint-store-open", "redb-open") {

@@ -66,34 +66,48 @@ pub fn bench_ops(c: &mut Criterion, group: &str, ops: &mut [Op<'_>]) {
     g.finish();
 }
 
-/// The time of one element of each op in each round of [`paired_rounds`].
+/// What [`paired_rounds`] measured: for each pair, the two ops' times per element in each round.
 pub struct Rounds {
-    per_element: BTreeMap<&'static str, Vec<f64>>,
+    pairs: BTreeMap<(&'static str, &'static str), Vec<(f64, f64)>>,
 }
 
-/// The ratios' measurement, built for a noisy shared machine: `rounds` rounds, each running every op for about
-/// `burst`, one after the other (in reverse order every other round, so that a trend over the round weighs on
-/// both sides of a pair alike). A ratio is the median over rounds of the two ops' times in the same round, so
-/// the noise of a moment is shared by a subject and its baseline instead of landing on one of them.
-pub fn paired_rounds(ops: &mut [Op<'_>], rounds: usize, burst: Duration) -> Rounds {
-    let mut per_element: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
-    for round in 0..rounds {
-        let order: Vec<usize> = if round % 2 == 0 { (0..ops.len()).collect() } else { (0..ops.len()).rev().collect() };
-        for i in order {
-            let op = &mut ops[i];
-            let (mut elapsed, mut elements) = (Duration::ZERO, 0u64);
-            // At least one call, however short the burst.
-            loop {
-                elapsed += (op.run)(op.chunk);
-                elements += op.chunk * op.elements;
-                if elapsed >= burst {
-                    break;
-                }
-            }
-            per_element.entry(op.name).or_default().push(elapsed.as_secs_f64() / elements as f64);
+/// The ratios' measurement, built for a noisy shared machine (whose disk can turn ten times slower for a
+/// second): for each pair `(a, b)`, `rounds` rounds of `a` for about `burst` then `b` for about `burst` (`b`
+/// first every other round, so that a trend weighs on both alike). A ratio is the median over rounds of the two
+/// ops' times in the same round: the noise of a moment is shared by a subject and its baseline instead of
+/// landing on one of them.
+pub fn paired_rounds(
+    ops: &mut [Op<'_>],
+    pairs: &[(&'static str, &'static str)],
+    rounds: usize,
+    burst: Duration,
+) -> Rounds {
+    let mut out: BTreeMap<(&'static str, &'static str), Vec<(f64, f64)>> = BTreeMap::new();
+    let index = |ops: &[Op<'_>], name: &str| ops.iter().position(|o| o.name == name);
+    for &(a, b) in pairs {
+        let (Some(ia), Some(ib)) = (index(ops, a), index(ops, b)) else { continue };
+        for round in 0..rounds {
+            let (first, second) = if round % 2 == 0 { (ia, ib) } else { (ib, ia) };
+            let t_first = burst_time(&mut ops[first], burst);
+            let t_second = burst_time(&mut ops[second], burst);
+            let (ta, tb) = if round % 2 == 0 { (t_first, t_second) } else { (t_second, t_first) };
+            out.entry((a, b)).or_default().push((ta, tb));
         }
     }
-    Rounds { per_element }
+    Rounds { pairs: out }
+}
+
+/// Runs `op` for about `burst` (at least one call) and returns its time per element.
+fn burst_time(op: &mut Op<'_>, burst: Duration) -> f64 {
+    let (mut elapsed, mut elements) = (Duration::ZERO, 0u64);
+    loop {
+        elapsed += (op.run)(op.chunk);
+        elements += op.chunk * op.elements;
+        if elapsed >= burst {
+            break;
+        }
+    }
+    elapsed.as_secs_f64() / elements as f64
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -103,22 +117,38 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 impl Rounds {
-    /// The median time of one element of `op`.
-    pub fn time(&self, op: &str) -> Option<Duration> {
-        self.per_element.get(op).map(|v| Duration::from_secs_f64(median(v.clone())))
+    /// The per-round ratios of `a` over `b` (time per element), from the pair measured either way round.
+    fn ratios(&self, a: &str, b: &str) -> Option<Vec<f64>> {
+        if let Some(v) = self.pairs.iter().find(|((x, y), _)| *x == a && *y == b).map(|(_, v)| v) {
+            return Some(v.iter().map(|(ta, tb)| ta / tb).collect());
+        }
+        let v = self.pairs.iter().find(|((x, y), _)| *x == b && *y == a).map(|(_, v)| v)?;
+        Some(v.iter().map(|(tb, ta)| ta / tb).collect())
     }
 
     /// The median over rounds of `a`'s time per element over `b`'s.
     pub fn ratio(&self, a: &str, b: &str) -> Option<f64> {
-        let (a, b) = (self.per_element.get(a)?, self.per_element.get(b)?);
-        Some(median(a.iter().zip(b).map(|(x, y)| x / y).collect()))
+        self.ratios(a, b).map(median)
     }
 
     /// The spread of that ratio over the rounds (min, max), to show how noisy the run was.
     pub fn spread(&self, a: &str, b: &str) -> Option<(f64, f64)> {
-        let (a, b) = (self.per_element.get(a)?, self.per_element.get(b)?);
-        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        let r = self.ratios(a, b)?;
         Some((r.iter().copied().fold(f64::INFINITY, f64::min), r.iter().copied().fold(0.0, f64::max)))
+    }
+
+    /// The median time of one element of `op` over every round it ran in.
+    pub fn time(&self, op: &str) -> Option<Duration> {
+        let mut all = Vec::new();
+        for ((a, b), v) in &self.pairs {
+            if *a == op {
+                all.extend(v.iter().map(|(t, _)| *t));
+            }
+            if *b == op {
+                all.extend(v.iter().map(|(_, t)| *t));
+            }
+        }
+        (!all.is_empty()).then(|| Duration::from_secs_f64(median(all)))
     }
 }
 
