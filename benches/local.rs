@@ -1,6 +1,8 @@
 //! The local rows, each against raw redb on the same disk in the same run: one durable stage vs one durable
 //! single-insert commit; 1, 8, 32 and 128 concurrent stagers (group commit) vs serial durable commits and vs
-//! durable commits of 1,000 inserts each; `is_processed` vs redb point gets. It ends by printing the ratios.
+//! durable commits of 1,000 inserts each; `is_processed` vs redb point gets. Criterion times each operation;
+//! then each subject and its baseline run in alternating bursts (`common::paired_rounds`) for the ratios, which
+//! it prints last.
 //!
 //! `cargo bench --bench local` measures; `cargo test --bench local` runs each bench once on tiny fixtures.
 

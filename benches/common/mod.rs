@@ -1,6 +1,6 @@
-//! Shared by every bench: the quick-mode switch, the in-run sample recorder that turns criterion's samples into
-//! the ratios the report leads with, the report table, and the fixtures (a store, a raw redb file, keys and
-//! results of the sizes the rows name).
+//! Shared by every bench: the quick-mode switch, the measured operations ([`Op`]) that criterion times one by
+//! one and [`paired_rounds`] times in alternating pairs for the ratios the report leads with, the report table,
+//! and the fixtures (a store, keys and results of the sizes the rows name).
 //!
 //! Each bench binary includes this file with `#[path = "common/mod.rs"] mod common;`, so a helper one binary
 //! does not use is dead code there: hence the module-wide allow.
