@@ -115,6 +115,7 @@ fn main() {
         pairs.push((stagers_name(n), "redb-1000-inserts-a-commit"));
         if n >= 32 {
             pairs.push((stagers_name(n), "redb-stage-shaped-64-calls-a-commit"));
+            pairs.push((stagers_name(n), "sinkpoint-stage"));
         }
     }
     let (rounds, burst) = if quick { (1, Duration::from_millis(1)) } else { (ROUNDS, BURST) };
@@ -185,6 +186,14 @@ fn report_rows(report: &Report, r: &common::Rounds) {
                 ratio,
                 if n >= 32 { Goal::AtLeast(0.5) } else { Goal::Info },
                 format!("{} stage calls vs {} inserts", rate(name), rate("redb-1000-inserts-a-commit")),
+            );
+        }
+        if let (Some(ratio), true) = (r.ratio("sinkpoint-stage", name), n >= 32) {
+            report.add(
+                format!("{who} / serial sinkpoint stage calls, one durable commit each (calls per second)"),
+                ratio,
+                Goal::Info,
+                format!("{} vs {}", rate(name), rate("sinkpoint-stage")),
             );
         }
         if let (Some(ratio), true) = (r.ratio("redb-stage-shaped-64-calls-a-commit", name), n >= 32) {
