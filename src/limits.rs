@@ -35,7 +35,8 @@ pub const GROUP_COMMIT_CALLS_MAX: usize = 256;
 pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
 /// The largest frame payload (one encoded WAL record), in bytes.
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more.
+/// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:
+/// at least this many and fewer than twice this many, for it is truncated in steps of this many.
 pub const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
 /// The most keys one page of the processed-key iterator holds in memory.
 pub const KEY_PAGE_KEYS_MAX: usize = 1024;

@@ -78,3 +78,43 @@ async fn an_existing_file_that_is_not_a_store_is_refused_not_replaced() {
     assert!(result.is_err(), "a file that is not a redb database must not be opened");
     assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 8192], "and it must be left as it was");
 }
+
+#[tokio::test]
+async fn without_a_mirror_the_local_log_stays_bounded() {
+    use sinkpoint::StagingDurability;
+    use sinkpoint::limits::LOG_RECORDS_RETAINED_MAX;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let store = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap())
+        .path(&path)
+        .staging_durability(StagingDurability::None)
+        .open()
+        .await
+        .unwrap();
+    let a = id("input-0");
+    let mut most = 0;
+    // Enough records to cross the truncation threshold (twice the retained count) twice.
+    let calls = 4 * LOG_RECORDS_RETAINED_MAX as u32 + 10;
+    for part in 0..calls {
+        store.stage(&a, 0, part, vec![], vec![result(&format!("f{part}"))]).await.unwrap();
+        if part % 256 == 0 {
+            most = most.max(store.log_frames().unwrap().len());
+        }
+    }
+    store.seal(&a, calls).await.unwrap();
+    let frames = store.log_frames().unwrap().len() as u64;
+    assert!(
+        (LOG_RECORDS_RETAINED_MAX..2 * LOG_RECORDS_RETAINED_MAX).contains(&frames),
+        "{frames} frames kept after {calls} records"
+    );
+    assert!((most as u64) < 2 * LOG_RECORDS_RETAINED_MAX, "the log reached {most} frames");
+    assert_eq!(store.verify_log().unwrap(), frames, "the kept frames are dense and intact");
+    store.close();
+    let store = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap())
+        .path(&path)
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(store.get(&a).unwrap().unwrap().state, CheckpointState::Sealed);
+    assert_eq!(store.pending().unwrap().checkpoints[0].results.len(), calls as usize);
+}

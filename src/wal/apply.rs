@@ -12,7 +12,7 @@ use crate::types::{CheckpointId, Epoch, WriteResult};
 use crate::wal::frame;
 use crate::wal::record::{Record, Resolution, encode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValue, STATES, encode_meta,
+    CHECKPOINTS, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValueRef, STATES, encode_meta,
     read_checkpoint, read_commit, read_part_numbers, read_parts,
 };
 
@@ -83,12 +83,15 @@ impl<'txn> Tables<'txn> {
         old: Option<&CheckpointRecord>,
         next: &CheckpointRecord,
     ) -> Result<(), Error> {
-        if let Some(old) = old
-            && old.state.code() != next.state.code()
-        {
-            self.states.remove((old.state.code(), id.as_str()))?;
+        // The states index changes only with the state: rewriting an unchanged entry would still dirty (and so
+        // write and fsync) its page in every stage call's commit.
+        let old_code = old.map(|o| o.state.code());
+        if old_code != Some(next.state.code()) {
+            if let Some(code) = old_code {
+                self.states.remove((code, id.as_str()))?;
+            }
+            self.states.insert((next.state.code(), id.as_str()), ())?;
         }
-        self.states.insert((next.state.code(), id.as_str()), ())?;
         self.checkpoints.insert(id.as_str(), encode_value(next)?.as_slice())?;
         Ok(())
     }
@@ -264,7 +267,9 @@ impl<'txn> Tables<'txn> {
         let outcome = match record {
             Record::Stage { id, attempt, part, keys, results } => {
                 let cur = read_checkpoint(&self.checkpoints, id)?;
-                let bytes = encode_value(&PartValue { keys: keys.clone(), results: results.clone() })?;
+                // Encoded from borrowed fields: the same bytes as a `PartValue`, without cloning every key and
+                // result of the call first.
+                let bytes = encode_value(&PartValueRef { keys, results })?;
                 let existing = self.part_match(id, cur.as_ref(), *attempt, *part, &bytes)?;
                 let results_count = u32::try_from(results.len()).map_err(|_| Error::bug("result count"))?;
                 let event = Event::Stage { attempt: *attempt, part: *part, existing, results: results_count };

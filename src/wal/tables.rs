@@ -61,6 +61,14 @@ pub(crate) struct PartValue {
     pub results: Vec<WriteResult>,
 }
 
+/// A [`PartValue`] by reference, for encoding only: postcard writes a slice exactly as it writes a `Vec`, so the
+/// bytes are a `PartValue`'s (`tests::part_value_ref_encodes_as_part_value` holds them equal).
+#[derive(Serialize)]
+pub(crate) struct PartValueRef<'a> {
+    pub keys: &'a [SourceKey],
+    pub results: &'a [WriteResult],
+}
+
 /// One commit key's record: bound forever to its set of checkpoints.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
 pub struct CommitValue {
@@ -145,4 +153,26 @@ pub(crate) fn create_all(txn: &redb::WriteTransaction) -> Result<(), Error> {
     txn.open_table(STATES)?;
     txn.open_table(COMMITS)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Format;
+
+    #[test]
+    fn part_value_ref_encodes_as_part_value() {
+        let keys = vec![b"k0".to_vec(), Vec::new(), vec![0xff; 300]];
+        let results = vec![
+            WriteResult::new(Format::Parquet, b"part-0.parquet".to_vec()).unwrap(),
+            WriteResult::new(Format::Other("x".into()), vec![7; 200]).unwrap(),
+        ];
+        let owned = encode_value(&PartValue { keys: keys.clone(), results: results.clone() }).unwrap();
+        let borrowed = encode_value(&PartValueRef { keys: &keys, results: &results }).unwrap();
+        assert_eq!(owned, borrowed);
+        let back: PartValue = decode_value(&borrowed, &|| "test".into()).unwrap();
+        assert_eq!((back.keys, back.results), (keys, results));
+        let empty = encode_value(&PartValueRef { keys: &[], results: &[] }).unwrap();
+        assert_eq!(empty, encode_value(&PartValue { keys: Vec::new(), results: Vec::new() }).unwrap());
+    }
 }

@@ -278,11 +278,17 @@ fn commit_batch(
             results.push(tables.execute(&mut next, &call.record, &mut frames)?);
         }
         if !frames.is_empty() {
-            let keep = match shipper {
-                None => next.next_seq.saturating_sub(LOG_RECORDS_RETAINED_MAX),
-                Some(_) => *keep_from,
-            };
-            tables.truncate_log(&mut next, keep)?;
+            // Without a mirror the log is cut in steps of LOG_RECORDS_RETAINED_MAX records, once it holds twice that:
+            // cutting a record or two off its head in every batch would dirty (write and fsync) the log's first
+            // pages as well as its last in nearly every commit. With a mirror, the shipper says what it still needs.
+            match shipper {
+                None if next.next_seq.saturating_sub(next.log_start) >= 2 * LOG_RECORDS_RETAINED_MAX => {
+                    let keep = next.next_seq - LOG_RECORDS_RETAINED_MAX;
+                    tables.truncate_log(&mut next, keep)?;
+                }
+                None => {}
+                Some(_) => tables.truncate_log(&mut next, *keep_from)?,
+            }
             tables.write_meta(&next)?;
         }
     }
