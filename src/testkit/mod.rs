@@ -9,12 +9,14 @@
 //! - [`FaultStore`]: an object store wrapper that fails puts before or after they land, holds them at a gate,
 //!   adds latency, counts requests and bytes, and crashes at operation k.
 //! - [`ManualClock`]: a clock that moves only when the test says so.
+//! - [`conformance`]: the suite an adapter author runs against their own [`crate::Target`].
 //! - [`crash`]: the exhaustive crash-point runner: a scripted [`crash::Workload`] crashed at every I/O
 //!   operation, recovered, checked against its crash-free run and finished.
 //! - [`fuzz`]: the logic of the fuzz targets in `fuzz/`, callable on stable from plain tests.
 
 mod backend;
 mod clock;
+pub mod conformance;
 pub mod crash;
 mod faults;
 pub mod fuzz;
