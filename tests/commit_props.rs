@@ -32,7 +32,10 @@ fn cases() -> u32 {
 #[test]
 fn every_sealed_result_lands_exactly_once() {
     let config = ProptestConfig::with_cases(cases());
-    eprintln!(
+    // Straight to stderr, past the test harness's capture, so that a passing run shows the count too.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
         "commit protocol property: {} cases (PROPTEST_CASES to change); failures persist under tests/*.proptest-regressions",
         config.cases
     );

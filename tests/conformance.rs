@@ -13,7 +13,11 @@ use sinkpoint::{CommitKey, CommitOutcome, ProbeOutcome, Target, TargetCommit, Wr
 
 fn settings(cases: u32, seed: u64) -> SuiteSettings {
     let cases = std::env::var("SINKPOINT_CONFORMANCE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
-    eprintln!("conformance: {cases} cases from seed {seed} (SINKPOINT_CONFORMANCE_CASES to change)");
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "conformance: {cases} cases from seed {seed} (SINKPOINT_CONFORMANCE_CASES to change)"
+    );
     SuiteSettings { cases, seed, ..SuiteSettings::default() }
 }
 
