@@ -41,6 +41,11 @@ pub const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
 /// The most keys one page of the processed-key iterator holds in memory.
 pub const KEY_PAGE_KEYS_MAX: usize = 1024;
 
+/// The default size of redb's page cache, in bytes (redb's own default is 1 GiB).
+pub const STORE_CACHE_BYTES_DEFAULT: usize = 64 * 1024 * 1024;
+/// The smallest page cache a store accepts, in bytes.
+pub const STORE_CACHE_BYTES_MIN: usize = 1024 * 1024;
+
 // A stage call at its limits must fit one frame, with room for the record's own fields.
 const _: () = assert!(STAGE_BYTES_MAX + 1024 * 1024 <= FRAME_PAYLOAD_BYTES_MAX);
 const _: () = assert!(STAGE_KEYS_MAX * SOURCE_KEY_BYTES_MAX / 4 <= STAGE_BYTES_MAX * 4);
@@ -65,3 +70,4 @@ pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
 pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
 /// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.
 pub const MIRROR_HISTORY_EPOCHS_MAX: usize = 4096;
+const _: () = assert!(STORE_CACHE_BYTES_MIN <= STORE_CACHE_BYTES_DEFAULT);

@@ -72,6 +72,9 @@ pub struct StoreSettings {
     pub staging_durability: StagingDurability,
     /// Whether `open` may create a store that does not exist yet.
     pub create_if_missing: bool,
+    /// The most bytes redb's page cache may hold ([`crate::limits::STORE_CACHE_BYTES_DEFAULT`] by default):
+    /// the store's memory stays bounded however many keys it holds.
+    pub cache_bytes: usize,
 }
 
 enum Location {
@@ -105,6 +108,12 @@ impl StoreBuilder {
     /// Sets the durability of `stage` calls.
     pub fn staging_durability(mut self, durability: StagingDurability) -> Self {
         self.settings.staging_durability = durability;
+        self
+    }
+
+    /// Sets the most bytes redb's page cache may hold (at least [`crate::limits::STORE_CACHE_BYTES_MIN`]).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.settings.cache_bytes = bytes.max(crate::limits::STORE_CACHE_BYTES_MIN);
         self
     }
 
@@ -191,11 +200,11 @@ fn open_blocking(
             if !path.exists() {
                 create_file_atomically(&path)?;
             }
-            Database::create(&path)?
+            redb::Builder::new().set_cache_size(settings.cache_bytes).create(&path)?
         }
         Location::Backend(backend) => {
             crate::wal::half_created::reset_backend(&*backend, settings.create_if_missing)?;
-            redb::Builder::new().create_with_backend(BoxedBackend(backend))?
+            redb::Builder::new().set_cache_size(settings.cache_bytes).create_with_backend(BoxedBackend(backend))?
         }
     };
     let db = Arc::new(db);
@@ -441,6 +450,7 @@ impl Store {
                 target,
                 staging_durability: StagingDurability::Immediate,
                 create_if_missing: true,
+                cache_bytes: crate::limits::STORE_CACHE_BYTES_DEFAULT,
             },
             location: None,
             writer_tag: None,
