@@ -69,27 +69,36 @@ const REQUEST_WAIT: Duration = Duration::from_millis(20);
 /// The asynchronous mode's bounds: up to this many groups in flight, none older than `ASYNC_LAG_MS`.
 const ASYNC_LAG_BATCHES: u32 = 64;
 const ASYNC_LAG_MS: u64 = 1_000;
+/// The snapshot interval of the snapshot variant, in records (the default is 10,000).
+const SNAPSHOT_RECORDS: u64 = 256;
 
 /// When the mirror acks a call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     Sync,
     Async,
+    /// Synchronous, with a snapshot every `SNAPSHOT_RECORDS` records instead of the default 10,000.
+    SyncSnapshots,
 }
 
 impl Mode {
     fn settings(self) -> MirrorSettings {
-        let mode = match self {
-            Mode::Sync => MirrorMode::Synchronous,
-            Mode::Async => MirrorMode::Asynchronous { lag_batches_max: ASYNC_LAG_BATCHES, lag_ms_max: ASYNC_LAG_MS },
-        };
-        MirrorSettings { mode, ..MirrorSettings::default() }
+        let defaults = MirrorSettings::default();
+        match self {
+            Mode::Sync => defaults,
+            Mode::Async => MirrorSettings {
+                mode: MirrorMode::Asynchronous { lag_batches_max: ASYNC_LAG_BATCHES, lag_ms_max: ASYNC_LAG_MS },
+                ..defaults
+            },
+            Mode::SyncSnapshots => MirrorSettings { snapshot_interval_records: SNAPSHOT_RECORDS, ..defaults },
+        }
     }
 
     fn name(self) -> &'static str {
         match self {
             Mode::Sync => "sync",
             Mode::Async => "async",
+            Mode::SyncSnapshots => "sync (snapshots every 256 records)",
         }
     }
 }
@@ -119,69 +128,72 @@ fn main() {
     // Requests and bytes per lifecycle, each system on a counting in-memory store of its own.
     let (lifecycles, shapes): (u64, &[Shape]) = if quick { (16, &SHAPES[..3]) } else { (LIFECYCLES, &SHAPES) };
     println!("per lifecycle ({STAGES} stage calls, seal, commit), over {lifecycles} lifecycles after the start:");
-    for &shape in shapes {
-        let daft = rt.block_on(async {
-            let (os, counts) = counting(InMemory::new());
-            let daft = DaftStyle::new(os);
-            assert!(daft.load_skip_set().await.is_empty(), "a new job has nothing to skip");
-            let before = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1);
-            daft.job(0..lifecycles, shape).await;
-            let run = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, lifecycles).since(&before);
-            // The wrapper must have seen exactly what the baseline did: a stage object per call, a manifest
-            // written at seal and rewritten at commit.
-            assert_eq!(run.state.puts, lifecycles * (u64::from(STAGES) + 2), "the counted Daft-style state puts");
-            run
-        });
-        println!("  {shape}, daft-style : {}", daft.line());
-        for mode in [Mode::Sync, Mode::Async] {
-            let path =
-                dir.path().join(format!("count-{}-{}-{}.redb", shape.workers, shape.concurrent_stages, mode.name()));
-            let (sp, open) = rt.block_on(async {
-                let (os, counts) = counting(InMemory::new());
-                let sp = Sinkpoint::open(os, &path, mode).await;
-                let open = Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1);
-                sp.start().await;
-                let (before, stats) = (Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1), sp.store.stats());
-                sp.job(0..lifecycles, shape).await;
-                let run = Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, lifecycles).since(&before);
-                let commits = sp.store.stats().commits - stats.commits;
-                sp.store.close();
-                (run.with_groups(commits, shape.workers), open)
-            });
-            println!("  {shape}, sinkpoint {:<5}: {}; the open: {}", mode.name(), sp.line(), open.state.short());
+    for (n, &shape) in shapes.iter().enumerate() {
+        let daft = rt.block_on(daft_count(lifecycles, shape));
+        println!("  {shape}, daft-style : {}; rerun's load {} requests", daft.run.line(), daft.load.requests);
+        // The snapshot variant only for one task, whose restore reads the most slots.
+        let modes: &[Mode] =
+            if n == 0 { &[Mode::Sync, Mode::Async, Mode::SyncSnapshots] } else { &[Mode::Sync, Mode::Async] };
+        for &mode in modes {
+            let path = dir.path().join(format!("count-{n}-{mode:?}.redb"));
+            let sp = rt.block_on(sinkpoint_count(&path, lifecycles, shape, mode));
+            println!(
+                "  {shape}, sinkpoint {:<5}: {}; the open: {}; restore {} requests ({})",
+                mode.name(),
+                sp.run.line(),
+                sp.open.short(),
+                sp.restore.requests,
+                sp.restore.detail
+            );
+            let (sp_run, daft_run) = (&sp.run, &daft.run);
             report.add(
                 format!(
                     "checkpoint-state requests per lifecycle, {shape}, {} mirror: sinkpoint / Daft-style",
                     mode.name()
                 ),
-                sp.per(sp.state.requests()) / daft.per(daft.state.requests()),
+                sp_run.per(sp_run.state.requests()) / daft_run.per(daft_run.state.requests()),
                 Goal::AtMost(0.1),
                 format!(
                     "{:.2} vs {:.2} (sinkpoint: {:.2} puts; {:.1} calls a group)",
-                    sp.per(sp.state.requests()),
-                    daft.per(daft.state.requests()),
-                    sp.per(sp.state.puts),
-                    sp.calls_per_group(),
+                    sp_run.per(sp_run.state.requests()),
+                    daft_run.per(daft_run.state.requests()),
+                    sp_run.per(sp_run.state.puts),
+                    sp_run.calls_per_group(),
                 ),
             );
             if mode == Mode::Sync {
                 report.add(
                     format!("checkpoint-state bytes per lifecycle, {shape}, sync mirror: sinkpoint / Daft-style"),
-                    sp.per(sp.state.bytes()) / daft.per(daft.state.bytes()),
+                    sp_run.per(sp_run.state.bytes()) / daft_run.per(daft_run.state.bytes()),
                     Goal::Info,
-                    format!("{:.0} B vs {:.0} B", sp.per(sp.state.bytes()), daft.per(daft.state.bytes())),
+                    format!(
+                        "{:.0} B vs {:.0} B",
+                        sp_run.per(sp_run.state.bytes()),
+                        daft_run.per(daft_run.state.bytes())
+                    ),
                 );
                 report.add(
                     format!("all requests per lifecycle, the target's commit included, {shape}, sync: sinkpoint / Daft-style"),
-                    sp.per(sp.all()) / daft.per(daft.all()),
+                    sp_run.per(sp_run.all()) / daft_run.per(daft_run.all()),
                     Goal::Info,
                     format!(
                         "{:.2} vs {:.2} (target: {:.2} vs {:.2}; sinkpoint also lists the table's version)",
-                        sp.per(sp.all()),
-                        daft.per(daft.all()),
-                        sp.per(sp.target.requests()),
-                        daft.per(daft.target.requests())
+                        sp_run.per(sp_run.all()),
+                        daft_run.per(daft_run.all()),
+                        sp_run.per(sp_run.target.requests()),
+                        daft_run.per(daft_run.target.requests())
                     ),
+                );
+            }
+            if mode != Mode::Async {
+                report.add(
+                    format!(
+                        "rerun's skip-set load after {lifecycles} lifecycles, {shape}, {} mirror, restore from the mirror, no local file: sinkpoint / Daft-style (requests)",
+                        mode.name()
+                    ),
+                    sp.restore.requests as f64 / daft.load.requests as f64,
+                    Goal::Info,
+                    format!("{} vs {} ({}; Daft-style: {})", sp.restore.requests, daft.load.requests, sp.restore.detail, daft.load.detail),
                 );
             }
         }
@@ -196,7 +208,7 @@ fn main() {
         let daft = rt.block_on(daft_job(checkpoints, shape, wait));
         println!("  {shape}, daft-style : {}", daft.line());
         for mode in [Mode::Sync, Mode::Async] {
-            let path = dir.path().join(format!("job-{}-{}.redb", shape.workers, mode.name()));
+            let path = dir.path().join(format!("job-{}-{mode:?}.redb", shape.workers));
             let sp = rt.block_on(sinkpoint_job(&path, checkpoints, shape, mode, wait));
             println!("  {shape}, sinkpoint {:<5}: {}", mode.name(), sp.line());
             report.add(
@@ -328,6 +340,57 @@ fn waves(checkpoints: std::ops::Range<u64>, workers: usize) -> Vec<Vec<u64>> {
 // ---------------------------------------------------------------------------------------------------------
 // sinkpoint's side.
 
+/// What a counted sinkpoint job asked of its store: the open, the lifecycles, and a rerun's restore.
+struct SpCount {
+    open: Tally,
+    run: Run,
+    restore: Load,
+}
+
+/// A sinkpoint job on a counting in-memory store: open, start, the lifecycles (counted), then a restore from
+/// the mirror into a new local file (the disk was lost), counted too.
+async fn sinkpoint_count(path: &FsPath, lifecycles: u64, shape: Shape, mode: Mode) -> SpCount {
+    let (os, counts) = counting(InMemory::new());
+    let sp = Sinkpoint::open(os.clone(), path, mode).await;
+    let open = counts.area(MIRROR_AREA);
+    sp.start().await;
+    let (before, stats) = (Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1), sp.store.stats());
+    sp.job(0..lifecycles, shape).await;
+    let commits = sp.store.stats().commits - stats.commits;
+    // Closed before counting: the close waits for the mirror's maintenance (a snapshot under way).
+    sp.store.close();
+    let run =
+        Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, lifecycles).since(&before).with_groups(commits, shape.workers);
+    let restore = sinkpoint_rerun(&os, &counts, &path.with_extension("restored.redb"), mode, lifecycles).await;
+    SpCount { open, run, restore }
+}
+
+/// A rerun: open (restoring from the mirror if `path` is absent), recover, check the skip set; its requests.
+async fn sinkpoint_rerun(
+    os: &Arc<dyn ObjectStore>,
+    counts: &Counts,
+    path: &FsPath,
+    mode: Mode,
+    checkpoints: u64,
+) -> Load {
+    let before = Run::of(counts, MIRROR_AREA, SP_TABLE_AREA, 1);
+    let start = Instant::now();
+    let sp = Sinkpoint::open(os.clone(), path, mode).await;
+    sp.start().await;
+    sp.check_skips(checkpoints);
+    let time = start.elapsed();
+    let d = Run::of(counts, MIRROR_AREA, SP_TABLE_AREA, 1).since(&before);
+    sp.store.close();
+    let detail = format!(
+        "mirror: {} lists, {} gets, {} puts; target: {}",
+        d.state.lists,
+        d.state.gets + d.state.heads,
+        d.state.puts,
+        d.target.requests()
+    );
+    Load { requests: d.all(), time, detail }
+}
+
 /// A sinkpoint job: its store, mirrored under `MIRROR_AREA`, and its table, both in one object store.
 struct Sinkpoint {
     store: Store,
@@ -434,28 +497,8 @@ async fn sinkpoint_job(path: &FsPath, checkpoints: u64, shape: Shape, mode: Mode
     let run = run.with_groups(sp.store.stats().commits - stats.commits, shape.workers);
     sp.store.close();
 
-    let mut loads = Vec::new();
-    for restore in [true, false] {
-        let rerun_path = if restore { path.with_extension("restored.redb") } else { path.to_path_buf() };
-        let before = Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1);
-        let start = Instant::now();
-        let sp = Sinkpoint::open(os.clone(), &rerun_path, mode).await;
-        sp.start().await;
-        sp.check_skips(checkpoints);
-        let time = start.elapsed();
-        let d = Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1).since(&before);
-        sp.store.close();
-        let detail = format!(
-            "mirror: {} lists, {} gets, {} puts; target: {} requests",
-            d.state.lists,
-            d.state.gets + d.state.heads,
-            d.state.puts,
-            d.target.requests()
-        );
-        loads.push(Load { requests: d.all(), time, detail });
-    }
-    let reopen = loads.pop().unwrap_or_default();
-    let restore = loads.pop().unwrap_or_default();
+    let restore = sinkpoint_rerun(&os, &counts, &path.with_extension("restored.redb"), mode, checkpoints).await;
+    let reopen = sinkpoint_rerun(&os, &counts, path, mode, checkpoints).await;
     SpJob { job, run, restore, reopen }
 }
 
@@ -581,6 +624,34 @@ impl DaftStyle {
     }
 }
 
+/// A Daft-style job on a counting in-memory store: the lifecycles (counted), then a rerun's load.
+async fn daft_count(lifecycles: u64, shape: Shape) -> DaftJob {
+    let (os, counts) = counting(InMemory::new());
+    let daft = DaftStyle::new(os.clone());
+    assert!(daft.load_skip_set().await.is_empty(), "a new job has nothing to skip");
+    let before = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1);
+    let start = Instant::now();
+    daft.job(0..lifecycles, shape).await;
+    let job = start.elapsed();
+    let run = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, lifecycles).since(&before);
+    // The wrapper must have seen exactly what the baseline did: a stage object per call, a manifest written at
+    // seal and rewritten at commit.
+    assert_eq!(run.state.puts, lifecycles * (u64::from(STAGES) + 2), "the counted Daft-style state puts");
+    let load = daft_load(os, &counts, lifecycles).await;
+    DaftJob { job, run, load }
+}
+
+/// A rerun's skip-set load for the baseline: list + get of every manifest.
+async fn daft_load(os: Arc<dyn ObjectStore>, counts: &Counts, checkpoints: u64) -> Load {
+    let before = Run::of(counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1);
+    let start = Instant::now();
+    let skip = DaftStyle::new(os).load_skip_set().await;
+    let time = start.elapsed();
+    let d = Run::of(counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1).since(&before);
+    assert_eq!(skip.len() as u64, checkpoints * u64::from(STAGES), "the rerun skips every key");
+    Load { requests: d.all(), time, detail: format!("{} lists, {} gets", d.state.lists, d.state.gets) }
+}
+
 struct DaftJob {
     job: Duration,
     run: Run,
@@ -609,14 +680,8 @@ async fn daft_job(checkpoints: u64, shape: Shape, wait: Duration) -> DaftJob {
     daft.job(0..checkpoints, shape).await;
     let job = start.elapsed();
     let run = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, checkpoints).since(&before);
-    let before = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1);
-    let start = Instant::now();
-    let skip = DaftStyle::new(os).load_skip_set().await;
-    let time = start.elapsed();
-    let d = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1).since(&before);
-    assert_eq!(skip.len() as u64, checkpoints * u64::from(STAGES), "the rerun skips every key");
-    let detail = format!("{} lists, {} gets", d.state.lists, d.state.gets);
-    DaftJob { job, run, load: Load { requests: d.all(), time, detail } }
+    let load = daft_load(os, &counts, checkpoints).await;
+    DaftJob { job, run, load }
 }
 
 fn json_array(items: &[String]) -> String {
