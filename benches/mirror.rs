@@ -1,16 +1,16 @@
 //! Object-store rows: requests and bytes per checkpoint lifecycle (10 stage calls, seal, commit) for sinkpoint
-//! and for a Daft-style checkpoint store written here (one object per stage call, a JSON manifest per
-//! checkpoint, list + get of every manifest to load the skip set), both on one request-counting in-memory store;
-//! then the wall time of a 100-checkpoint job and of a rerun's skip-set load for both, over a store that takes
-//! about 20 ms a request.
+//! with its mirror attached (synchronous and asynchronous mode) and for a Daft-style checkpoint store written
+//! here (one object per stage call, a JSON manifest per checkpoint, list + get of every manifest to load the skip
+//! set), each on a request-counting in-memory store of its own; then, over a store that takes about 20 ms a
+//! request, the wall time of a 100-checkpoint job and of a rerun's skip-set load for both.
 //!
-//! Pending the mirror: sinkpoint's WAL is local only on this branch, so its checkpoint-state requests are 0 and
-//! its object-store requests are what the target commit costs (`DirTable` through the `Committer`). When the
-//! mirror merges, attach it in `Sinkpoint::open` under `MIRROR_AREA`: the counts, the rows and the report pick
-//! it up unchanged.
+//! A job is run in waves of `workers` checkpoints, as `examples/job.rs --workers W --commit-every W` does: the
+//! wave's checkpoints run concurrently (one task each), each task issues its 10 stage calls one after another
+//! and then seals, and the wave ends with one commit of everything sealed. One worker is one task doing one
+//! lifecycle after another. The Daft-style baseline runs the same waves.
 //!
-//! No criterion timing here: the figures are counts, and the throttled job runs once (it is sleep-bound).
-//! `cargo bench --bench mirror` measures; `cargo test --bench mirror` runs a 3-checkpoint job at 1 ms a request.
+//! No criterion timing here: the figures are counts, and the throttled jobs run once (they are sleep-bound).
+//! `cargo bench --bench mirror` measures; `cargo test --bench mirror` runs tiny jobs at 1 ms a request.
 
 #![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
 
@@ -20,34 +20,104 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path as FsPath;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
+use futures::future::join_all;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::throttle::{ThrottleConfig, ThrottledStore};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::target::DirTable;
-use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, Committer, StagingDurability, Store, Target, TargetCommit};
+use sinkpoint::{
+    CheckpointId, CommitKey, CommitOutcome, Committer, StageOutcome, StagingDurability, Store, Target, TargetCommit,
+    WriteResult,
+};
 
 use common::counting::{CountingStore, Counts, Tally};
 use common::{Goal, Report, cid, fmt_dur, key, small_result};
 
-/// The areas (first path segment) of the shared object store.
+/// The areas (first path segment) of an object store.
 const SP_TABLE_AREA: &str = "sinkpoint-table";
-/// Where sinkpoint's mirror will live once it merges; nothing writes here yet.
+/// The mirror's prefix.
 const MIRROR_AREA: &str = "sinkpoint-mirror";
 const DAFT_TABLE_AREA: &str = "daft-table";
 const DAFT_STATE_AREA: &str = "daft-state";
 
 /// Stage calls in one checkpoint's lifecycle.
 const STAGES: u32 = 10;
-/// Lifecycles counted (after the job's start) for the per-lifecycle rows.
-const LIFECYCLES: u64 = 10;
-/// Checkpoints of the throttled job (quick mode: 3).
+/// Lifecycles counted (after the job's start) for the per-lifecycle rows: a multiple of every worker count.
+const LIFECYCLES: u64 = 128;
+/// The job shapes of the per-lifecycle rows: one task; one task whose stage calls are concurrent; the
+/// quick-start job's default of 8 workers; 16 and 32 workers.
+const SHAPES: [Shape; 5] = [
+    Shape { workers: 1, concurrent_stages: false },
+    Shape { workers: 1, concurrent_stages: true },
+    Shape { workers: 8, concurrent_stages: false },
+    Shape { workers: 16, concurrent_stages: false },
+    Shape { workers: 32, concurrent_stages: false },
+];
+/// Checkpoints of the throttled job.
 const JOB_CHECKPOINTS: u64 = 100;
-/// The throttled store's wait per request (quick mode: 1 ms).
+/// The shapes of the throttled job: one task, and the quick-start job's 8 workers.
+const JOB_SHAPES: [Shape; 2] =
+    [Shape { workers: 1, concurrent_stages: false }, Shape { workers: 8, concurrent_stages: false }];
+/// The throttled store's wait per request.
 const REQUEST_WAIT: Duration = Duration::from_millis(20);
+/// The asynchronous mode's bounds: up to this many groups in flight, none older than `ASYNC_LAG_MS`.
+const ASYNC_LAG_BATCHES: u32 = 64;
+const ASYNC_LAG_MS: u64 = 1_000;
+/// The snapshot interval of the snapshot variant, in records (the default is 10,000).
+const SNAPSHOT_RECORDS: u64 = 256;
+
+/// When the mirror acks a call.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Sync,
+    Async,
+    /// Synchronous, with a snapshot every `SNAPSHOT_RECORDS` records instead of the default 10,000.
+    SyncSnapshots,
+}
+
+impl Mode {
+    fn settings(self) -> MirrorSettings {
+        let defaults = MirrorSettings::default();
+        match self {
+            Mode::Sync => defaults,
+            Mode::Async => MirrorSettings {
+                mode: MirrorMode::Asynchronous { lag_batches_max: ASYNC_LAG_BATCHES, lag_ms_max: ASYNC_LAG_MS },
+                ..defaults
+            },
+            Mode::SyncSnapshots => MirrorSettings { snapshot_interval_records: SNAPSHOT_RECORDS, ..defaults },
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Async => "async",
+            Mode::SyncSnapshots => "sync (snapshots every 256 records)",
+        }
+    }
+}
+
+/// How a job issues its calls: waves of `workers` concurrent checkpoints (one task each), and within a
+/// checkpoint the stage calls one after another or all at once (a task writing its parts in parallel).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    workers: usize,
+    concurrent_stages: bool,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stages = if self.concurrent_stages { "concurrent" } else { "sequential" };
+        let s = if self.workers == 1 { "" } else { "s" };
+        write!(f, "{} worker{s}, {stages} stage calls", self.workers)
+    }
+}
 
 fn main() {
     let quick = common::quick();
@@ -55,97 +125,203 @@ fn main() {
     let rt = common::runtime();
     let dir = common::tempdir();
 
-    // Requests and bytes per lifecycle, on one counting in-memory store.
-    let counting = Arc::new(CountingStore::new(InMemory::new()));
+    // Requests and bytes per lifecycle, each system on a counting in-memory store of its own.
+    let (lifecycles, shapes): (u64, &[Shape]) = if quick { (16, &SHAPES[..3]) } else { (LIFECYCLES, &SHAPES) };
+    println!("per lifecycle ({STAGES} stage calls, seal, commit), over {lifecycles} lifecycles after the start:");
+    for (n, &shape) in shapes.iter().enumerate() {
+        let daft = rt.block_on(daft_count(lifecycles, shape));
+        println!("  {shape}, daft-style : {}; rerun's load {} requests", daft.run.line(), daft.load.requests);
+        // The snapshot variant only for one task, whose restore reads the most slots.
+        let modes: &[Mode] =
+            if n == 0 { &[Mode::Sync, Mode::Async, Mode::SyncSnapshots] } else { &[Mode::Sync, Mode::Async] };
+        for &mode in modes {
+            let path = dir.path().join(format!("count-{n}-{mode:?}.redb"));
+            let sp = rt.block_on(sinkpoint_count(&path, lifecycles, shape, mode));
+            println!(
+                "  {shape}, sinkpoint {:<5}: {}; the open: {}; restore {} requests ({})",
+                mode.name(),
+                sp.run.line(),
+                sp.open.short(),
+                sp.restore.requests,
+                sp.restore.detail
+            );
+            let (sp_run, daft_run) = (&sp.run, &daft.run);
+            report.add(
+                format!(
+                    "checkpoint-state requests per lifecycle, {shape}, {} mirror: sinkpoint / Daft-style",
+                    mode.name()
+                ),
+                sp_run.per(sp_run.state.requests()) / daft_run.per(daft_run.state.requests()),
+                Goal::AtMost(0.1),
+                format!(
+                    "{:.2} vs {:.2} (sinkpoint: {:.2} puts; {:.1} calls a group)",
+                    sp_run.per(sp_run.state.requests()),
+                    daft_run.per(daft_run.state.requests()),
+                    sp_run.per(sp_run.state.puts),
+                    sp_run.calls_per_group(),
+                ),
+            );
+            if mode == Mode::Sync {
+                report.add(
+                    format!("checkpoint-state bytes per lifecycle, {shape}, sync mirror: sinkpoint / Daft-style"),
+                    sp_run.per(sp_run.state.bytes()) / daft_run.per(daft_run.state.bytes()),
+                    Goal::Info,
+                    format!(
+                        "{:.0} B vs {:.0} B",
+                        sp_run.per(sp_run.state.bytes()),
+                        daft_run.per(daft_run.state.bytes())
+                    ),
+                );
+                report.add(
+                    format!("all requests per lifecycle, the target's commit included, {shape}, sync: sinkpoint / Daft-style"),
+                    sp_run.per(sp_run.all()) / daft_run.per(daft_run.all()),
+                    Goal::Info,
+                    format!(
+                        "{:.2} vs {:.2} (target: {:.2} vs {:.2}; sinkpoint also lists the table's version)",
+                        sp_run.per(sp_run.all()),
+                        daft_run.per(daft_run.all()),
+                        sp_run.per(sp_run.target.requests()),
+                        daft_run.per(daft_run.target.requests())
+                    ),
+                );
+            }
+            if mode != Mode::Async {
+                report.add(
+                    format!(
+                        "rerun's skip-set load after {lifecycles} lifecycles, {shape}, {} mirror, restore from the mirror, no local file: sinkpoint / Daft-style (requests)",
+                        mode.name()
+                    ),
+                    sp.restore.requests as f64 / daft.load.requests as f64,
+                    Goal::Info,
+                    format!("{} vs {} ({}; Daft-style: {})", sp.restore.requests, daft.load.requests, sp.restore.detail, daft.load.detail),
+                );
+            }
+        }
+    }
+
+    // The throttled jobs: every request waits; the job, then a rerun's skip-set load, wall time.
+    let quick_shapes = [Shape { workers: 1, concurrent_stages: false }, Shape { workers: 2, concurrent_stages: false }];
+    let (checkpoints, wait, job_shapes): (u64, Duration, &[Shape]) =
+        if quick { (3, Duration::from_millis(1), &quick_shapes) } else { (JOB_CHECKPOINTS, REQUEST_WAIT, &JOB_SHAPES) };
+    println!("\n{checkpoints}-checkpoint jobs over a store taking {} a request:", fmt_dur(wait));
+    for &shape in job_shapes {
+        let daft = rt.block_on(daft_job(checkpoints, shape, wait));
+        println!("  {shape}, daft-style : {}", daft.line());
+        for mode in [Mode::Sync, Mode::Async] {
+            let path = dir.path().join(format!("job-{}-{mode:?}.redb", shape.workers));
+            let sp = rt.block_on(sinkpoint_job(&path, checkpoints, shape, mode, wait));
+            println!("  {shape}, sinkpoint {:<5}: {}", mode.name(), sp.line());
+            report.add(
+                format!(
+                    "{checkpoints}-checkpoint job, {shape}, {} a request, {} mirror: sinkpoint / Daft-style (wall time)",
+                    fmt_dur(wait),
+                    mode.name()
+                ),
+                sp.job.as_secs_f64() / daft.job.as_secs_f64(),
+                Goal::Info,
+                format!(
+                    "{} vs {} ({:.2} vs {:.2} state requests a lifecycle; {:.1} calls a group)",
+                    fmt_dur(sp.job),
+                    fmt_dur(daft.job),
+                    sp.run.per(sp.run.state.requests()),
+                    daft.run.per(daft.run.state.requests()),
+                    sp.run.calls_per_group()
+                ),
+            );
+            for (what, load) in [("restore from the mirror, no local file", &sp.restore), ("reopen", &sp.reopen)] {
+                report.add(
+                    format!(
+                        "rerun's skip-set load after that job ({}, {}), {what}: sinkpoint / Daft-style list + get (requests)",
+                        shape.workers,
+                        mode.name()
+                    ),
+                    load.requests as f64 / daft.load.requests as f64,
+                    Goal::Info,
+                    format!(
+                        "{} requests in {} vs {} in {} ({})",
+                        load.requests,
+                        fmt_dur(load.time),
+                        daft.load.requests,
+                        fmt_dur(daft.load.time),
+                        load.detail
+                    ),
+                );
+            }
+        }
+    }
+    report.print("mirror: object-store requests and wall time");
+}
+
+/// An in-memory (or any) store behind the request counter.
+fn counting(inner: impl ObjectStore) -> (Arc<dyn ObjectStore>, Counts) {
+    let counting = Arc::new(CountingStore::new(inner));
     let counts = counting.counts();
-    let os: Arc<dyn ObjectStore> = counting;
-    let (sp, daft) = rt.block_on(async {
-        let sp = Sinkpoint::open(os.clone(), &dir.path().join("count.redb")).await;
-        sp.start().await;
-        let before = sp_tally(&counts);
-        for c in 0..LIFECYCLES {
-            sp.lifecycle(c).await;
-        }
-        let sp_run = since(sp_tally(&counts), before);
-        sp.close();
+    (counting, counts)
+}
 
-        let mut daft = DaftStyle::new(os.clone());
-        daft.load_skip_set().await;
-        let before = daft_tally(&counts);
-        for c in 0..LIFECYCLES {
-            daft.lifecycle(c).await;
-        }
-        let daft_run = since(daft_tally(&counts), before);
-        // The wrapper must have seen exactly what the baseline did: a stage object per call, a manifest
-        // written at seal and rewritten at commit.
-        let state_puts = counts.area(DAFT_STATE_AREA).puts;
-        assert_eq!(state_puts, LIFECYCLES * (u64::from(STAGES) + 2), "the counted Daft-style state puts");
-        (sp_run, daft_run)
-    });
-    let per = |t: &Tally| t.requests() as f64 / LIFECYCLES as f64;
-    let per_bytes = |t: &Tally| t.bytes() as f64 / LIFECYCLES as f64;
-    let ((sp_state, sp_target), (daft_state, daft_target)) = (sp, daft);
-    println!("per {LIFECYCLES} lifecycles ({STAGES} stage calls, seal, commit each):");
-    println!("  sinkpoint  state (mirror pending): {}; target: {}", sp_state.short(), sp_target.short());
-    println!("  daft-style state: {}; target: {}", daft_state.short(), daft_target.short());
-    report.add(
-        "checkpoint-state requests per lifecycle: sinkpoint / Daft-style (sinkpoint's mirror pending: WAL local)",
-        per(&sp_state) / per(&daft_state),
-        Goal::AtMost(0.1),
-        format!("{:.1} vs {:.1} requests", per(&sp_state), per(&daft_state)),
-    );
-    report.add(
-        "checkpoint-state bytes per lifecycle: sinkpoint / Daft-style (mirror pending)",
-        per_bytes(&sp_state) / per_bytes(&daft_state),
-        Goal::Info,
-        format!("{:.0} B vs {:.0} B", per_bytes(&sp_state), per_bytes(&daft_state)),
-    );
-    let (sp_all, daft_all) = (per(&sp_state) + per(&sp_target), per(&daft_state) + per(&daft_target));
-    report.add(
-        "all requests per lifecycle, the target's commit included: sinkpoint / Daft-style",
-        sp_all / daft_all,
-        Goal::Info,
+/// An in-memory store behind `ThrottledStore` (every put, get, list and delete waits `wait`) behind the counter.
+fn throttled(wait: Duration) -> (Arc<dyn ObjectStore>, Counts) {
+    let config = ThrottleConfig {
+        wait_put_per_call: wait,
+        wait_get_per_call: wait,
+        wait_list_per_call: wait,
+        wait_list_with_delimiter_per_call: wait,
+        wait_delete_per_call: wait,
+        ..ThrottleConfig::default()
+    };
+    counting(ThrottledStore::new(InMemory::new(), config))
+}
+
+/// What one system asked of its store over `lifecycles` lifecycles: the checkpoint state's area and the
+/// target's, and (for sinkpoint) the local group commits, each shipped as one segment.
+#[derive(Clone, Copy, Default)]
+struct Run {
+    state: Tally,
+    target: Tally,
+    lifecycles: u64,
+    groups: Option<u64>,
+    /// Commits (one a wave), each a begin and a mark call.
+    waves: u64,
+}
+
+impl Run {
+    fn of(counts: &Counts, state: &str, target: &str, lifecycles: u64) -> Self {
+        Self { state: counts.area(state), target: counts.area(target), lifecycles, groups: None, waves: 0 }
+    }
+
+    fn since(self, before: &Run) -> Self {
+        Self { state: self.state.since(&before.state), target: self.target.since(&before.target), ..self }
+    }
+
+    /// The local group commits of the run, for the calls a group.
+    fn with_groups(self, groups: u64, workers: usize) -> Self {
+        let waves = self.lifecycles.div_ceil(workers.max(1) as u64);
+        Self { groups: Some(groups), waves, ..self }
+    }
+
+    fn per(&self, n: u64) -> f64 {
+        n as f64 / self.lifecycles as f64
+    }
+
+    fn all(&self) -> u64 {
+        self.state.requests() + self.target.requests()
+    }
+
+    /// Calls (stage, seal, begin, mark) per local group: how much the writer folded.
+    fn calls_per_group(&self) -> f64 {
+        let calls = self.lifecycles * (u64::from(STAGES) + 1) + 2 * self.waves;
+        self.groups.map_or(f64::NAN, |g| calls as f64 / g.max(1) as f64)
+    }
+
+    fn line(&self) -> String {
         format!(
-            "{sp_all:.1} vs {daft_all:.1} (target: {:.1} vs {:.1}: sinkpoint also lists the table's version)",
-            per(&sp_target),
-            per(&daft_target)
-        ),
-    );
-
-    // The throttled job: every request waits; the job and a rerun's skip-set load, wall time.
-    let (checkpoints, wait) = if quick { (3, Duration::from_millis(1)) } else { (JOB_CHECKPOINTS, REQUEST_WAIT) };
-    let (sp_job, sp_load, sp_load_requests) = rt.block_on(sinkpoint_job(dir.path(), checkpoints, wait));
-    let (daft_job, daft_load, daft_load_requests) = rt.block_on(daft_job(checkpoints, wait));
-    report.add(
-        format!("{checkpoints}-checkpoint job, {} a request: sinkpoint / Daft-style (wall time)", fmt_dur(wait)),
-        sp_job.as_secs_f64() / daft_job.as_secs_f64(),
-        Goal::Info,
-        format!("{} vs {}", fmt_dur(sp_job), fmt_dur(daft_job)),
-    );
-    report.add(
-        format!("rerun's skip-set load after {checkpoints} checkpoints: sinkpoint / Daft-style (wall time)"),
-        sp_load.as_secs_f64() / daft_load.as_secs_f64(),
-        Goal::Info,
-        format!(
-            "{} ({sp_load_requests} requests: open + recover) vs {} ({daft_load_requests} requests: list + a get per manifest)",
-            fmt_dur(sp_load),
-            fmt_dur(daft_load)
-        ),
-    );
-    report.print("mirror: object-store requests and wall time (mirror pending)");
-}
-
-fn sp_tally(counts: &Counts) -> (Tally, Tally) {
-    (counts.area(MIRROR_AREA), counts.area(SP_TABLE_AREA))
-}
-
-fn daft_tally(counts: &Counts) -> (Tally, Tally) {
-    (counts.area(DAFT_STATE_AREA), counts.area(DAFT_TABLE_AREA))
-}
-
-/// What happened to a (state, target) pair of tallies between `before` and `now`.
-fn since(now: (Tally, Tally), before: (Tally, Tally)) -> (Tally, Tally) {
-    (now.0.since(&before.0), now.1.since(&before.1))
+            "state {:.2} req ({}); target {:.2} req; {}",
+            self.per(self.state.requests()),
+            self.state.short(),
+            self.per(self.target.requests()),
+            self.groups.map_or(String::new(), |g| format!("{g} groups"))
+        )
+    }
 }
 
 fn input(c: u64) -> CheckpointId {
@@ -156,20 +332,81 @@ fn stage_item(c: u64, part: u32) -> u64 {
     c * u64::from(STAGES) + u64::from(part)
 }
 
+/// The waves of a job: `workers` consecutive checkpoints each.
+fn waves(checkpoints: std::ops::Range<u64>, workers: usize) -> Vec<Vec<u64>> {
+    checkpoints.collect::<Vec<_>>().chunks(workers.max(1)).map(<[u64]>::to_vec).collect()
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // sinkpoint's side.
 
-/// A sinkpoint job: its local store and its table in the object store.
+/// What a counted sinkpoint job asked of its store: the open, the lifecycles, and a rerun's restore.
+struct SpCount {
+    open: Tally,
+    run: Run,
+    restore: Load,
+}
+
+/// A sinkpoint job on a counting in-memory store: open, start, the lifecycles (counted), then a restore from
+/// the mirror into a new local file (the disk was lost), counted too.
+async fn sinkpoint_count(path: &FsPath, lifecycles: u64, shape: Shape, mode: Mode) -> SpCount {
+    let (os, counts) = counting(InMemory::new());
+    let sp = Sinkpoint::open(os.clone(), path, mode).await;
+    let open = counts.area(MIRROR_AREA);
+    sp.start().await;
+    let (before, stats) = (Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1), sp.store.stats());
+    sp.job(0..lifecycles, shape).await;
+    let commits = sp.store.stats().commits - stats.commits;
+    // Closed before counting: the close waits for the mirror's maintenance (a snapshot under way).
+    sp.store.close();
+    let run =
+        Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, lifecycles).since(&before).with_groups(commits, shape.workers);
+    let restore = sinkpoint_rerun(&os, &counts, &path.with_extension("restored.redb"), mode, lifecycles).await;
+    SpCount { open, run, restore }
+}
+
+/// A rerun: open (restoring from the mirror if `path` is absent), recover, check the skip set; its requests.
+async fn sinkpoint_rerun(
+    os: &Arc<dyn ObjectStore>,
+    counts: &Counts,
+    path: &FsPath,
+    mode: Mode,
+    checkpoints: u64,
+) -> Load {
+    let before = Run::of(counts, MIRROR_AREA, SP_TABLE_AREA, 1);
+    let start = Instant::now();
+    let sp = Sinkpoint::open(os.clone(), path, mode).await;
+    sp.start().await;
+    sp.check_skips(checkpoints);
+    let time = start.elapsed();
+    let d = Run::of(counts, MIRROR_AREA, SP_TABLE_AREA, 1).since(&before);
+    sp.store.close();
+    let detail = format!(
+        "mirror: {} lists, {} gets, {} puts; target: {}",
+        d.state.lists,
+        d.state.gets + d.state.heads,
+        d.state.puts,
+        d.target.requests()
+    );
+    Load { requests: d.all(), time, detail }
+}
+
+/// A sinkpoint job: its store, mirrored under `MIRROR_AREA`, and its table, both in one object store.
 struct Sinkpoint {
     store: Store,
     table: DirTable,
 }
 
 impl Sinkpoint {
-    /// The one place the mirror rows change when the mirror merges: attach `os` under `MIRROR_AREA` as the
-    /// store's mirror here. Until then the WAL is local and costs no request.
-    async fn open(os: Arc<dyn ObjectStore>, path: &FsPath) -> Self {
-        let store = common::open_store(path, StagingDurability::Immediate).await;
+    /// Opens (creates, reopens or restores) the store at `path` through the mirror in `os`.
+    async fn open(os: Arc<dyn ObjectStore>, path: &FsPath, mode: Mode) -> Self {
+        let store = Store::builder(common::job(), common::target())
+            .path(path)
+            .staging_durability(StagingDurability::Immediate)
+            .mirror(os.clone(), Path::from(MIRROR_AREA), mode.settings())
+            .open()
+            .await
+            .expect("open the mirrored store");
         Self { store, table: DirTable::new(os, Path::from(SP_TABLE_AREA)) }
     }
 
@@ -179,45 +416,90 @@ impl Sinkpoint {
         assert!(report.blocked.is_none(), "recovery is blocked: {:?}", report.blocked);
     }
 
-    async fn lifecycle(&self, c: u64) {
+    /// One checkpoint's task: its stage calls (one after another, or all at once), then the seal.
+    async fn checkpoint(&self, c: u64, concurrent: bool) {
         let id = input(c);
-        for part in 0..STAGES {
+        let stage = |part: u32| {
             let i = stage_item(c, part);
-            self.store.stage(&id, 0, part, vec![key(i)], vec![small_result(i)]).await.expect("stage");
+            self.store.stage(&id, 0, part, vec![key(i)], vec![small_result(i)])
+        };
+        if concurrent {
+            for outcome in join_all((0..STAGES).map(stage)).await {
+                assert!(matches!(outcome.expect("stage"), StageOutcome::Staged), "a new part");
+            }
+        } else {
+            for part in 0..STAGES {
+                assert!(matches!(stage(part).await.expect("stage"), StageOutcome::Staged), "a new part");
+            }
         }
         self.store.seal(&id, STAGES).await.expect("seal");
-        let done = Committer::new(&self.store, &self.table).commit_pending(false).await.expect("commit");
-        assert_eq!(done.committed_keys.len(), 1, "one target commit per lifecycle");
     }
 
-    fn close(self) {
-        self.store.close();
+    /// Waves of concurrent checkpoints, one commit after each; then every group is in the mirror.
+    async fn job(&self, checkpoints: std::ops::Range<u64>, shape: Shape) {
+        for wave in waves(checkpoints, shape.workers) {
+            join_all(wave.iter().map(|&c| self.checkpoint(c, shape.concurrent_stages))).await;
+            let done = Committer::new(&self.store, &self.table).commit_pending(false).await.expect("commit");
+            assert_eq!(done.committed_keys.len(), 1, "one target commit per wave");
+        }
+        self.store.flush().await.expect("flush");
+    }
+
+    /// The rerun's check: every input is skipped.
+    fn check_skips(&self, checkpoints: u64) {
+        let skipped =
+            (0..checkpoints).filter(|&c| self.store.is_processed(&key(stage_item(c, 0))).expect("lookup")).count();
+        assert_eq!(skipped as u64, checkpoints, "the rerun skips every input");
     }
 }
 
-/// The throttled job for sinkpoint: start, `checkpoints` lifecycles; then a rerun: reopen, recover, and check
-/// the skip set. Returns the job's and the rerun's wall times and the rerun's requests.
-async fn sinkpoint_job(dir: &FsPath, checkpoints: u64, wait: Duration) -> (Duration, Duration, u64) {
-    let (os, counts) = throttled(wait);
-    let path = dir.join("job.redb");
-    let start = Instant::now();
-    let sp = Sinkpoint::open(os.clone(), &path).await;
-    sp.start().await;
-    for c in 0..checkpoints {
-        sp.lifecycle(c).await;
+/// A rerun's skip-set load: requests (state and target), wall time, and what the requests were.
+#[derive(Default)]
+struct Load {
+    requests: u64,
+    time: Duration,
+    detail: String,
+}
+
+struct SpJob {
+    job: Duration,
+    run: Run,
+    restore: Load,
+    reopen: Load,
+}
+
+impl SpJob {
+    fn line(&self) -> String {
+        format!(
+            "job {}; {}; restore {} req in {}; reopen {} req in {}",
+            fmt_dur(self.job),
+            self.run.line(),
+            self.restore.requests,
+            fmt_dur(self.restore.time),
+            self.reopen.requests,
+            fmt_dur(self.reopen.time)
+        )
     }
-    let job = start.elapsed();
-    sp.close();
-    let before = sp_tally(&counts);
+}
+
+/// The throttled job for sinkpoint: open, start, the waves; then two reruns, each opening and recovering and
+/// checking the skip set: one restoring from the mirror into a new local file (the disk was lost), one
+/// reopening the job's own file through the mirror.
+async fn sinkpoint_job(path: &FsPath, checkpoints: u64, shape: Shape, mode: Mode, wait: Duration) -> SpJob {
+    let (os, counts) = throttled(wait);
     let start = Instant::now();
-    let sp = Sinkpoint::open(os, &path).await;
+    let sp = Sinkpoint::open(os.clone(), path, mode).await;
     sp.start().await;
-    let skipped = (0..checkpoints).filter(|&c| sp.store.is_processed(&key(stage_item(c, 0))).expect("lookup")).count();
-    let load = start.elapsed();
-    let (state, target) = since(sp_tally(&counts), before);
-    assert_eq!(skipped as u64, checkpoints, "the rerun skips every input");
-    sp.close();
-    (job, load, state.requests() + target.requests())
+    let (before, stats) = (Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1), sp.store.stats());
+    sp.job(0..checkpoints, shape).await;
+    let job = start.elapsed();
+    let run = Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, checkpoints).since(&before);
+    let run = run.with_groups(sp.store.stats().commits - stats.commits, shape.workers);
+    sp.store.close();
+
+    let restore = sinkpoint_rerun(&os, &counts, &path.with_extension("restored.redb"), mode, checkpoints).await;
+    let reopen = sinkpoint_rerun(&os, &counts, path, mode, checkpoints).await;
+    SpJob { job, run, restore, reopen }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -229,54 +511,83 @@ async fn sinkpoint_job(dir: &FsPath, checkpoints: u64, wait: Duration) -> (Durat
 struct DaftStyle {
     os: Arc<dyn ObjectStore>,
     table: DirTable,
-    next_key: u64,
-    next_object: u64,
+    next_key: AtomicU64,
+    next_object: AtomicU64,
+}
+
+/// One sealed checkpoint of the baseline, held in memory until its commit.
+struct Sealed {
+    id: CheckpointId,
+    keys: Vec<String>,
+    objects: Vec<String>,
+    results: Vec<WriteResult>,
+}
+
+impl Sealed {
+    fn manifest(&self, state: &str) -> String {
+        format!(
+            r#"{{"checkpoint":"{}","state":"{state}","keys":{},"staged":{}}}"#,
+            self.id,
+            json_array(&self.keys),
+            json_array(&self.objects)
+        )
+    }
 }
 
 impl DaftStyle {
     fn new(os: Arc<dyn ObjectStore>) -> Self {
         let table = DirTable::new(os.clone(), Path::from(DAFT_TABLE_AREA));
-        Self { os, table, next_key: 0, next_object: 0 }
+        Self { os, table, next_key: AtomicU64::new(0), next_object: AtomicU64::new(0) }
     }
 
     fn manifest_path(id: &CheckpointId) -> Path {
         Path::from(format!("{DAFT_STATE_AREA}/manifests/{id}.json"))
     }
 
-    async fn put(&self, path: &Path, json: String) {
-        self.os.put(path, PutPayload::from(json.into_bytes())).await.expect("put");
+    async fn put(&self, path: Path, json: String) {
+        self.os.put(&path, PutPayload::from(json.into_bytes())).await.expect("put");
     }
 
-    async fn lifecycle(&mut self, c: u64) {
+    /// One stage call: one object under a random-style name (Daft uses a UUID: a retried call writes a second
+    /// object). Returns the key, the object's name and the result.
+    async fn stage(&self, id: &CheckpointId, i: u64) -> (String, String, WriteResult) {
+        let (k, r) = (String::from_utf8(key(i)).expect("ASCII"), small_result(i));
+        let n = self.next_object.fetch_add(1, Ordering::Relaxed) + 1;
+        let path = Path::from(format!("{DAFT_STATE_AREA}/staged/{id}/{n:016x}.json"));
+        let body =
+            format!(r#"{{"checkpoint":"{id}","keys":["{k}"],"results":["{}"]}}"#, String::from_utf8_lossy(r.bytes()));
+        let name = path.to_string();
+        self.put(path, body).await;
+        (k, name, r)
+    }
+
+    /// One checkpoint's task: an object per stage call (one after another, or all at once), then the manifest.
+    async fn checkpoint(&self, c: u64, concurrent: bool) -> Sealed {
         let id = input(c);
-        let mut keys = Vec::new();
-        let mut results = Vec::new();
-        let mut objects = Vec::new();
-        for part in 0..STAGES {
-            let i = stage_item(c, part);
-            let (k, r) = (String::from_utf8(key(i)).expect("ASCII"), small_result(i));
-            // A random object name per stage call (Daft uses a UUID): a retried call writes a second object.
-            self.next_object += 1;
-            let path = Path::from(format!("{DAFT_STATE_AREA}/staged/{id}/{:016x}.json", self.next_object));
-            let body = format!(
-                r#"{{"checkpoint":"{id}","keys":["{k}"],"results":["{}"]}}"#,
-                String::from_utf8_lossy(r.bytes())
-            );
-            self.put(&path, body).await;
-            objects.push(path.to_string());
-            keys.push(k);
-            results.push(r);
-        }
-        let manifest = |state: &str| {
-            format!(
-                r#"{{"checkpoint":"{id}","state":"{state}","keys":{},"staged":{}}}"#,
-                json_array(&keys),
-                json_array(&objects)
-            )
+        let staged = if concurrent {
+            join_all((0..STAGES).map(|part| self.stage(&id, stage_item(c, part)))).await
+        } else {
+            let mut staged = Vec::new();
+            for part in 0..STAGES {
+                staged.push(self.stage(&id, stage_item(c, part)).await);
+            }
+            staged
         };
-        self.put(&Self::manifest_path(&id), manifest("checkpointed")).await;
-        let commit_key = CommitKey { job: common::job(), n: self.next_key };
-        let ids = [id.clone()];
+        let mut sealed = Sealed { id: id.clone(), keys: Vec::new(), objects: Vec::new(), results: Vec::new() };
+        for (k, name, r) in staged {
+            sealed.keys.push(k);
+            sealed.objects.push(name);
+            sealed.results.push(r);
+        }
+        self.put(Self::manifest_path(&id), sealed.manifest("checkpointed")).await;
+        sealed
+    }
+
+    /// One target commit of a wave's checkpoints, then each manifest rewritten as committed (concurrently).
+    async fn commit(&self, wave: &[Sealed]) {
+        let commit_key = CommitKey { job: common::job(), n: self.next_key.fetch_add(1, Ordering::Relaxed) };
+        let ids: Vec<CheckpointId> = wave.iter().map(|s| s.id.clone()).collect();
+        let results: Vec<WriteResult> = wave.iter().flat_map(|s| s.results.iter().cloned()).collect();
         let commit = TargetCommit {
             key: &commit_key,
             ids: &ids,
@@ -286,8 +597,15 @@ impl DaftStyle {
             prepared_version: None,
         };
         assert!(matches!(self.table.commit(&commit).await, CommitOutcome::Committed), "the Daft-style commit");
-        self.next_key += 1;
-        self.put(&Self::manifest_path(&id), manifest("committed")).await;
+        join_all(wave.iter().map(|s| self.put(Self::manifest_path(&s.id), s.manifest("committed")))).await;
+    }
+
+    /// The same waves as sinkpoint's job.
+    async fn job(&self, checkpoints: std::ops::Range<u64>, shape: Shape) {
+        for wave in waves(checkpoints, shape.workers) {
+            let sealed = join_all(wave.iter().map(|&c| self.checkpoint(c, shape.concurrent_stages))).await;
+            self.commit(&sealed).await;
+        }
     }
 
     /// Lists every manifest and reads each: the skip set.
@@ -306,24 +624,64 @@ impl DaftStyle {
     }
 }
 
-/// The throttled job for the baseline: load the (empty) skip set, `checkpoints` lifecycles; then a rerun's
-/// skip-set load. Returns the job's and the load's wall times and the load's requests.
-async fn daft_job(checkpoints: u64, wait: Duration) -> (Duration, Duration, u64) {
-    let (os, counts) = throttled(wait);
-    let start = Instant::now();
-    let mut daft = DaftStyle::new(os.clone());
+/// A Daft-style job on a counting in-memory store: the lifecycles (counted), then a rerun's load.
+async fn daft_count(lifecycles: u64, shape: Shape) -> DaftJob {
+    let (os, counts) = counting(InMemory::new());
+    let daft = DaftStyle::new(os.clone());
     assert!(daft.load_skip_set().await.is_empty(), "a new job has nothing to skip");
-    for c in 0..checkpoints {
-        daft.lifecycle(c).await;
-    }
+    let before = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1);
+    let start = Instant::now();
+    daft.job(0..lifecycles, shape).await;
     let job = start.elapsed();
-    let before = daft_tally(&counts);
+    let run = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, lifecycles).since(&before);
+    // The wrapper must have seen exactly what the baseline did: a stage object per call, a manifest written at
+    // seal and rewritten at commit.
+    assert_eq!(run.state.puts, lifecycles * (u64::from(STAGES) + 2), "the counted Daft-style state puts");
+    let load = daft_load(os, &counts, lifecycles).await;
+    DaftJob { job, run, load }
+}
+
+/// A rerun's skip-set load for the baseline: list + get of every manifest.
+async fn daft_load(os: Arc<dyn ObjectStore>, counts: &Counts, checkpoints: u64) -> Load {
+    let before = Run::of(counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1);
     let start = Instant::now();
     let skip = DaftStyle::new(os).load_skip_set().await;
-    let load = start.elapsed();
-    let (state, target) = since(daft_tally(&counts), before);
+    let time = start.elapsed();
+    let d = Run::of(counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1).since(&before);
     assert_eq!(skip.len() as u64, checkpoints * u64::from(STAGES), "the rerun skips every key");
-    (job, load, state.requests() + target.requests())
+    Load { requests: d.all(), time, detail: format!("{} lists, {} gets", d.state.lists, d.state.gets) }
+}
+
+struct DaftJob {
+    job: Duration,
+    run: Run,
+    load: Load,
+}
+
+impl DaftJob {
+    fn line(&self) -> String {
+        format!(
+            "job {}; {}; load {} req in {}",
+            fmt_dur(self.job),
+            self.run.line(),
+            self.load.requests,
+            fmt_dur(self.load.time)
+        )
+    }
+}
+
+/// The throttled job for the baseline: load the (empty) skip set, the waves; then a rerun's skip-set load.
+async fn daft_job(checkpoints: u64, shape: Shape, wait: Duration) -> DaftJob {
+    let (os, counts) = throttled(wait);
+    let start = Instant::now();
+    let daft = DaftStyle::new(os.clone());
+    assert!(daft.load_skip_set().await.is_empty(), "a new job has nothing to skip");
+    let before = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, 1);
+    daft.job(0..checkpoints, shape).await;
+    let job = start.elapsed();
+    let run = Run::of(&counts, DAFT_STATE_AREA, DAFT_TABLE_AREA, checkpoints).since(&before);
+    let load = daft_load(os, &counts, checkpoints).await;
+    DaftJob { job, run, load }
 }
 
 fn json_array(items: &[String]) -> String {
@@ -337,19 +695,4 @@ fn json_field_array(text: &str, field: &str) -> Vec<String> {
     let Some(start) = text.find(&open).map(|i| i + open.len()) else { return Vec::new() };
     let end = start + text[start..].find(']').expect("a closed array");
     text[start..end].split(',').map(|s| s.trim_matches('"').to_owned()).filter(|s| !s.is_empty()).collect()
-}
-
-/// An in-memory store behind `ThrottledStore` (every put, get and list waits `wait`) behind the counter.
-fn throttled(wait: Duration) -> (Arc<dyn ObjectStore>, Counts) {
-    let config = ThrottleConfig {
-        wait_put_per_call: wait,
-        wait_get_per_call: wait,
-        wait_list_per_call: wait,
-        wait_list_with_delimiter_per_call: wait,
-        wait_delete_per_call: wait,
-        ..ThrottleConfig::default()
-    };
-    let counting = Arc::new(CountingStore::new(ThrottledStore::new(InMemory::new(), config)));
-    let counts = counting.counts();
-    (counting, counts)
 }

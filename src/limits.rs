@@ -66,6 +66,9 @@ pub const MIRROR_PUT_ATTEMPTS_MAX: u32 = 5;
 pub const MIRROR_TAIL_SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The largest mirror object a reader accepts, in bytes (a single S3 PUT is at most 5 GiB).
 pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
+/// The most mirror objects one reader fetches at once (a restore reading the log's slots): enough to hide an
+/// object store's round trip behind the others, few enough to stay a polite client.
+pub const MIRROR_READS_CONCURRENT_MAX: usize = 16;
 /// The most frames one segment may hold.
 pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
 /// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.

@@ -2,6 +2,7 @@
 //! absent one (each checked, and a slot present beyond that gap is corruption), and a snapshot.
 
 use crate::error::{Error, Result};
+use crate::limits::MIRROR_READS_CONCURRENT_MAX;
 use crate::mirror::format::{
     EpochOpen, ManifestBody, Segment, SnapshotEntry, SnapshotHeader, decode_manifest, decode_segment, decode_snapshot,
 };
@@ -61,22 +62,32 @@ pub(crate) fn read_log(remote: &Remote, first_slot: u64) -> Result<MirrorLog> {
     }
     let mut segments: Vec<Segment> = Vec::new();
     let mut slot = first_slot;
-    loop {
-        let path = remote.layout.wal(slot);
-        let Some(bytes) = remote.get(&path)? else { break };
-        let place = remote.describe(&path);
-        let segment = decode_segment(&bytes, slot, &place)?;
-        if let Some(prev) = segments.last()
-            && segment.header.first_seq != prev.end_seq()
-        {
-            return Err(Error::corrupt(format!(
-                "{place}: begins at seq {}, but the slot before ends at seq {}",
-                segment.header.first_seq,
-                prev.end_seq()
-            )));
+    let last_listed = listed.iter().copied().max();
+    'read: loop {
+        // The listed slots from here are fetched several at a time, a slot put since the listing one at a time;
+        // either way they are checked in slot order and reading stops at the first absent one, as if each had
+        // been read in turn.
+        let end = match last_listed {
+            Some(last) if last >= slot => (last + 1).min(slot + MIRROR_READS_CONCURRENT_MAX as u64),
+            _ => slot + 1,
+        };
+        let paths: Vec<_> = (slot..end).map(|s| remote.layout.wal(s)).collect();
+        for (path, got) in paths.iter().zip(remote.get_many(&paths)?) {
+            let Some(bytes) = got? else { break 'read };
+            let place = remote.describe(path);
+            let segment = decode_segment(&bytes, slot, &place)?;
+            if let Some(prev) = segments.last()
+                && segment.header.first_seq != prev.end_seq()
+            {
+                return Err(Error::corrupt(format!(
+                    "{place}: begins at seq {}, but the slot before ends at seq {}",
+                    segment.header.first_seq,
+                    prev.end_seq()
+                )));
+            }
+            segments.push(segment);
+            slot += 1;
         }
-        segments.push(segment);
-        slot += 1;
     }
     if let Some(beyond) = listed.iter().copied().filter(|s| *s > slot).min() {
         return Err(Error::corrupt(format!(
