@@ -256,6 +256,15 @@ fn mirror_async() -> Workload {
     Workload::new("mirror-async", mirrored_ops()).with_system(system)
 }
 
+/// Snapshots every five records, unknown outcomes, and the local file lost with every crash: recovery restores
+/// from a snapshot and the slots after it.
+fn mirror_snapshots_disk_lost() -> Workload {
+    let faults = vec![CommitFault::UnknownNotLanded, CommitFault::LandThenLoseAck];
+    let probes = vec![ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Unknown];
+    let system = System::mirrored(MirrorMode::Synchronous, 5).with_faults(faults, probes).losing_local_file();
+    Workload::new("mirror-snapshots-disk-lost", mirrored_ops()).with_system(system)
+}
+
 fn class(o: &OpOutcome) -> &str {
     match o {
         Ok(()) => "ok",
@@ -283,6 +292,7 @@ fn the_workloads_do_what_they_say() {
     expect(protocol_unknown(), &[(3, "Target"), (6, "Target"), (7, "Target")]);
     expect(mirror_sync(), &[]);
     expect(mirror_async(), &[]);
+    expect(mirror_snapshots_disk_lost(), &[(4, "Target")]);
 }
 
 #[test]
@@ -301,6 +311,7 @@ fn every_crash_point_recovers() {
         mirror_sync(),
         mirror_sync_disk_lost(),
         mirror_async(),
+        mirror_snapshots_disk_lost(),
     ];
     for workload in workloads {
         let t = Instant::now();
