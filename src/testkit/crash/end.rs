@@ -119,9 +119,6 @@ impl Driver<'_> {
             files.extend(commit.files.iter().cloned());
         }
         files.sort();
-        if let Some(w) = files.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!("duplicate: the table holds {} twice: {files:?}", w[0]));
-        }
 
         // Every committed checkpoint is what the caller staged, and one without a target commit staged no results.
         let mut processed = BTreeSet::new();
@@ -136,6 +133,26 @@ impl Driver<'_> {
                 return Err(format!("lost: {id} was committed without a target commit but staged results"));
             }
             processed.extend(staged.values().flat_map(|(keys, _)| keys.iter().cloned()));
+        }
+
+        // No duplicates, no loss: the table holds each staged result of the committed checkpoints exactly as
+        // often as they staged it (a caller may stage the same bytes in two checkpoints), and nothing else.
+        let mut staged: Vec<String> = Vec::new();
+        for (id, r) in records {
+            if matches!(r.state, CheckpointState::Committed { key: Some(_) }) {
+                let parts = self.memory.iter().find(|(i, _)| i.as_str() == id).map(|(_, parts)| parts);
+                for (_, results) in parts.into_iter().flat_map(BTreeMap::values) {
+                    for r in results {
+                        staged.push(String::from_utf8(r.bytes().to_vec()).map_err(fail)?);
+                    }
+                }
+            }
+        }
+        staged.sort();
+        if files != staged {
+            return Err(format!(
+                "duplicate or lost: the table holds {files:?}, the committed checkpoints staged {staged:?}"
+            ));
         }
 
         // The skip set: exactly the keys of committed checkpoints.
