@@ -280,6 +280,35 @@ async fn a_fresh_store_for_a_job_already_in_the_target_is_refused() {
     assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
 }
 
+/// Found by the `crash_replay` fuzz target: a new store that committed key 0 itself was refused as "state
+/// lost" by a later `recover` on the same handle, with an error that says never to go on.
+#[tokio::test]
+async fn a_new_store_that_committed_key_0_itself_is_not_refused_by_a_later_recover() {
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    assert!(store.created());
+    Committer::new(&store, &table).recover().await.unwrap();
+    run_inputs(&store, &table, 0..2).await;
+    Committer::new(&store, &table).commit_pending(false).await.unwrap();
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert!(report.blocked.is_none() && report.committed_keys.is_empty(), "{report:?}");
+    // The same holds while its own key 0 is in flight: a job that retries after an unknown outcome, on the
+    // same handle, has the key resolved, not taken for lost state.
+    let faulty = FaultyTarget::scripted(
+        memory_table(),
+        vec![CommitFault::LandThenLoseAck],
+        vec![ProbeFault::Pass, ProbeFault::Unknown],
+    );
+    let store = open(&CrashBackend::new()).await;
+    Committer::new(&store, &faulty).recover().await.unwrap();
+    run_inputs(&store, faulty.inner(), 0..1).await;
+    let err = Committer::new(&store, &faulty).commit_pending(true).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target, "{err}");
+    let report = Committer::new(&store, &faulty).recover().await.unwrap();
+    assert_eq!(report.marked_landed, Some(0), "{report:?}");
+    assert!(report.finished, "{report:?}");
+}
+
 #[tokio::test]
 async fn checkpoints_without_results_commit_without_a_target_commit() {
     let table = memory_table();

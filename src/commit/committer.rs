@@ -112,12 +112,14 @@ impl<'a> Committer<'a> {
         CommitKey { job: self.store.job().clone(), n }
     }
 
-    /// Recovery after any crash (call it right after opening): refuses a fresh store whose job already has
-    /// commits in the target, resolves the in-flight key by probing (F1: mark; F2: re-commit under the same
+    /// Recovery after any crash (call it right after opening; calling it again later is harmless): refuses a
+    /// fresh store whose job already has commits in the target that the store did not make, resolves the in-flight key by probing (F1: mark; F2: re-commit under the same
     /// key; unknown or mismatch: stay and report), then commits Sealed checkpoints under the next keys.
     pub async fn recover(&self) -> Result<RecoveryReport> {
         let mut report = RecoveryReport { orphans: self.store.orphans().to_vec(), ..RecoveryReport::default() };
-        if self.store.created() {
+        // Only a new store that has not begun key 0 itself: once it has, the target's key 0 is its own (a job
+        // may call recover again on the same handle, after its own commits).
+        if self.store.created() && self.store.commit_info(0)?.is_none() {
             self.refuse_lost_state().await?;
         }
         match self.resolve_in_flight().await? {
