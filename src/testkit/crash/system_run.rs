@@ -37,10 +37,15 @@ fn play_from(
 
 /// Whether a finishing outcome agrees with the crash-free run's. A commit or recovery may meet an unknown
 /// outcome at another call than in the crash-free run (a recovery probes, consuming the target's scripted
-/// faults earlier), so for those two operations `Ok` and a `Target` error stand for each other.
+/// faults earlier), so for those two operations `Ok` and a `Target` error stand for each other. And the
+/// recovery after a crash commits every sealed checkpoint, so an abort the crash-free run refused on a Sealed
+/// checkpoint (`SealedCannotAbort`) may be refused on a committed one (`AlreadySealed`).
 fn agrees(op: &Op, got: &OpOutcome, want: &OpOutcome) -> bool {
     let target = |o: &OpOutcome| o.is_ok() || o.as_ref().err().is_some_and(|e| e == "Target");
-    got == want || (matches!(op, Op::CommitPending { .. } | Op::Recover) && target(got) && target(want))
+    let sealed = |o: &OpOutcome| o.as_ref().err().is_some_and(|e| e == "SealedCannotAbort" || e == "AlreadySealed");
+    got == want
+        || (matches!(op, Op::CommitPending { .. } | Op::Recover) && target(got) && target(want))
+        || (matches!(op, Op::Abort { .. }) && sealed(got) && sealed(want))
 }
 
 fn universe(ops: &[Op]) -> BTreeSet<SourceKey> {
