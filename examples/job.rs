@@ -24,8 +24,9 @@ use std::sync::Arc;
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::target::DirTable;
-use sinkpoint::testkit::{CommitFault, FaultyTarget, ProbeFault};
-use sinkpoint::{CheckpointId, JobId, Store, Target, TargetIdentity};
+use sinkpoint::{
+    CheckpointId, CommitKey, CommitOutcome, JobId, ProbeOutcome, Store, Target, TargetCommit, TargetIdentity,
+};
 
 /// The exit code of a simulated crash.
 const CRASH_EXIT_CODE: i32 = 86;
@@ -94,6 +95,40 @@ fn parse() -> Args {
         usage();
     }
     args
+}
+
+/// The unknown outcome of the crash flag: the commit lands but its ack is lost, and the one probe right after it
+/// fails too, so the key is left CommitUnknown when the process dies. Every other call passes through.
+struct LoseAckThenProbeFails<T> {
+    inner: T,
+    probe_fails: std::sync::atomic::AtomicBool,
+}
+
+impl<T> LoseAckThenProbeFails<T> {
+    fn new(inner: T) -> Self {
+        Self { inner, probe_fails: std::sync::atomic::AtomicBool::new(false) }
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: Target> Target for LoseAckThenProbeFails<T> {
+    async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+        self.inner.version().await
+    }
+
+    async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+        let landed = self.inner.commit(commit).await;
+        self.probe_fails.store(true, std::sync::atomic::Ordering::SeqCst);
+        println!("target: key {} {landed:?}, but the ack is lost", commit.key.n);
+        CommitOutcome::Unknown { reason: "ack lost".into() }
+    }
+
+    async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
+        if self.probe_fails.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return ProbeOutcome::Unknown { reason: "probe failed".into() };
+        }
+        self.inner.probe(key, prepared_version).await
+    }
 }
 
 fn crash(point: &str) -> ! {
@@ -182,16 +217,10 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
     let store = Arc::new(builder.open().await?);
 
     // The target: the table itself, or, for the unknown-outcome crash, the table behind a fault that lands the
-    // commit, loses its ack, and fails the probe that follows.
+    // commit, loses its ack, and fails the probe that follows it.
     let unknown = args.crash_at.as_deref() == Some("unknown-outcome");
-    let target: Box<dyn Target> = if unknown {
-        // A new store first probes key 0 to refuse lost state; that probe passes.
-        let probes =
-            if store.created() { vec![ProbeFault::Pass, ProbeFault::Unknown] } else { vec![ProbeFault::Unknown] };
-        Box::new(FaultyTarget::scripted(table.clone(), vec![CommitFault::LandThenLoseAck], probes))
-    } else {
-        Box::new(table.clone())
-    };
+    let target: Box<dyn Target> =
+        if unknown { Box::new(LoseAckThenProbeFails::new(table.clone())) } else { Box::new(table.clone()) };
     let crash_at = args.crash_at.clone();
     let hook: CrashHook = Arc::new(move |point| {
         let wanted = match crash_at.as_deref() {

@@ -119,8 +119,9 @@ async fn f2_a_failed_commit_is_recommitted_under_the_same_key() {
 async fn u_an_unknown_outcome_that_landed_is_found_by_the_probe() {
     for naive in [false, true] {
         let backend = CrashBackend::new();
-        let target =
-            FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], vec![ProbeFault::Unknown; 2]);
+        // The first probe is the check, before key 0 is begun, that the target does not hold it.
+        let probes = vec![ProbeFault::Pass, ProbeFault::Unknown, ProbeFault::Unknown];
+        let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], probes);
         let store = open(&backend).await;
         run_inputs(&store, target.inner(), 0..2).await;
         let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
@@ -150,8 +151,9 @@ async fn u_an_unknown_outcome_that_landed_is_found_by_the_probe() {
 async fn u_an_unknown_outcome_that_did_not_land_is_recommitted_under_the_same_key() {
     for naive in [false, true] {
         let backend = CrashBackend::new();
-        let target =
-            FaultyTarget::scripted(memory_table(), vec![CommitFault::UnknownNotLanded], vec![ProbeFault::Unknown]);
+        // The first probe is the check, before key 0 is begun, that the target does not hold it.
+        let probes = vec![ProbeFault::Pass, ProbeFault::Unknown];
+        let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::UnknownNotLanded], probes);
         let store = open(&backend).await;
         run_inputs(&store, target.inner(), 0..2).await;
         Committer::new(&store, &target).commit_pending(true).await.unwrap_err();
@@ -189,7 +191,8 @@ async fn a_watermark_target_never_sees_key_n_plus_1_while_key_n_is_unknown() {
     let target = FaultyTarget::scripted(
         WatermarkTable::new(),
         vec![CommitFault::UnknownNotLanded],
-        vec![ProbeFault::Unknown, ProbeFault::Unknown],
+        // The first probe is the check, before key 0 is begun, that the target does not hold it.
+        vec![ProbeFault::Pass, ProbeFault::Unknown, ProbeFault::Unknown],
     );
     let store = open(&backend).await;
     run_inputs(&store, &table, 0..2).await;
@@ -278,6 +281,66 @@ async fn a_fresh_store_for_a_job_already_in_the_target_is_refused() {
     let store = open(&CrashBackend::new()).await;
     let err = Committer::new(&store, &table).recover().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+}
+
+/// Found by the `crash_replay` fuzz target: a new store that committed key 0 itself was refused as "state
+/// lost" by a later `recover` on the same handle, with an error that says never to go on.
+#[tokio::test]
+async fn a_new_store_that_committed_key_0_itself_is_not_refused_by_a_later_recover() {
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    assert!(store.created());
+    Committer::new(&store, &table).recover().await.unwrap();
+    run_inputs(&store, &table, 0..2).await;
+    Committer::new(&store, &table).commit_pending(false).await.unwrap();
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert!(report.blocked.is_none() && report.committed_keys.is_empty(), "{report:?}");
+    // The same holds while its own key 0 is in flight: a job that retries after an unknown outcome, on the
+    // same handle, has the key resolved, not taken for lost state.
+    // Probes: recovery's check of key 0, commit_pending's check before it begins key 0, the probe after the lost
+    // ack.
+    let probes = vec![ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Unknown];
+    let faulty = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], probes);
+    let store = open(&CrashBackend::new()).await;
+    Committer::new(&store, &faulty).recover().await.unwrap();
+    run_inputs(&store, faulty.inner(), 0..1).await;
+    let err = Committer::new(&store, &faulty).commit_pending(true).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target, "{err}");
+    let report = Committer::new(&store, &faulty).recover().await.unwrap();
+    assert_eq!(report.marked_landed, Some(0), "{report:?}");
+    assert!(report.finished, "{report:?}");
+}
+
+/// A new store over lost state that skips `recover` and commits to a watermark target: the target's key 0 (a
+/// lost run's) must not be taken for the store's own. Before the check moved in front of key 0, the second
+/// `commit_pending` probed its own key 0, found the watermark past it, and marked results committed that never
+/// landed.
+#[tokio::test]
+async fn key_0_is_begun_only_if_the_target_does_not_hold_it() {
+    let table = WatermarkTable::new();
+    let store = open(&CrashBackend::new()).await;
+    run_inputs_on(&store, &table, 0..2).await;
+    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    store.close();
+    let store = open(&CrashBackend::new()).await;
+    run_inputs_on(&store, &table, 2..4).await;
+    for _ in 0..2 {
+        let err = Committer::new(&store, &table).commit_pending(true).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+    }
+    assert_eq!(store.get(&input_id(2)).unwrap().unwrap().state, CheckpointState::Sealed);
+    assert_eq!(table.results().len(), 2);
+    let err = Committer::new(&store, &table).recover().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+}
+
+/// Stages and seals inputs with one result each, for a target that is not a `DirTable`.
+async fn run_inputs_on(store: &Store, _target: &dyn Target, range: std::ops::Range<usize>) {
+    for i in range {
+        let result = WriteResult::new(sinkpoint::Format::Parquet, format!("file-{i}").into_bytes()).unwrap();
+        store.stage(&input_id(i), 0, 0, vec![input_key(i)], vec![result]).await.unwrap();
+        store.seal(&input_id(i), 1).await.unwrap();
+    }
 }
 
 #[tokio::test]

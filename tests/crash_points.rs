@@ -1,12 +1,17 @@
-//! Proves the WAL-level invariants hold at every crash point of several scripted workloads: for each I/O
+//! Proves the invariants hold at every crash point of several scripted workloads. WAL level: for each I/O
 //! operation k of a crash-free run, a crash there leaves exactly the state after the last acked call (or the
 //! call in flight), every invariant holds, the reopened store answers accordingly, and finishing the workload
-//! ends in the crash-free run's state.
+//! ends in the crash-free run's state. Whole process (local file + mirror + target, their I/O points counted
+//! together): a crash at any point, then recovery and the rest of the job, leaves the table with every sealed
+//! checkpoint's write results exactly once, every sealed checkpoint committed, the skip set exactly the
+//! committed checkpoints' keys, and (mirrored) a mirror that restores alone to the same state.
 
 use std::io::Write as _;
 use std::time::Instant;
 
-use sinkpoint::testkit::crash::{Op, OpOutcome, Workload, runtime};
+use sinkpoint::mirror::MirrorMode;
+use sinkpoint::testkit::crash::{Op, OpOutcome, SNAPSHOTS_OFF, System, Workload, runtime};
+use sinkpoint::testkit::{CommitFault, ProbeFault};
 use sinkpoint::{CheckpointId, Format, WriteResult};
 
 fn id(s: &str) -> CheckpointId {
@@ -147,6 +152,120 @@ fn mixed_job() -> Workload {
     Workload::new("mixed-job", ops)
 }
 
+fn commit(final_commit: bool) -> Op {
+    Op::CommitPending { final_commit }
+}
+
+/// A job through the committer: checkpoints of one and two parts committed under several keys, an empty
+/// checkpoint (committed without a target commit), a reopen with a sealed checkpoint that recovery commits,
+/// and an orphan restarted and re-staged after a reopen; the last key final.
+fn protocol_ops() -> Vec<Op> {
+    vec![
+        Op::Recover,
+        stage("in-0", 0, &["in-0/a"], &["in-0-0"]),
+        stage("in-0", 1, &["in-0/b"], &["in-0-1"]),
+        seal("in-0", 2),
+        stage("in-1", 0, &["in-1/a"], &["in-1-0"]),
+        seal("in-1", 1),
+        commit(false),
+        stage("in-2", 0, &["in-2/a"], &["in-2-0"]),
+        seal("in-2", 1),
+        stage("e-0", 0, &["e-0/a"], &[]),
+        seal("e-0", 1),
+        commit(false),
+        stage("in-3", 0, &["in-3/a"], &["in-3-0"]),
+        seal("in-3", 1),
+        stage("in-4", 0, &["in-4/a"], &["in-4-0"]),
+        Op::Reopen,
+        Op::Recover,
+        stage("in-4", 1, &["in-4/b"], &["in-4-1"]),
+        seal("in-4", 2),
+        commit(true),
+    ]
+}
+
+/// The protocol job on the target alone.
+fn protocol_keys() -> Workload {
+    Workload::new("protocol-keys", protocol_ops()).with_system(System::target())
+}
+
+/// Unknown outcomes from a scripted target: a commit that did not land, one that landed and lost its ack (and
+/// whose probe is unknown, so the job is blocked until the next call), one refused, one that lands late.
+fn protocol_unknown() -> Workload {
+    let ops = vec![
+        Op::Recover,
+        stage("a", 0, &["ka"], &["a-0"]),
+        seal("a", 1),
+        commit(false),
+        stage("b", 0, &["kb"], &["b-0"]),
+        seal("b", 1),
+        commit(false),
+        commit(false),
+        stage("c", 0, &["kc"], &["c-0"]),
+        seal("c", 1),
+        commit(false),
+        commit(true),
+    ];
+    let commits = vec![
+        CommitFault::UnknownNotLanded,
+        CommitFault::LandThenLoseAck,
+        CommitFault::FailBeforeCommit,
+        CommitFault::Pass,
+        CommitFault::LandLateAfterUnknown,
+    ];
+    // The first probe is recovery's check of key 0 on a new store, the second the check before key 0 is begun;
+    // the fourth follows the lost ack.
+    let probes = vec![ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Unknown];
+    Workload::new("protocol-unknown", ops).with_system(System::target().with_faults(commits, probes))
+}
+
+/// A shorter job for the mirrored runs (the mirror's requests add points): two keys, a reopen with a sealed
+/// checkpoint and an orphan.
+fn mirrored_ops() -> Vec<Op> {
+    vec![
+        Op::Recover,
+        stage("m-0", 0, &["m-0/a"], &["m-0-0"]),
+        stage("m-0", 1, &["m-0/b"], &["m-0-1"]),
+        seal("m-0", 2),
+        commit(false),
+        stage("m-1", 0, &["m-1/a"], &["m-1-0"]),
+        seal("m-1", 1),
+        stage("m-2", 0, &["m-2/a"], &["m-2-0"]),
+        Op::Reopen,
+        Op::Recover,
+        stage("m-2", 1, &["m-2/b"], &[]),
+        seal("m-2", 2),
+        commit(true),
+    ]
+}
+
+fn mirror_sync() -> Workload {
+    Workload::new("mirror-sync", mirrored_ops()).with_system(System::mirrored(MirrorMode::Synchronous, SNAPSHOTS_OFF))
+}
+
+/// The local file is lost with every crash: recovery restores it from the mirror alone.
+fn mirror_sync_disk_lost() -> Workload {
+    let system = System::mirrored(MirrorMode::Synchronous, SNAPSHOTS_OFF).losing_local_file();
+    Workload::new("mirror-sync-disk-lost", mirrored_ops()).with_system(system)
+}
+
+/// An asynchronous mirror two groups behind at most, with snapshots every six records, and a target that
+/// loses an ack.
+fn mirror_async() -> Workload {
+    let mode = MirrorMode::Asynchronous { lag_batches_max: 2, lag_ms_max: u64::MAX };
+    let system = System::mirrored(mode, 6).with_faults(vec![CommitFault::LandThenLoseAck], Vec::new());
+    Workload::new("mirror-async", mirrored_ops()).with_system(system)
+}
+
+/// Snapshots every five records, unknown outcomes, and the local file lost with every crash: recovery restores
+/// from a snapshot and the slots after it.
+fn mirror_snapshots_disk_lost() -> Workload {
+    let faults = vec![CommitFault::UnknownNotLanded, CommitFault::LandThenLoseAck];
+    let probes = vec![ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Unknown];
+    let system = System::mirrored(MirrorMode::Synchronous, 5).with_faults(faults, probes).losing_local_file();
+    Workload::new("mirror-snapshots-disk-lost", mirrored_ops()).with_system(system)
+}
+
 fn class(o: &OpOutcome) -> &str {
     match o {
         Ok(()) => "ok",
@@ -170,6 +289,11 @@ fn the_workloads_do_what_they_say() {
     expect(aborts(), &[(7, "KeyConflict"), (12, "SealedCannotAbort")]);
     expect(commit_keys(), &[(7, "CommitOutOfSequence")]);
     expect(mixed_job(), &[]);
+    expect(protocol_keys(), &[]);
+    expect(protocol_unknown(), &[(3, "Target"), (6, "Target"), (7, "Target")]);
+    expect(mirror_sync(), &[]);
+    expect(mirror_async(), &[]);
+    expect(mirror_snapshots_disk_lost(), &[(4, "Target")]);
 }
 
 #[test]
@@ -177,11 +301,25 @@ fn the_workloads_do_what_they_say() {
 fn every_crash_point_recovers() {
     let started = Instant::now();
     let mut total = 0;
-    for workload in [multi_checkpoint(), restarts(), aborts(), commit_keys(), mixed_job()] {
+    let workloads = [
+        multi_checkpoint(),
+        restarts(),
+        aborts(),
+        commit_keys(),
+        mixed_job(),
+        protocol_keys(),
+        protocol_unknown(),
+        mirror_sync(),
+        mirror_sync_disk_lost(),
+        mirror_async(),
+        mirror_snapshots_disk_lost(),
+    ];
+    for workload in workloads {
         let t = Instant::now();
         let report = workload.run_exhaustive().unwrap_or_else(|e| panic!("{e}"));
+        let [local, mirror, target] = report.per_component;
         println!(
-            "{}: {} crash points over {} store calls in {:.1?}",
+            "{}: {} crash points (local {local}, mirror {mirror}, target {target}) over {} store calls in {:.1?}",
             workload.name,
             report.crash_points,
             report.calls,

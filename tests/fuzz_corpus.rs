@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use sinkpoint::testkit::crash::{Op, runtime};
 use sinkpoint::testkit::fuzz::{
-    crash_replay, crash_replay_seeds, decode_record, decode_record_seeds, workload_from_bytes,
+    crash_replay, crash_replay_seeds, decode_record, decode_record_seeds, restore_mirror, restore_mirror_seeds,
+    workload_from_bytes,
 };
 
 fn fuzz_dir() -> PathBuf {
@@ -46,6 +47,11 @@ fn crash_replay_corpus_passes() {
     assert!(replay("crash_replay", crash_replay) >= crash_replay_seeds().len());
 }
 
+#[test]
+fn restore_mirror_corpus_passes() {
+    assert!(replay("restore_mirror", restore_mirror) >= restore_mirror_seeds().len());
+}
+
 /// A stable name for a seed: FNV-1a of its bytes.
 fn seed_name(bytes: &[u8]) -> String {
     let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
@@ -55,7 +61,12 @@ fn seed_name(bytes: &[u8]) -> String {
 #[test]
 fn committed_seeds_are_the_generated_ones() {
     let bless = std::env::var_os("SINKPOINT_BLESS_SEEDS").is_some();
-    for (target, seeds) in [("decode_record", decode_record_seeds()), ("crash_replay", crash_replay_seeds())] {
+    let targets = [
+        ("decode_record", decode_record_seeds()),
+        ("crash_replay", crash_replay_seeds()),
+        ("restore_mirror", restore_mirror_seeds()),
+    ];
+    for (target, seeds) in targets {
         assert!(seeds.len() >= 5, "{target}: only {} seeds", seeds.len());
         let dir = fuzz_dir().join("corpus").join(target);
         for seed in seeds {
@@ -96,6 +107,14 @@ fn crash_replay_seeds_play_what_they_describe() {
     let (_, t) = &traces[4];
     let conflicts = t.outcomes().iter().filter(|o| o.as_ref().err().is_some_and(|e| e == "KeyConflict")).count();
     assert_eq!(conflicts, 1, "{:?}", t.outcomes());
+    // The rest run against a system: target calls are crash points, and with a mirror its requests too.
+    for (i, (w, t)) in traces.iter().enumerate().skip(5) {
+        let [local, mirror, target] = t.points_per_component();
+        assert!(w.system.is_some() && local > 0 && target > 0, "seed {i}: {:?}", t.points_per_component());
+        assert_eq!(mirror > 0, w.system.as_ref().is_some_and(|s| s.mirror.is_some()), "seed {i}");
+        assert!(w.ops.contains(&Op::CommitPending { final_commit: true }), "seed {i}: {:?}", w.ops);
+    }
+    assert_eq!(traces.iter().filter(|(w, _)| w.system.as_ref().is_some_and(|s| s.mirror.is_some())).count(), 3);
     for (w, t) in &traces {
         assert!(t.io_ops() > 20, "{}: {} I/O operations", w.name, t.io_ops());
     }

@@ -112,12 +112,16 @@ impl<'a> Committer<'a> {
         CommitKey { job: self.store.job().clone(), n }
     }
 
-    /// Recovery after any crash (call it right after opening): refuses a fresh store whose job already has
-    /// commits in the target, resolves the in-flight key by probing (F1: mark; F2: re-commit under the same
-    /// key; unknown or mismatch: stay and report), then commits Sealed checkpoints under the next keys.
+    /// Recovery after any crash (call it right after opening; calling it again later is harmless): refuses a
+    /// fresh store whose job already has commits in the target that the store did not make, resolves the
+    /// in-flight key by probing (F1: mark; F2: re-commit under the same key; unknown or mismatch: stay and
+    /// report), then commits Sealed checkpoints under the next keys.
     pub async fn recover(&self) -> Result<RecoveryReport> {
         let mut report = RecoveryReport { orphans: self.store.orphans().to_vec(), ..RecoveryReport::default() };
-        if self.store.created() {
+        // Only a new store that has not begun key 0 itself: once it has, the target's key 0 is its own (a job
+        // may call recover again on the same handle, after its own commits).
+        let checked = self.store.created() && self.store.commit_info(0)?.is_none();
+        if checked {
             self.refuse_lost_state().await?;
         }
         match self.resolve_in_flight().await? {
@@ -130,23 +134,24 @@ impl<'a> Committer<'a> {
                 return Ok(report);
             }
         }
-        report.committed_keys = self.commit_sealed(false).await?.committed_keys;
+        report.committed_keys = self.commit_sealed(false, checked).await?.committed_keys;
         report.finished = self.store.is_finished()?;
         Ok(report)
     }
 
-    /// A new store for a job whose key 0 is already in the target means the state was lost (a deleted mirror
-    /// prefix, a wrong path): starting afresh would duplicate everything.
+    /// A store that never began key 0, for a job whose key 0 is already in the target, lost its state (a deleted
+    /// mirror prefix, a wrong path): starting afresh would duplicate everything, or, on a watermark target whose
+    /// probe cannot tell one key 0 from another, mark unlanded results committed.
     async fn refuse_lost_state(&self) -> Result<()> {
         match self.target.probe(&self.key(0), None).await {
             ProbeOutcome::NotCommitted => Ok(()),
             ProbeOutcome::Committed { .. } => Err(Error::wrong_store(format!(
-                "the store is new but the target already holds commit key {}: the job's state was lost; \
+                "the target already holds commit key {}, which this store never began: the job's state was lost; \
                  restore it (from the mirror) instead of starting afresh",
                 self.key(0)
             ))),
             ProbeOutcome::Unknown { reason } => Err(Error::target(format!(
-                "the store is new and the target cannot tell whether it holds key {} ({reason}); retry",
+                "the target cannot tell whether it holds key {} ({reason}), which this store never began; retry",
                 self.key(0)
             ))),
         }
@@ -170,13 +175,15 @@ impl<'a> Committer<'a> {
                 return Err(mismatch_error(&self.key(key), &recorded, &landed));
             }
         }
-        let sealed = self.commit_sealed(final_commit).await?;
+        let sealed = self.commit_sealed(final_commit, false).await?;
         report.committed_keys.extend(sealed.committed_keys);
         report.committed_empty = sealed.committed_empty;
         Ok(report)
     }
 
-    async fn commit_sealed(&self, final_commit: bool) -> Result<CommitReport> {
+    /// Commits the Sealed checkpoints under the next keys; `key0_checked` says the caller has just made sure the
+    /// target does not hold key 0.
+    async fn commit_sealed(&self, final_commit: bool, key0_checked: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
         let pending = self.store.pending()?;
         let sealed: Vec<&PendingCheckpoint> =
@@ -189,6 +196,12 @@ impl<'a> Committer<'a> {
             report.committed_empty += ids.len();
         }
         let batches = split_commits(&full);
+        if pending.next_key == 0 && !batches.is_empty() && !key0_checked {
+            // Key 0 is begun only once the target is known not to hold it, whether or not `recover` ran first:
+            // a watermark target's probe cannot tell our key 0 from a lost run's, so after begin_commit it would
+            // be too late to ask.
+            self.refuse_lost_state().await?;
+        }
         let count = batches.len();
         for (n, (i, batch)) in (pending.next_key..).zip(batches.into_iter().enumerate()) {
             let ids: Vec<CheckpointId> = batch.iter().map(|c| c.info.id.clone()).collect();

@@ -36,6 +36,12 @@ pub use view::MirrorView;
 pub(crate) use open::open;
 pub(crate) use ship::Progress;
 
+/// The object decoders and the key layout, for the testkit's fuzz target of restores.
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) use format::{decode_manifest, decode_segment, decode_snapshot};
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) use layout::Layout;
+
 use crate::error::{Error, Result};
 use crate::wal::record::{decode_value, encode_value};
 

@@ -114,6 +114,12 @@ impl MirrorView {
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
+
+    /// The restored tables, for the testkit's comparisons with a store's state.
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn database(&self) -> &Database {
+        &self.db
+    }
 }
 
 fn in_memory() -> Result<Database> {

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use redb::StorageBackend;
 
+use crate::testkit::process::{Component, ProcessCrash};
+
 #[derive(Debug, Default)]
 struct Images {
     live: Vec<u8>,
@@ -18,6 +20,19 @@ struct Images {
     ops: u64,
     crash_at: Option<u64>,
     dead: bool,
+    /// The process this backend belongs to: its points are counted there, and its death is this backend's.
+    process: Option<ProcessCrash>,
+    /// Every durable image, with the operation count at its sync (only when recording).
+    syncs: Option<Vec<(u64, Vec<u8>)>>,
+}
+
+impl Images {
+    fn dead(&mut self) -> bool {
+        if !self.dead && self.process.as_ref().is_some_and(ProcessCrash::is_dead) {
+            self.dead = true;
+        }
+        self.dead
+    }
 }
 
 /// A redb backend that keeps live and durable bytes apart and can die at its k-th I/O operation. Clones share
@@ -47,19 +62,38 @@ impl CrashBackend {
         }
     }
 
+    /// Makes the backend part of `process`: each of its I/O operations is one of the process's points, and it
+    /// dies when the process does (at one of its own operations or anyone else's).
+    pub fn attach(&self, process: &ProcessCrash) {
+        self.lock().process = Some(process.clone());
+    }
+
+    /// Keeps a copy of every durable image from now on, with the operation count at its sync (see
+    /// [`CrashBackend::sync_history`]).
+    pub fn record_syncs(&self) {
+        self.lock().syncs.get_or_insert_with(Vec::new);
+    }
+
+    /// The durable images recorded since [`CrashBackend::record_syncs`], each with the count of operations
+    /// made up to and including its sync.
+    pub fn sync_history(&self) -> Vec<(u64, Vec<u8>)> {
+        self.lock().syncs.clone().unwrap_or_default()
+    }
+
     /// Kills the backend now, as if the power went.
     pub fn kill(&self) {
         self.lock().dead = true;
     }
 
-    /// The I/O operations (writes, resizes, syncs) made so far.
+    /// The I/O operations (writes, resizes, syncs) made so far. With a process attached, an operation the
+    /// process died at is not made, so it is not counted.
     pub fn ops(&self) -> u64 {
         self.lock().ops
     }
 
-    /// Whether the backend has died.
+    /// Whether the backend has died (or the process it belongs to).
     pub fn is_dead(&self) -> bool {
-        self.lock().dead
+        self.lock().dead()
     }
 
     /// A new backend holding only this one's durable image: what a reboot finds.
@@ -80,10 +114,16 @@ impl CrashBackend {
         }
     }
 
-    fn op(&self) -> io::Result<MutexGuard<'_, Images>> {
+    fn op(&self, what: &'static str) -> io::Result<MutexGuard<'_, Images>> {
         let mut images = self.lock();
-        if images.dead {
+        if images.dead() {
             return Err(io::Error::other("crash-image backend: the process has crashed"));
+        }
+        if let Some(process) = images.process.clone()
+            && !process.tick(Component::Local, || format!("local {what} (operation {})", images.ops + 1))
+        {
+            images.dead = true;
+            return Err(io::Error::other("crash-image backend: the process crashed here"));
         }
         images.ops += 1;
         if images.crash_at == Some(images.ops) {
@@ -96,16 +136,16 @@ impl CrashBackend {
 
 impl StorageBackend for CrashBackend {
     fn len(&self) -> io::Result<u64> {
-        let images = self.lock();
-        if images.dead {
+        let mut images = self.lock();
+        if images.dead() {
             return Err(io::Error::other("crash-image backend: the process has crashed"));
         }
         Ok(images.live.len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
-        let images = self.lock();
-        if images.dead {
+        let mut images = self.lock();
+        if images.dead() {
             return Err(io::Error::other("crash-image backend: the process has crashed"));
         }
         let start = usize::try_from(offset).map_err(io::Error::other)?;
@@ -118,20 +158,24 @@ impl StorageBackend for CrashBackend {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        let mut images = self.op()?;
+        let mut images = self.op("resize")?;
         let len = usize::try_from(len).map_err(io::Error::other)?;
         images.live.resize(len, 0);
         Ok(())
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        let mut images = self.op()?;
+        let mut images = self.op("sync")?;
         images.durable = images.live.clone();
+        if images.syncs.is_some() {
+            let entry = (images.ops, images.durable.clone());
+            images.syncs.get_or_insert_with(Vec::new).push(entry);
+        }
         Ok(())
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let mut images = self.op()?;
+        let mut images = self.op("write")?;
         let start = usize::try_from(offset).map_err(io::Error::other)?;
         let end = start.checked_add(data.len()).ok_or_else(|| io::Error::other("write range overflows"))?;
         if images.live.len() < end {

@@ -2,8 +2,9 @@
 //!
 //! A [`Workload`] is a script of caller operations ([`Op`]). The runner plays it once on a [`CrashBackend`]
 //! that never crashes (the *trace*), keeping the acknowledged state (the open store's committed tables) after
-//! every store call and counting the I/O operations N. Then, for a crash point k in 1..=N, it plays the workload again on a backend that dies at
-//! I/O operation k, drops the dead store (nothing more reaches the durable image), and checks:
+//! every store call and counting the I/O operations N. Then, for a crash point k in 1..=N, it plays the
+//! workload again on a backend that dies at I/O operation k, drops the dead store (nothing more reaches the
+//! durable image), and checks:
 //!
 //! 1. **durable before acknowledged, atomic**: the crash image, decoded, equals the trace's image after the
 //!    last acked call, or after the call in flight when the backend died; nothing else (a rejected call wrote
@@ -16,17 +17,48 @@
 //!    and re-run every other call, which must succeed or be a no-op — gives every operation the outcome it had
 //!    in the trace, and a final state equal to the trace's, up to epochs and attempt numbers.
 //!
+//! **The whole process.** A workload with a [`System`] also has a target (a `DirTable` behind a scripted
+//! `FaultyTarget`) and optionally a mirror (a `FaultStore` over an in-memory bucket), driven through
+//! [`Op::CommitPending`] and [`Op::Recover`] (the committer). The local file, the mirror's requests and the
+//! target's calls belong to one [`ProcessCrash`](crate::testkit::ProcessCrash): N counts the points of all
+//! three (a redb write, resize or sync; an object-store request, and the moment a put landed; a target call,
+//! and the moment a commit returned), and at point k the whole process dies. Every acknowledged call of the
+//! trace is checked to be durable when it returns. At each crash point:
+//!
+//! 1. the local crash image is exactly the trace's durable image after as many local operations, and passes
+//!    [`Image::check`];
+//! 2. the mirror alone restores (a read-only [`crate::mirror::MirrorView`]) to a state the local store passed
+//!    through, holding, in synchronous mode, every acknowledged call;
+//! 3. every key the table holds was recorded with its ids, locally and in the mirror, before it was called;
+//! 4. recovery opens the crash image (or, with [`System::lose_local_file`], restores from the mirror alone)
+//!    with the same mirror objects and table, reaching the crash's state; runs `Committer::recover`, finishes
+//!    the workload (each operation's outcome as in the trace, where an unknown commit outcome may move between
+//!    commit calls) and the job (`commit_pending(true)` until nothing is pending);
+//! 5. at the end: no checkpoint is left Sealed, Committing or CommitUnknown; the table holds one commit per
+//!    recorded key, each with exactly its checkpoints' staged write results, none twice; every committed
+//!    checkpoint is what the caller staged; the skip set is exactly the committed checkpoints' keys; the end
+//!    equals the trace's up to commit key numbers; and a store restored from the mirror alone has the same
+//!    state and finds nothing to do.
+//!
+//! With an asynchronous mirror or snapshots, the mirror's requests interleave with the local file's
+//! differently from run to run, so a point k is not always the same operation (every k still crashes one);
+//! with snapshots, check 1 is skipped, since they move the local log's truncation.
+//!
 //! Everything is played through the public [`crate::Store`] API in a current-thread tokio runtime.
 //!
-//! To extend it (a target, a mirror), add operations to [`Op`], play them in `driver.rs`, and add their
-//! invariants to [`Image::check`] or to a check beside it; the runner itself does not change.
+//! To extend it, add operations to [`Op`], play them in `driver.rs`, and add their invariants to
+//! [`Image::check`], or to the end checks (`end.rs`) for a whole process.
 
 mod driver;
+mod end;
 mod image;
+mod system;
+mod system_run;
 
 use tokio::runtime::Runtime;
 
 pub use image::{Image, Logical};
+pub use system::{SNAPSHOTS_OFF, System};
 
 use crate::testkit::CrashBackend;
 use crate::types::{CheckpointId, Part, SourceKey, WriteResult};
@@ -95,19 +127,44 @@ pub enum Op {
     },
     /// Close the store cleanly and open it again: a new epoch, so staged checkpoints become orphans.
     Reopen,
+    /// `Committer::commit_pending`: resolve the key in flight, then commit every sealed checkpoint under the
+    /// next keys (a workload with a [`System`] only).
+    CommitPending {
+        /// Whether the last key is the job's final commit.
+        final_commit: bool,
+    },
+    /// `Committer::recover`, as a job does right after it opened the store (a workload with a [`System`] only).
+    Recover,
+}
+
+impl Op {
+    /// Whether the operation drives the commit protocol's records directly, which a workload with a target
+    /// leaves to the committer.
+    pub fn is_low_level_commit(&self) -> bool {
+        matches!(
+            self,
+            Op::BeginCommit { .. }
+                | Op::CommitEmpty { .. }
+                | Op::MarkCommitted { .. }
+                | Op::MarkUnknown { .. }
+                | Op::MarkNotCommitted { .. }
+        )
+    }
 }
 
 /// What an operation returned, stable across runs: `Ok`, or the class of the error (the transition's variant
 /// name, or the error kind).
 pub type OpOutcome = Result<(), String>;
 
-/// A named script of operations.
+/// A named script of operations, played against the local file alone or against a [`System`].
 #[derive(Clone, Debug)]
 pub struct Workload {
     /// A name for reports.
     pub name: String,
     /// The operations, in order.
     pub ops: Vec<Op>,
+    /// The target and mirror it runs against; `None` for the local file alone.
+    pub system: Option<System>,
 }
 
 /// The crash-free run of a workload: the reference every crash point is checked against.
@@ -119,6 +176,14 @@ pub struct Trace {
     outcomes: Vec<OpOutcome>,
     final_logical: Option<Logical>,
     io_ops: u64,
+    /// With a system: every durable local image, with the count of local operations up to its sync.
+    syncs: Vec<(u64, Option<Image>)>,
+    /// With a system: the logical state at every sequence number the local store passed through.
+    seq_states: std::collections::BTreeMap<u64, Logical>,
+    /// With a system: what the finished job left.
+    end: Option<end::End>,
+    /// With a system: the points per component (local, mirror, target).
+    per_component: [u64; 3],
 }
 
 impl Trace {
@@ -136,6 +201,11 @@ impl Trace {
     pub fn calls(&self) -> usize {
         self.calls.len()
     }
+
+    /// With a system, the crash points of the local file, the mirror and the target, in that order.
+    pub fn points_per_component(&self) -> [u64; 3] {
+        self.per_component
+    }
 }
 
 /// What an exhaustive run covered.
@@ -145,6 +215,8 @@ pub struct Report {
     pub crash_points: u64,
     /// The store calls of the crash-free run.
     pub calls: usize,
+    /// The crash points of the local file, the mirror and the target, in that order.
+    pub per_component: [u64; 3],
 }
 
 /// A current-thread runtime for the runner (the store's writer is its own thread).
@@ -173,13 +245,22 @@ fn play(driver: &mut Driver<'_>, ops: &[Op], start: usize) -> Result<Vec<OpOutco
 }
 
 impl Workload {
-    /// A workload from a name and its operations.
+    /// A workload from a name and its operations, on the local file alone.
     pub fn new(name: impl Into<String>, ops: Vec<Op>) -> Self {
-        Self { name: name.into(), ops }
+        Self { name: name.into(), ops, system: None }
+    }
+
+    /// The same workload against `system`.
+    pub fn with_system(mut self, system: System) -> Self {
+        self.system = Some(system);
+        self
     }
 
     /// Plays the workload without a crash and keeps what every crash point is checked against.
     pub fn trace(&self, rt: &Runtime) -> Result<Trace, String> {
+        if let Some(system) = &self.system {
+            return self.trace_system(rt, system).map_err(|e| format!("{}: {e}", self.name));
+        }
         let backend = CrashBackend::new();
         let mut driver = Driver::new(rt, backend.clone(), true)?;
         let outcomes = play(&mut driver, &self.ops, 0).map_err(stopped)?;
@@ -191,13 +272,27 @@ impl Workload {
             images.push(image);
         }
         let final_logical = Image::read(&backend)?.map(|i| i.logical());
-        Ok(Trace { calls: driver.calls, images, outcomes, final_logical, io_ops: backend.ops() })
+        Ok(Trace {
+            calls: driver.calls,
+            images,
+            outcomes,
+            final_logical,
+            io_ops: backend.ops(),
+            syncs: Vec::new(),
+            seq_states: std::collections::BTreeMap::new(),
+            end: None,
+            per_component: [backend.ops(), 0, 0],
+        })
     }
 
     /// Crashes the workload at I/O operation `k`, recovers, checks, and (with `finish`) finishes the workload and
     /// compares its end with the trace's. The error says what broke, at which call.
     pub fn crash_at(&self, rt: &Runtime, trace: &Trace, k: u64, finish: bool) -> Result<(), String> {
-        self.crash_at_inner(rt, trace, k, finish).map_err(|e| format!("{} crash point {k}: {e}", self.name))
+        let result = match &self.system {
+            Some(system) => self.crash_system(rt, trace, k, system),
+            None => self.crash_at_inner(rt, trace, k, finish),
+        };
+        result.map_err(|e| format!("{} crash point {k}: {e}", self.name))
     }
 
     fn crash_at_inner(&self, rt: &Runtime, trace: &Trace, k: u64, finish: bool) -> Result<(), String> {
@@ -284,7 +379,7 @@ impl Workload {
         for k in 1..=trace.io_ops {
             self.crash_at(&rt, &trace, k, true)?;
         }
-        Ok(Report { crash_points: trace.io_ops, calls: trace.calls.len() })
+        Ok(Report { crash_points: trace.io_ops, calls: trace.calls.len(), per_component: trace.per_component })
     }
 }
 
@@ -328,5 +423,50 @@ mod tests {
         let mut other_end = w.trace(&rt).unwrap();
         other_end.final_logical = None;
         assert!((1..=trace.io_ops).all(|k| w.crash_at(&rt, &other_end, k, true).is_err()));
+    }
+
+    fn system_workload() -> Workload {
+        let id = CheckpointId::new("a").unwrap();
+        let result = WriteResult::new(Format::Lance, b"f".to_vec()).unwrap();
+        let ops = vec![
+            Op::Recover,
+            Op::Stage { id: id.clone(), part: 0, keys: vec![b"k".to_vec()], results: vec![result] },
+            Op::Seal { id, parts: 1 },
+            Op::CommitPending { final_commit: true },
+        ];
+        let system = System::mirrored(crate::mirror::MirrorMode::Synchronous, SNAPSHOTS_OFF);
+        Workload::new("s", ops).with_system(system)
+    }
+
+    /// The same for the whole-process runner: a wrong end, wrong durable images or wrong mirror states fail.
+    #[test]
+    fn a_wrong_reference_fails_the_whole_process_crash_points() {
+        let rt = runtime().unwrap();
+        let w = system_workload();
+        let trace = w.trace(&rt).unwrap();
+        let [local, mirror, target] = trace.per_component;
+        assert!(local > 0 && mirror > 0 && target > 0, "{:?}", trace.per_component);
+        assert!((1..=trace.io_ops).all(|k| w.crash_at(&rt, &trace, k, true).is_ok()));
+        let failures = |trace: &Trace| (1..=trace.io_ops).filter(|k| w.crash_at(&rt, trace, *k, true).is_err()).count();
+
+        // As if the job had ended with another file in the table: every crash point fails.
+        let mut other_end = w.trace(&rt).unwrap();
+        if let Some(end) = other_end.end.as_mut() {
+            end.summary.files.push("f".into());
+        }
+        assert_eq!(failures(&other_end), trace.io_ops as usize);
+        // As if nothing had ever been durable locally: every crash point after the first sync fails.
+        let mut forgetful = w.trace(&rt).unwrap();
+        forgetful.syncs.iter_mut().for_each(|(_, image)| *image = None);
+        assert!(failures(&forgetful) as u64 > trace.io_ops / 2);
+        // As if the mirror's states were none the store passed through.
+        let mut no_states = w.trace(&rt).unwrap();
+        no_states.seq_states.clear();
+        assert!(failures(&no_states) as u64 > trace.io_ops / 2);
+        // As if every call had been acked at the end's sequence number: the mirror lags it almost everywhere.
+        let mut eager = w.trace(&rt).unwrap();
+        let last = eager.images.last().cloned().flatten();
+        eager.images.iter_mut().for_each(|i| *i = last.clone());
+        assert!(failures(&eager) as u64 > trace.io_ops / 2);
     }
 }

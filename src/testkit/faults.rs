@@ -5,6 +5,10 @@
 //! test decides when an upload finishes, without wall-clock sleeps), add latency, count requests and bytes, and
 //! crash at its k-th operation: that operation and every later one fail, as if the process lost the network for
 //! good. Clones share one state, so a test keeps a clone to steer the one it handed to the store.
+//!
+//! It can also be part of a simulated process ([`FaultStore::attach`]): each request, and the moment a put has
+//! landed, is then one of the process's crash points, and once the process is dead every request fails at
+//! once with `NotSupported` (a dead process settles nothing, so its threads must not sit in retries).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +23,8 @@ use object_store::{
     PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 use tokio::sync::watch;
+
+use crate::testkit::process::{Component, ProcessCrash};
 
 /// How an injected put fault behaves.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -68,6 +74,8 @@ struct Faults {
     waiting: usize,
     /// Gets that find nothing answer only after this delay, this many times, for paths containing the string.
     stale: Vec<(String, Duration, u32)>,
+    /// The process this store's requests belong to.
+    process: Option<ProcessCrash>,
 }
 
 #[derive(Debug)]
@@ -108,6 +116,10 @@ impl<T: ObjectStore> fmt::Display for FaultStore<T> {
 
 fn generic(message: String) -> object_store::Error {
     object_store::Error::Generic { store: "FaultStore", source: message.into() }
+}
+
+fn process_dead(what: &str) -> object_store::Error {
+    object_store::Error::NotSupported { source: format!("FaultStore: the process is dead ({what})").into() }
 }
 
 impl<T: ObjectStore> FaultStore<T> {
@@ -158,6 +170,18 @@ impl<T: ObjectStore> FaultStore<T> {
         self.lock().crashed = true;
     }
 
+    /// Makes the store's requests part of `process` (see the module docs).
+    pub fn attach(&self, process: &ProcessCrash) {
+        self.lock().process = Some(process.clone());
+    }
+
+    /// A store over the same inner store with a fresh state: no faults, no process, no counts (a new process
+    /// reaching the same objects).
+    pub fn fresh(&self) -> Self {
+        let (hold, _) = watch::channel(None);
+        Self { inner: self.inner.clone(), state: Arc::new(State { faults: Mutex::default(), hold }) }
+    }
+
     /// Undoes a crash (a new process on the same object store).
     pub fn revive(&self) {
         let mut faults = self.lock();
@@ -200,9 +224,14 @@ impl<T: ObjectStore> FaultStore<T> {
         self.lock().put_paths.clone()
     }
 
-    /// Counts one operation and fails it if the store has crashed; returns the latency to add.
-    fn op(&self, op: Op) -> Result<Duration> {
+    /// Counts one operation and fails it if the store or its process has crashed; returns the latency to add.
+    fn op(&self, op: Op, place: &dyn fmt::Display) -> Result<Duration> {
         let mut faults = self.lock();
+        if let Some(process) = &faults.process
+            && !process.tick(Component::Mirror, || format!("mirror {op:?} {place}"))
+        {
+            return Err(process_dead(&format!("{op:?} {place}")));
+        }
         faults.ops += 1;
         match op {
             Op::Put => faults.counts.puts += 1,
@@ -254,7 +283,7 @@ async fn pause(latency: Duration) {
 #[deny(clippy::missing_trait_methods)]
 impl<T: ObjectStore> ObjectStore for FaultStore<T> {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
-        let latency = self.op(Op::Put)?;
+        let latency = self.op(Op::Put, location)?;
         pause(latency).await;
         self.pass_gate(location).await;
         {
@@ -262,6 +291,9 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
             // A crash while the put waited at the gate stops it too.
             if faults.crashed {
                 return Err(generic(format!("crashed while the put of {location} was held")));
+            }
+            if faults.process.as_ref().is_some_and(ProcessCrash::is_dead) {
+                return Err(process_dead(&format!("while the put of {location} was held")));
             }
             faults.counts.bytes_put += payload.content_length() as u64;
             faults.put_paths.push(location.to_string());
@@ -272,17 +304,27 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
                 self.inner.put_opts(location, payload, opts).await?;
                 Err(generic(format!("injected failure after the put of {location} landed")))
             }
-            None => self.inner.put_opts(location, payload, opts).await,
+            None => {
+                let put = self.inner.put_opts(location, payload, opts).await?;
+                // The put has landed; a process that dies now never learns it.
+                let process = self.lock().process.clone();
+                if let Some(process) = process
+                    && !process.tick(Component::Mirror, || format!("mirror put {location} landed"))
+                {
+                    return Err(process_dead(&format!("after the put of {location} landed")));
+                }
+                Ok(put)
+            }
         }
     }
 
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
-        pause(self.op(Op::Put)?).await;
+        pause(self.op(Op::Put, location)?).await;
         self.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        pause(self.op(Op::Get)?).await;
+        pause(self.op(Op::Get, location)?).await;
         if self.take_fault(location, false).is_some() {
             return Err(generic(format!("injected failure of the get of {location}")));
         }
@@ -307,7 +349,7 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[std::ops::Range<u64>]) -> Result<Vec<bytes::Bytes>> {
-        pause(self.op(Op::Get)?).await;
+        pause(self.op(Op::Get, location)?).await;
         let got = self.inner.get_ranges(location, ranges).await?;
         self.lock().counts.bytes_got += got.iter().map(|b| b.len() as u64).sum::<u64>();
         Ok(got)
@@ -320,7 +362,7 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
                 let this = this.clone();
                 async move {
                     let location = location?;
-                    pause(this.op(Op::Delete)?).await;
+                    pause(this.op(Op::Delete, &location)?).await;
                     let one = futures::stream::once(async move { Ok(location) }).boxed();
                     this.inner
                         .delete_stream(one)
@@ -333,31 +375,31 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        match self.op(Op::List) {
+        match self.op(Op::List, &prefix.cloned().unwrap_or_default()) {
             Ok(_) => self.inner.list(prefix),
             Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
         }
     }
 
     fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, Result<ObjectMeta>> {
-        match self.op(Op::List) {
+        match self.op(Op::List, &prefix.cloned().unwrap_or_default()) {
             Ok(_) => self.inner.list_with_offset(prefix, offset),
             Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
         }
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        pause(self.op(Op::List)?).await;
+        pause(self.op(Op::List, &prefix.cloned().unwrap_or_default())?).await;
         self.inner.list_with_delimiter(prefix).await
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        pause(self.op(Op::Copy)?).await;
+        pause(self.op(Op::Copy, to)?).await;
         self.inner.copy_opts(from, to, options).await
     }
 
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        pause(self.op(Op::Copy)?).await;
+        pause(self.op(Op::Copy, to)?).await;
         self.inner.rename_opts(from, to, options).await
     }
 }

@@ -5,8 +5,14 @@
 //! Each function panics when it finds a bug, which is how a fuzzer notices; for any input that is not a bug it
 //! returns normally.
 
+mod restore;
+
+pub use restore::{RESTORE_MIRROR_MUTATIONS_MAX, restore_mirror, restore_mirror_seeds};
+
+use crate::mirror::MirrorMode;
 use crate::state::CheckpointRecord;
-use crate::testkit::crash::{Op, Workload, runtime};
+use crate::testkit::crash::{Op, SNAPSHOTS_OFF, System, Workload, runtime};
+use crate::testkit::{CommitFault, ProbeFault};
 use crate::types::{CheckpointId, Format, SourceKey, WriteResult};
 use crate::wal::frame::{self, FRAME_HEADER_BYTES, FRAME_TRAILER_BYTES};
 use crate::wal::record::{Record, decode_value, encode_value};
@@ -110,9 +116,56 @@ fn results(selector: u8) -> Vec<WriteResult> {
     }
 }
 
-/// Turns bytes into a crash selector and a workload over three ids, four keys and three commit keys: the first
-/// two bytes choose the crash point (modulo the workload's I/O operations), then each operation is one byte
-/// choosing it (modulo 11) followed by its argument bytes (missing bytes read as 0):
+/// The system an input's first byte chooses (see [`workload_from_bytes`]).
+fn system_from_byte(b: u8) -> Option<System> {
+    const FIRST: [CommitFault; 5] = [
+        CommitFault::Pass,
+        CommitFault::FailBeforeCommit,
+        CommitFault::LandThenLoseAck,
+        CommitFault::UnknownNotLanded,
+        CommitFault::LandLateAfterUnknown,
+    ];
+    const SECOND: [CommitFault; 4] = [
+        CommitFault::Pass,
+        CommitFault::LandThenLoseAck,
+        CommitFault::UnknownNotLanded,
+        CommitFault::LandLateAfterUnknown,
+    ];
+    let variant = b & 0x80 != 0;
+    let faults = vec![
+        FIRST.get(usize::from((b >> 2) & 7)).copied().unwrap_or(CommitFault::Pass),
+        SECOND[usize::from((b >> 5) & 3)],
+    ];
+    let system = match b & 3 {
+        0 => return None,
+        1 => {
+            let probes = if variant { vec![ProbeFault::Pass, ProbeFault::Unknown] } else { Vec::new() };
+            return Some(System::target().with_faults(faults, probes));
+        }
+        2 => {
+            let system = System::mirrored(MirrorMode::Synchronous, SNAPSHOTS_OFF);
+            if variant { system.losing_local_file() } else { system }
+        }
+        _ => {
+            let mode = MirrorMode::Asynchronous { lag_batches_max: 2, lag_ms_max: u64::MAX };
+            System::mirrored(mode, if variant { 4 } else { SNAPSHOTS_OFF })
+        }
+    };
+    Some(system.with_faults(faults, Vec::new()))
+}
+
+/// Turns bytes into a crash selector and a workload over three ids, four keys and three commit keys.
+///
+/// The first byte chooses what the workload runs against: bits 0–1 are 0 for the local file alone, 1 for a
+/// target (a `DirTable` behind a scripted `FaultyTarget`), 2 for a target and a synchronous mirror, 3 for a
+/// target and an asynchronous one (two groups of lag); bits 2–4 choose the target's first commit fault (pass,
+/// fail before, land and lose the ack, unknown and not landed, land late; 5–7 pass), bits 5–6 its second (pass,
+/// land and lose the ack, unknown, land late); bit 7 a variant: the target's second probe is unknown, the local
+/// file is lost at the crash (synchronous mirror), or a snapshot every four records (asynchronous mirror).
+///
+/// The next two bytes choose the crash point (modulo the run's I/O points, which with a system are those of
+/// the local file, the mirror and the target together). Then each operation is one byte choosing it (modulo
+/// 11) followed by its argument bytes (missing bytes read as 0):
 ///
 /// | byte % 11 | operation | argument bytes |
 /// |---|---|---|
@@ -120,54 +173,82 @@ fn results(selector: u8) -> Vec<WriteResult> {
 /// | 3 | seal | id, parts (1 + % 3) |
 /// | 4 | restart | id |
 /// | 5 | abort | id |
-/// | 6 | begin_commit | key (% 3), id mask (3 bits, 0 = all), final (bit 0) |
-/// | 7 | commit_empty | id mask |
-/// | 8, 9, 10 | mark_committed, mark_unknown, mark_not_committed; a reopen instead when the argument is ≥ 192 | key (% 3) |
+/// | 6 | begin_commit; with a system, commit_pending | key (% 3), id mask (3 bits, 0 = all), final (bit 0) |
+/// | 7 | commit_empty; with a system, commit_pending (not final) | id mask |
+/// | 8, 9, 10 | mark_committed, mark_unknown, mark_not_committed; with a system, recover; a reopen instead when the argument is ≥ 192 (with a system, followed by a recover) | key (% 3) |
+///
+/// With a system the workload begins with a recover, as a job does after it opened the store.
 pub fn workload_from_bytes(data: &[u8]) -> (u16, Workload) {
-    let selector = u16::from_le_bytes([data.first().copied().unwrap_or(0), data.get(1).copied().unwrap_or(0)]);
-    let mut bytes = data.iter().copied().skip(2);
+    let system = system_from_byte(data.first().copied().unwrap_or(0));
+    let selector = u16::from_le_bytes([data.get(1).copied().unwrap_or(0), data.get(2).copied().unwrap_or(0)]);
+    let mut bytes = data.iter().copied().skip(3);
     let mut ops = Vec::new();
+    if system.is_some() {
+        ops.push(Op::Recover);
+    }
     while ops.len() < CRASH_REPLAY_OPS_MAX {
         let Some(op) = bytes.next() else { break };
         let mut arg = || bytes.next().unwrap_or(0);
         let id = |b: u8| CheckpointId::new(IDS[usize::from(b % 3)]).ok();
         let mask = |b: u8| if b.is_multiple_of(8) { 7 } else { b % 8 };
-        let next = match op % 11 {
-            0..=2 => {
+        let next = match (op % 11, system.is_some()) {
+            (0..=2, _) => {
                 let (i, part, k, r) = (arg(), arg(), arg(), arg());
                 id(i).map(|id| Op::Stage { id, part: u32::from(part % 3), keys: keys(k % 16), results: results(r) })
             }
-            3 => {
+            (3, _) => {
                 let (i, parts) = (arg(), arg());
                 id(i).map(|id| Op::Seal { id, parts: 1 + u32::from(parts % 3) })
             }
-            4 => id(arg()).map(|id| Op::Restart { id }),
-            5 => id(arg()).map(|id| Op::Abort { id }),
-            6 => {
+            (4, _) => id(arg()).map(|id| Op::Restart { id }),
+            (5, _) => id(arg()).map(|id| Op::Abort { id }),
+            (6, false) => {
                 let (key, m, f) = (arg(), arg(), arg());
                 Some(Op::BeginCommit { key: u64::from(key % 3), ids: ids(mask(m)), final_commit: f & 1 == 1 })
             }
-            7 => Some(Op::CommitEmpty { ids: ids(mask(arg())) }),
-            n => {
+            (6, true) => {
+                let (_, _, f) = (arg(), arg(), arg());
+                Some(Op::CommitPending { final_commit: f & 1 == 1 })
+            }
+            (7, false) => Some(Op::CommitEmpty { ids: ids(mask(arg())) }),
+            (7, true) => {
+                arg();
+                Some(Op::CommitPending { final_commit: false })
+            }
+            (n, with_system) => {
                 let key = arg();
                 let k = u64::from(key % 3);
-                Some(match (key >= 192, n) {
-                    (true, _) => Op::Reopen,
-                    (false, 8) => Op::MarkCommitted { key: k },
-                    (false, 9) => Op::MarkUnknown { key: k },
-                    (false, _) => Op::MarkNotCommitted { key: k },
+                Some(match (key >= 192, n, with_system) {
+                    (true, _, true) => {
+                        ops.push(Op::Reopen);
+                        Op::Recover
+                    }
+                    (true, _, false) => Op::Reopen,
+                    (false, _, true) => Op::Recover,
+                    (false, 8, false) => Op::MarkCommitted { key: k },
+                    (false, 9, false) => Op::MarkUnknown { key: k },
+                    (false, _, false) => Op::MarkNotCommitted { key: k },
                 })
             }
         };
         ops.extend(next);
     }
-    (selector, Workload::new("crash_replay", ops))
+    let workload = Workload::new("crash_replay", ops);
+    (
+        selector,
+        match system {
+            Some(system) => workload.with_system(system),
+            None => workload,
+        },
+    )
 }
 
 /// Turns bytes into a workload and a crash point ([`workload_from_bytes`]), plays it once without a crash, then
-/// crashes it at that point and checks what the crash-point runner checks ([`crate::testkit::crash`]): the crash
-/// image is the state after the last acked call or the call in flight, every invariant holds, the reopened store
-/// answers as the image says, and finishing the workload ends where the crash-free run ended.
+/// crashes it at that point and checks what the crash-point runner checks ([`crate::testkit::crash`]): for the
+/// local file alone, the crash image is the state after the last acked call or the call in flight, every
+/// invariant holds, the reopened store answers as the image says, and finishing the workload ends where the
+/// crash-free run ended; with a system, the crash leaves a consistent local file and mirror, and recovery
+/// plus the rest of the job leaves every sealed checkpoint's results in the table exactly once.
 ///
 /// # Panics
 ///
@@ -180,7 +261,7 @@ pub fn crash_replay(data: &[u8]) {
         workload.crash_at(&rt, &trace, k, true)
     });
     if let Err(e) = result {
-        panic!("crash_replay: {e}\nworkload: {:#?}", workload.ops);
+        panic!("crash_replay: {e}\nsystem: {:?}\nworkload: {:#?}", workload.system, workload.ops);
     }
 }
 
@@ -235,12 +316,15 @@ pub fn decode_record_seeds() -> Vec<Vec<u8>> {
     seeds
 }
 
-/// Small hand-made inputs for `crash_replay` (see [`workload_from_bytes`] for the encoding): a checkpoint
-/// through a full commit, two checkpoints with a reopen (orphans), a restart and an abort, a commit whose
-/// outcome is unknown, and a key conflict.
+/// Small hand-made inputs for `crash_replay` (see [`workload_from_bytes`] for the encoding). On the local file
+/// alone: a checkpoint through a full commit, two checkpoints with a reopen (orphans), a restart and an abort,
+/// a commit whose outcome is unknown, and a key conflict. With a system: commits over two keys on the target
+/// with a lost ack; the same on a synchronous mirror; on a synchronous mirror with the local file lost; on an
+/// asynchronous mirror with snapshots and a reopen.
 pub fn crash_replay_seeds() -> Vec<Vec<u8>> {
-    // Operation bytes: stage 0, seal 3, restart 4, abort 5, begin 6, empty 7, marks 8/9/10, reopen 8 + 200.
-    vec![
+    // Operation bytes: stage 0, seal 3, restart 4, abort 5, begin 6, empty 7, marks 8/9/10, reopen 8 + 200;
+    // with a system, 6 and 7 are commit_pending and 8 is recover.
+    let local = [
         // Stage a/0 with k0 and a result, seal a with 1 part, begin key 0 over a (final), mark it committed.
         vec![7, 0, 0, 0, 0, 1, 1, 3, 0, 0, 6, 0, 1, 1, 8, 0],
         // Stage a/0, a/1 and b/0; reopen; stage a/2 (an orphan: restarted and re-staged), seal a with 3, seal b.
@@ -252,5 +336,30 @@ pub fn crash_replay_seeds() -> Vec<Vec<u8>> {
         // Stage a and b with the same key k0 and c with k3, none with results; seal all three (b is a key
         // conflict); commit c empty.
         vec![11, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 0, 0, 2, 0, 8, 0, 3, 0, 0, 3, 1, 0, 3, 2, 0, 7, 4],
-    ]
+    ];
+    // Stage and seal a, commit; stage and seal b, stage c (not sealed), reopen and recover; seal c, commit final.
+    let job = [0, 0, 0, 1, 1, 3, 0, 0, 7, 0, 0, 1, 0, 2, 2, 3, 1, 0, 0, 2, 0, 4, 3, 8, 200, 3, 2, 0, 6, 0, 0, 1];
+    let with = |system: u8, selector: [u8; 2]| {
+        let mut input = vec![system, selector[0], selector[1]];
+        input.extend_from_slice(&job);
+        input
+    };
+    let mut seeds: Vec<Vec<u8>> = local
+        .into_iter()
+        .map(|old| {
+            // Inputs of the local file alone: a zero system byte before the selector and operations.
+            let mut input = vec![0];
+            input.extend(old);
+            input
+        })
+        .collect();
+    // Target with a lost ack on its first commit (fault 2 in bits 2-4).
+    seeds.push(with(1 | (2 << 2), [77, 0]));
+    // Synchronous mirror, the second commit unknown and not landed (fault 2 in bits 5-6).
+    seeds.push(with(2 | (2 << 5), [150, 0]));
+    // Synchronous mirror, the local file lost at the crash.
+    seeds.push(with(2 | 0x80, [33, 1]));
+    // Asynchronous mirror with snapshots, the first commit landing late.
+    seeds.push(with(3 | (4 << 2) | 0x80, [201, 0]));
+    seeds
 }

@@ -10,6 +10,8 @@
 //!   adds latency, counts requests and bytes, and crashes at operation k.
 //! - [`ManualClock`]: a clock that moves only when the test says so.
 //! - [`conformance`]: the suite an adapter author runs against their own [`crate::Target`].
+//! - [`ProcessCrash`]: one simulated process's crash point, shared by a [`CrashBackend`], a [`FaultStore`] and
+//!   the crash-point runner's target wrapper, so a process dies at its k-th I/O operation whichever does it.
 //! - [`crash`]: the exhaustive crash-point runner: a scripted [`crash::Workload`] crashed at every I/O
 //!   operation, recovered, checked against its crash-free run and finished.
 //! - [`fuzz`]: the logic of the fuzz targets in `fuzz/`, callable on stable from plain tests.
@@ -20,11 +22,13 @@ pub mod conformance;
 pub mod crash;
 mod faults;
 pub mod fuzz;
+mod process;
 mod rng;
 mod target;
 
 pub use backend::CrashBackend;
 pub use clock::ManualClock;
 pub use faults::{Counts, FaultStore, PutFault};
+pub use process::{Component, ProcessCrash};
 pub use rng::SplitMix64;
 pub use target::{CommitFault, FaultyTarget, ProbeFault, WatermarkTable};

@@ -1,15 +1,20 @@
 //! The driver: plays a workload's operations against a [`Store`] on a [`CrashBackend`] the way a sink writer
 //! would, including the documented responses to what a crash leaves (restart and re-stage an orphan, skip a
-//! commit key already begun with the same ids), and records every store call with its outcome.
+//! commit key already begun with the same ids), and records every store call with its outcome. With a
+//! [`System`](super::System) it also drives the committer against the target and opens the store through the
+//! mirror, all as one simulated process.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tokio::runtime::Runtime;
 
+use super::system::{ProcessTarget, World};
 use super::{Image, Op, OpOutcome};
+use crate::commit::Committer;
 use crate::error::{Error, ErrorKind, TransitionError};
 use crate::store::{StageOutcome, Store};
-use crate::testkit::CrashBackend;
+use crate::testkit::{CrashBackend, ProcessCrash};
 use crate::types::{CheckpointId, JobId, Part, SourceKey, TargetIdentity, WriteResult};
 
 /// One store call and what it returned.
@@ -45,15 +50,19 @@ pub(crate) fn class(e: &Error) -> String {
 
 /// The driver's memory of a checkpoint's current attempt: what the caller staged in it, by part, so that an
 /// orphan can be restarted and re-staged as a retried task would.
-type Memory = BTreeMap<CheckpointId, BTreeMap<Part, (Vec<SourceKey>, Vec<WriteResult>)>>;
+pub(crate) type Memory = BTreeMap<CheckpointId, BTreeMap<Part, (Vec<SourceKey>, Vec<WriteResult>)>>;
 
 pub(crate) struct Driver<'rt> {
-    rt: &'rt Runtime,
+    pub(crate) rt: &'rt Runtime,
     job: JobId,
     target: TargetIdentity,
     backend: CrashBackend,
-    store: Option<Store>,
-    memory: Memory,
+    pub(crate) store: Option<Store>,
+    pub(crate) memory: Memory,
+    /// The target and the mirror, for a workload with a system.
+    pub(crate) world: Option<Arc<World>>,
+    /// The process the backend, the mirror and the target calls belong to.
+    pub(crate) process: ProcessCrash,
     opens: u128,
     /// Every store call so far.
     pub calls: Vec<CallRecord>,
@@ -71,6 +80,8 @@ impl<'rt> Driver<'rt> {
             backend,
             store: None,
             memory: Memory::new(),
+            world: None,
+            process: ProcessCrash::new(),
             opens: 0,
             calls: Vec::new(),
             after: trace.then(Vec::new),
@@ -78,15 +89,43 @@ impl<'rt> Driver<'rt> {
         })
     }
 
-    /// Carries the caller's memory over a crash onto a recovered backend, as a rerun of the same job would.
+    /// A driver for a workload with a system: `backend` is attached to `process`, and so are the mirror's and
+    /// the target's calls.
+    pub(crate) fn with_world(
+        rt: &'rt Runtime,
+        backend: CrashBackend,
+        process: ProcessCrash,
+        world: Arc<World>,
+        trace: bool,
+    ) -> Result<Self, String> {
+        backend.attach(&process);
+        Ok(Self { world: Some(world), process, ..Self::new(rt, backend, trace)? })
+    }
+
+    /// Carries the caller's memory over a crash onto a recovered backend, as a rerun of the same job would: a
+    /// new process, which never crashes, on the same mirror objects and the same table.
     pub(crate) fn recover(mut self, backend: CrashBackend) -> Driver<'rt> {
         // The old store's backend is dead, so dropping it (a clean shutdown) cannot reach the durable image.
         drop(self.store.take());
-        Driver { backend, store: None, calls: Vec::new(), after: None, ..self }
+        Driver { backend, store: None, calls: Vec::new(), after: None, process: ProcessCrash::new(), ..self }
+    }
+
+    /// The target as this driver's process sees it.
+    pub(crate) fn target(&self) -> Result<ProcessTarget, Stop> {
+        let world = self.world.as_ref().ok_or_else(|| Stop::Failed("a commit operation without a target".into()))?;
+        Ok(ProcessTarget { inner: world.target.clone(), process: self.process.clone() })
     }
 
     pub(crate) fn backend(&self) -> &CrashBackend {
         &self.backend
+    }
+
+    pub(crate) fn job(&self) -> &JobId {
+        &self.job
+    }
+
+    pub(crate) fn target_identity(&self) -> &TargetIdentity {
+        &self.target
     }
 
     pub(crate) fn store(&self) -> Option<&Store> {
@@ -94,7 +133,7 @@ impl<'rt> Driver<'rt> {
     }
 
     /// Records one call's outcome; stops the workload if the backend died.
-    fn record<T>(&mut self, what: String, result: &Result<T, Error>) -> Result<(), Stop> {
+    pub(crate) fn record<T>(&mut self, what: String, result: &Result<T, Error>) -> Result<(), Stop> {
         let index = self.calls.len();
         let failure = |e: &Error| format!("call {index} {what} failed without a crash: {e}");
         let failure = result.as_ref().err().map(failure);
@@ -102,7 +141,17 @@ impl<'rt> Driver<'rt> {
         if let Some(after) = &mut self.after {
             // The live state of the open store, which a crash must not lose; a closed store keeps the last.
             let image = match &self.store {
-                Some(store) => Image::from_store(store).map_err(Stop::Failed)?,
+                Some(store) => {
+                    let acked = Image::from_store(store).map_err(Stop::Failed)?;
+                    // Durable before acknowledged: what the store answers from is what a crash now would leave.
+                    let durable = Image::read(&self.backend).map_err(Stop::Failed)?;
+                    if durable != acked {
+                        return Err(Stop::Failed(format!(
+                            "call {index} returned before its state was durable\n  acked {acked:#?}\n  durable {durable:#?}"
+                        )));
+                    }
+                    acked
+                }
                 None => after.last().cloned().flatten(),
             };
             after.push(image);
@@ -122,14 +171,28 @@ impl<'rt> Driver<'rt> {
     /// Opens the store (the first open and every reopen).
     pub(crate) fn open(&mut self) -> Result<(), Stop> {
         self.opens += 1;
-        let builder =
+        let mut builder =
             Store::builder(self.job.clone(), self.target.clone()).backend(self.backend.clone()).writer_tag(self.opens);
+        if let Some(world) = &self.world
+            && let Some(settings) = &world.system.mirror
+        {
+            let mirror = Arc::new(world.mirror_store(Some(&self.process)));
+            builder = builder.mirror(mirror, World::prefix(), settings.clone()).clock(Arc::new(world.clock.clone()));
+        }
         let (store, result) = match self.rt.block_on(builder.open()) {
             Ok(store) => (Some(store), Ok(())),
             Err(e) => (None, Err(e)),
         };
         self.store = store;
         self.record("open".into(), &result)
+    }
+
+    /// Runs the committer's recovery, as a job does right after it opened the store.
+    pub(crate) fn recover_call(&mut self) -> Result<Result<(), Error>, Stop> {
+        let target = self.target()?;
+        let r = self.rt.block_on(Committer::new(self.live()?, &target).recover());
+        self.record("recover".into(), &r)?;
+        Ok(r.map(drop))
     }
 
     /// Sets the operation index the next calls are recorded under.
@@ -145,7 +208,7 @@ impl<'rt> Driver<'rt> {
         self.record("close".into(), &Ok::<(), Error>(()))
     }
 
-    fn live(&self) -> Result<&Store, Stop> {
+    pub(crate) fn live(&self) -> Result<&Store, Stop> {
         self.store.as_ref().ok_or_else(|| Stop::Failed("no open store".into()))
     }
 
@@ -213,6 +276,11 @@ impl<'rt> Driver<'rt> {
     pub(crate) fn play(&mut self, index: usize, op: &Op) -> Result<OpOutcome, Stop> {
         self.op = index;
         let rt = self.rt;
+        if self.world.is_some() && op.is_low_level_commit() {
+            return Err(Stop::Failed(format!(
+                "op {index} {op:?}: with a target, commits go through the committer (CommitPending, Recover)"
+            )));
+        }
         let outcome = match op {
             Op::Stage { id, part, keys, results } => return self.stage(id, *part, keys, results),
             Op::Seal { id, parts } => {
@@ -273,6 +341,13 @@ impl<'rt> Driver<'rt> {
                 self.open()?;
                 Ok(())
             }
+            Op::CommitPending { final_commit } => {
+                let target = self.target()?;
+                let r = rt.block_on(Committer::new(self.live()?, &target).commit_pending(*final_commit));
+                self.record(format!("commit_pending({final_commit})"), &r)?;
+                r.map(drop)
+            }
+            Op::Recover => self.recover_call()?,
         };
         Ok(outcome.map_err(|e| class(&e)))
     }

@@ -72,7 +72,8 @@ impl Image {
         Self::from_database(store.database())
     }
 
-    fn from_database(db: &redb::Database) -> Result<Option<Image>, String> {
+    /// Decodes the committed state of any database holding a store's tables (a mirror view's, say).
+    pub(crate) fn from_database(db: &redb::Database) -> Result<Option<Image>, String> {
         let txn = db.begin_read().map_err(fail)?;
         let meta_table = match txn.open_table(META) {
             Ok(t) => t,
@@ -124,6 +125,26 @@ impl Image {
     /// The epoch of the writer that last opened the store.
     pub fn epoch(&self) -> u64 {
         self.meta.epoch
+    }
+
+    /// The sequence number after the last record.
+    pub fn next_seq(&self) -> u64 {
+        self.meta.next_seq
+    }
+
+    /// Every checkpoint's record, by id.
+    pub(crate) fn checkpoint_records(&self) -> &BTreeMap<String, CheckpointRecord> {
+        &self.checkpoints
+    }
+
+    /// Every commit key's record, by number.
+    pub(crate) fn commit_records(&self) -> &BTreeMap<u64, CommitValue> {
+        &self.commits
+    }
+
+    /// The skip set: every processed key and the checkpoint that owns it.
+    pub(crate) fn key_owners(&self) -> &BTreeMap<Vec<u8>, String> {
+        &self.keys
     }
 
     /// The logical view.
