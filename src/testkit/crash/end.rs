@@ -52,8 +52,12 @@ fn fail(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-fn nothing_pending(store: &Store) -> Result<bool, Stop> {
-    let pending = store.pending().map_err(|e| Stop::Failed(format!("pending(): {e}")))?;
+fn nothing_pending(store: &Store, backend: &CrashBackend) -> Result<bool, Stop> {
+    let pending = match store.pending() {
+        Ok(pending) => pending,
+        Err(_) if backend.is_dead() => return Err(Stop::Crashed),
+        Err(e) => return Err(Stop::Failed(format!("pending(): {e}"))),
+    };
     Ok(pending.in_flight.is_none() && pending.checkpoints.iter().all(|c| c.info.state == CheckpointState::Staged))
 }
 
@@ -65,7 +69,7 @@ impl Driver<'_> {
             let target = self.target()?;
             let r = self.rt.block_on(Committer::new(self.live()?, &target).commit_pending(true));
             self.record("drain: commit_pending(true)".into(), &r)?;
-            if r.is_ok() && nothing_pending(self.live()?)? {
+            if r.is_ok() && nothing_pending(self.live()?, self.backend())? {
                 return Ok(());
             }
         }

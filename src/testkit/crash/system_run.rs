@@ -30,7 +30,12 @@ fn play_from(
     }
     driver.at_op(ops.len());
     driver.drain()?;
-    let end = driver.end_state(universe).map_err(|e| Stop::Failed(format!("at the end: {e}")))?;
+    let end = match driver.end_state(universe) {
+        Ok(end) => end,
+        // An asynchronous upload may kill the process while the end is read: a crash like any other.
+        Err(_) if driver.backend().is_dead() => return Err(Stop::Crashed),
+        Err(e) => return Err(Stop::Failed(format!("at the end: {e}"))),
+    };
     driver.close()?;
     Ok((outcomes, end))
 }

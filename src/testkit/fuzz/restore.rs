@@ -10,8 +10,12 @@
 //! writer wrote in order, so every local invariant holds in it. What the lost tail recorded is then either
 //! redone (its keys are not processed, so their inputs are read again) or caught by the commit protocol: commit
 //! keys are dense and the target holds every key that landed, so a rerun re-committing key n finds it in the
-//! target (marked, if the same ids; `CommitMismatch`, if other ids) and never lands it twice. Everything else
-//! is predicted exactly from which objects are present:
+//! target (marked, if the same ids; `CommitMismatch`, if other ids) and never lands it twice. The extreme case
+//! is a log (and snapshot) deleted whole under a manifest that starts at slot 0: the store then restores as a
+//! new one (`created`), which the committer refuses (`WrongStore`) before it begins key 0 if the target
+//! already holds key 0. (Telling a lost tail from a short log would need the manifests to record where the
+//! log ended when they were written: a format change, not made here.) Everything else is predicted exactly
+//! from which objects are present:
 //!
 //! - no manifest: `WrongStore` (a missing mirror is never taken for an empty one);
 //! - the newest present manifest names a snapshot that is absent, or a slot is present past the first absent
