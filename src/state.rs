@@ -98,6 +98,16 @@ pub enum StateFilter {
 }
 
 impl StateFilter {
+    /// Every filter, in state-code order.
+    pub const ALL: [StateFilter; 6] = [
+        StateFilter::Staged,
+        StateFilter::Sealed,
+        StateFilter::Committing,
+        StateFilter::CommitUnknown,
+        StateFilter::Committed,
+        StateFilter::Aborted,
+    ];
+
     pub(crate) fn code(self) -> u8 {
         match self {
             StateFilter::Staged => 0,

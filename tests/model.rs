@@ -773,14 +773,7 @@ impl StateMachineTest for StoreTest {
         for id in IDS.map(cid) {
             assert_eq!(store.get(&id).unwrap(), model.info(&id), "get({id})");
         }
-        let filters = [
-            StateFilter::Staged,
-            StateFilter::Sealed,
-            StateFilter::Committing,
-            StateFilter::CommitUnknown,
-            StateFilter::Committed,
-            StateFilter::Aborted,
-        ];
+        let filters = StateFilter::ALL;
         for filter in filters {
             let want: Vec<CheckpointInfo> =
                 model.cps.keys().filter_map(|id| model.info(id)).filter(|i| filter_of(i.state) == filter).collect();

@@ -193,14 +193,7 @@ pub async fn seal(store: &Store, n: u32) {
 pub fn digest(store: &Store) -> String {
     use sinkpoint::StateFilter;
     let mut out = String::new();
-    for filter in [
-        StateFilter::Staged,
-        StateFilter::Sealed,
-        StateFilter::Committing,
-        StateFilter::CommitUnknown,
-        StateFilter::Committed,
-        StateFilter::Aborted,
-    ] {
+    for filter in StateFilter::ALL {
         for info in store.list(filter).unwrap() {
             out.push_str(&format!(
                 "{} {:?} a{} p{} r{}\n",

@@ -363,14 +363,7 @@ impl Image {
                 return Err(format!("get({id}) = {got:?}, the image says {expected:?}"));
             }
         }
-        let filters = [
-            StateFilter::Staged,
-            StateFilter::Sealed,
-            StateFilter::Committing,
-            StateFilter::CommitUnknown,
-            StateFilter::Committed,
-            StateFilter::Aborted,
-        ];
+        let filters = StateFilter::ALL;
         for filter in filters {
             let got = store.list(filter).map_err(fail)?;
             let expected: Vec<CheckpointInfo> = image
