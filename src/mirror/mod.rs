@@ -1,7 +1,7 @@
 //! The object-storage mirror: the WAL shipped to any `object_store` as immutable objects, restored from there
 //! when the local file is gone, and the one place where a stale writer is fenced.
 //!
-//! - **Objects** (see [`layout`] for the keys, [`format`] for the bytes): epoch claims and their updates in
+//! - **Objects** (see `mirror::layout` for the keys, `mirror::format` for the bytes): epoch claims and their updates in
 //!   `manifest/`, one segment per committed group in the dense slots of `wal/`, periodic images of the state in
 //!   `snapshot/`. All are written once, with `PutMode::Create`.
 //! - **Takeover** (`open`): claim the next epoch, read the slots up to the first absent one, reconcile the local

@@ -1,0 +1,35 @@
+//! The shape of sinkpoint in thirty lines: stage a task's write results, seal them, commit them once.
+//!
+//! ```text
+//! cargo run --example basic
+//! ```
+
+use sinkpoint::commit::Committer;
+use sinkpoint::target::DirTable;
+use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
+
+#[tokio::main]
+async fn main() -> sinkpoint::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let table = DirTable::local(dir.path().join("table"))?;
+    let store = Store::builder(JobId::new("basic")?, TargetIdentity::new("file:///basic-table")?)
+        .path(dir.path().join("basic.redb"))
+        .open()
+        .await?;
+    let committer = Committer::new(&store, &table);
+    committer.recover().await?; // after a crash: F1, F2 and unknown outcomes are resolved here
+
+    for input in ["a.csv", "b.csv"] {
+        let key = format!("s3://in/{input}").into_bytes();
+        if store.is_processed(&key)? {
+            continue; // a retried job skips what is already sealed
+        }
+        let id = CheckpointId::new(input)?; // deterministic: a retried task maps to the same checkpoint
+        let result = table.write_data_file(&format!("{input}.rows"), b"rows".to_vec()).await?;
+        store.stage(&id, 0, 0, vec![key], vec![result]).await?; // attempt 0, part 0
+        store.seal(&id, 1).await?; // one part: the keys are now processed
+    }
+    let report = committer.commit_pending(true).await?; // one atomic table commit, flagged final
+    println!("committed keys {:?}", report.committed_keys);
+    Ok(())
+}
