@@ -69,6 +69,10 @@ pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
 /// The most mirror objects one reader fetches at once (a restore reading the log's slots): enough to hide an
 /// object store's round trip behind the others, few enough to stay a polite client.
 pub const MIRROR_READS_CONCURRENT_MAX: usize = 16;
+/// The most bytes of segments (by the listing's sizes) one reader fetches at once while reading the log: with
+/// [`MIRROR_READS_CONCURRENT_MAX`] it bounds a restore's memory, whatever the log's length. A single larger
+/// segment is still read, alone.
+pub const MIRROR_READ_WINDOW_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// The most frames one segment may hold.
 pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
 /// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.

@@ -95,8 +95,9 @@ pub(crate) struct Segment {
     pub frames: Vec<Vec<u8>>,
     /// Each frame's epoch.
     pub epochs: Vec<Epoch>,
-    /// Each frame's record.
-    pub records: Vec<Record>,
+    /// The epochs its `Open` records open (a fence opens one). The records themselves are decoded to check
+    /// them and dropped: a replay decodes each again from its frame, so a read log is held once, not twice.
+    pub opens: Vec<EpochOpen>,
 }
 
 impl Segment {
@@ -219,7 +220,8 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
         return Err(Error::corrupt(format!("{place}: declares {count} frames")));
     }
     let mut rest = &body[SEGMENT_HEADER_BYTES..];
-    let mut segment = Segment { header, frames: Vec::new(), epochs: Vec::new(), records: Vec::new() };
+    let mut segment = Segment { header, frames: Vec::new(), epochs: Vec::new(), opens: Vec::new() };
+    let mut last_opens = false;
     for i in 0..u64::from(count) {
         let (frame, used) = frame::decode_prefix(rest, place)?;
         let seq = segment.header.first_seq + i;
@@ -233,17 +235,19 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
             )));
         }
         let record = Record::from_payload(frame.payload, &format!("{place}, seq {seq}"))?;
+        last_opens = false;
+        if let Record::Open { writer_tag } = record {
+            last_opens = writer_tag == segment.header.writer_tag && frame.epoch == segment.header.epoch;
+            segment.opens.push(EpochOpen { epoch: frame.epoch, writer_tag, seq, slot: segment.header.slot });
+        }
         segment.epochs.push(frame.epoch);
-        segment.records.push(record);
         segment.frames.push(rest[..used].to_vec());
         rest = &rest[used..];
     }
     if !rest.is_empty() {
         return Err(Error::corrupt(format!("{place}: {} bytes after its {count} frames", rest.len())));
     }
-    let opens = segment.records.iter().filter(|r| matches!(r, Record::Open { .. })).count();
-    let last_opens = matches!(segment.records.last(), Some(Record::Open { writer_tag }) if *writer_tag == segment.header.writer_tag)
-        && segment.epochs.last() == Some(&segment.header.epoch);
+    let opens = segment.opens.len();
     let fence_ok = match kind {
         SegmentKind::Fence => opens == 1 && last_opens,
         SegmentKind::Group => opens == 0,
