@@ -73,6 +73,9 @@ pub const MIRROR_READS_CONCURRENT_MAX: usize = 16;
 /// [`MIRROR_READS_CONCURRENT_MAX`] it bounds a restore's memory, whatever the log's length. A single larger
 /// segment is still read, alone.
 pub const MIRROR_READ_WINDOW_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// The default of `MirrorSettings::snapshot_interval_bytes`: a snapshot after this many bytes of frames shipped
+/// since the last one, so that what a restore replays stays about one read window long.
+pub const MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
 /// The most frames one segment may hold.
 pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
 /// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.

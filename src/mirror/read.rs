@@ -47,6 +47,13 @@ pub(crate) struct MirrorLog {
     pub next_slot: u64,
 }
 
+impl MirrorLog {
+    /// The bytes of every frame of the log (what snapshots are paced by).
+    pub(crate) fn frame_bytes(&self) -> u64 {
+        self.segments.iter().flat_map(|s| &s.frames).map(|f| f.len() as u64).sum()
+    }
+}
+
 /// Reads `wal/{first_slot}`, `wal/{first_slot + 1}`… up to the first absent slot, checking each segment and
 /// that each continues the previous one's sequence numbers. Holds the whole log: a reader that can replay as it
 /// reads uses [`for_each_segment`] instead.

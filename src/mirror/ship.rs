@@ -247,6 +247,8 @@ pub(crate) struct ShipperStart {
     pub fence_slot: u64,
     /// The records in the mirror since the snapshot the claim references.
     pub records_since_snapshot: u64,
+    /// Their frames' bytes (those the open read back from the mirror or re-shipped).
+    pub bytes_since_snapshot: u64,
     /// The claim: what it references, when it was written.
     pub claim: ManifestBody,
     /// The lowest sequence number the local log must keep now.
@@ -258,10 +260,12 @@ pub(crate) struct MirrorShipper {
     db: Arc<Database>,
     mode: MirrorMode,
     snapshot_interval_records: u64,
+    snapshot_interval_bytes: u64,
     epoch: Epoch,
     writer_tag: u128,
     next_slot: u64,
     records_since_snapshot: u64,
+    bytes_since_snapshot: u64,
     progress: Arc<Progress>,
     uploads: Option<mpsc::Sender<Upload>>,
     maintenance: Option<mpsc::Sender<Maintenance>>,
@@ -321,6 +325,8 @@ impl MirrorShipper {
             writer_tag: start.writer_tag,
             next_slot: start.fence_slot + 1,
             records_since_snapshot: start.records_since_snapshot,
+            snapshot_interval_bytes: start.settings.snapshot_interval_bytes.max(1),
+            bytes_since_snapshot: start.bytes_since_snapshot,
             progress: progress.clone(),
             uploads: Some(upload_tx),
             maintenance: Some(maint_tx),
@@ -358,9 +364,13 @@ impl Shipper for MirrorShipper {
             self.progress.wait_mirrored(slot)?;
         }
         self.records_since_snapshot += records;
+        self.bytes_since_snapshot += frames.iter().map(|f| f.len() as u64).sum::<u64>();
         if let Some(tx) = &self.maintenance {
-            let job = if self.records_since_snapshot >= self.snapshot_interval_records {
+            let due = self.records_since_snapshot >= self.snapshot_interval_records
+                || self.bytes_since_snapshot >= self.snapshot_interval_bytes;
+            let job = if due {
                 self.records_since_snapshot = 0;
+                self.bytes_since_snapshot = 0;
                 // Begun right after the commit of `slot`, so it sees the state just before `slot + 1`.
                 let txn = Box::new(self.db.begin_read()?);
                 Maintenance::Snapshot { slot: slot + 1, next_seq: meta.next_seq, txn }
