@@ -4,7 +4,8 @@
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_READ_WINDOW_BYTES_MAX, MIRROR_READS_CONCURRENT_MAX};
 use crate::mirror::format::{
-    EpochOpen, ManifestBody, Segment, SnapshotEntry, SnapshotHeader, decode_manifest, decode_segment, decode_snapshot,
+    EpochOpen, ManifestBody, Segment, SnapshotEntry, SnapshotHeader, check_snapshot_entries, decode_manifest,
+    decode_segment, decode_snapshot_chunk,
 };
 use crate::mirror::layout::ManifestName;
 use crate::mirror::remote::Remote;
@@ -138,15 +139,35 @@ fn window_end(listed: &std::collections::BTreeMap<u64, u64>, slot: u64) -> u64 {
     end.max(slot + 1)
 }
 
-/// Reads and checks `snapshot/{slot}`, which a manifest references: absent is corruption.
+/// Reads and checks the snapshot at `slot`, which a manifest references: chunk 0, then chunks 1… of the count it
+/// names, each of the same snapshot (slot, seq, epoch, writer). Absent is corruption.
 pub(crate) fn read_snapshot(remote: &Remote, slot: u64) -> Result<(SnapshotHeader, Vec<SnapshotEntry>, String)> {
     let path = remote.layout.snapshot(slot);
     let place = remote.describe(&path);
     let bytes = remote
         .get(&path)?
         .ok_or_else(|| Error::corrupt(format!("{place} is missing, though the newest manifest references it")))?;
-    let (header, entries) = decode_snapshot(&bytes, slot, &place)?;
-    Ok((header, entries, place))
+    let first = decode_snapshot_chunk(&bytes, slot, &place)?;
+    drop(bytes);
+    let mut entries = Vec::new();
+    for chunk in 1..first.chunk {
+        let path = remote.layout.snapshot_chunk(slot, chunk);
+        let at = remote.describe(&path);
+        let bytes = remote
+            .get(&path)?
+            .ok_or_else(|| Error::corrupt(format!("{at} is missing, though {place} counts {} chunks", first.chunk)))?;
+        let part = decode_snapshot_chunk(&bytes, slot, &at)?;
+        if part.header != first.header || part.chunk != chunk {
+            return Err(Error::corrupt(format!(
+                "{at}: chunk {} of {:?}, not chunk {chunk} of the snapshot {place} begins ({:?})",
+                part.chunk, part.header, first.header
+            )));
+        }
+        entries.extend(part.entries);
+    }
+    entries.extend(first.entries);
+    check_snapshot_entries(&entries, &place)?;
+    Ok((first.header, entries, place))
 }
 
 /// The epochs a segment opens (a fence opens one).

@@ -13,9 +13,10 @@ use bytes::Bytes;
 use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
+use crate::limits::MIRROR_OBJECT_BYTES_MAX;
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
-    EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot,
+    EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot_chunk,
     encode_manifest, encode_segment,
 };
 use crate::mirror::layout::ManifestName;
@@ -311,6 +312,7 @@ impl MirrorShipper {
                 name: ManifestName { epoch: start.epoch, update: 0 },
             }]),
             newest: true,
+            object_bytes_max: MIRROR_OBJECT_BYTES_MAX,
         };
         threads.push(std::thread::Builder::new().name("sinkpoint-mirror-maintenance".into()).spawn(move || {
             for job in maint_rx {
@@ -417,6 +419,8 @@ struct Maintainer {
     pending: VecDeque<Collect>,
     /// False once a newer epoch's manifest was seen: deletes are then that writer's business.
     newest: bool,
+    /// The largest snapshot object put: what every reader accepts.
+    object_bytes_max: u64,
 }
 
 impl Maintainer {
@@ -436,11 +440,25 @@ impl Maintainer {
         // Only a snapshot whose every earlier slot is in the mirror describes the mirror's history.
         self.progress.wait_mirrored(slot - 1)?;
         let header = SnapshotHeader { slot, next_seq, epoch: self.epoch, writer_tag: self.writer_tag };
-        let bytes = Bytes::from(snapshot::build(txn, &header)?);
+        let remote = &self.remote;
+        // Chunks 1… are put as they fill, chunk 0 last: no chunk over what a reader accepts is ever put, and
+        // the manifest below references the snapshot only once all of it is there.
+        let mut put_chunk = |chunk: u32, bytes: Vec<u8>| match remote
+            .put_settled(&remote.layout.snapshot_chunk(slot, chunk), &Bytes::from(bytes))?
+        {
+            Settled::Landed => Ok(()),
+            // Another writer began a snapshot of this slot; mixing its chunks with ours is not sound.
+            Settled::Taken(_) => Err(Error::from(std::io::Error::other(format!(
+                "{} was put by another writer; this snapshot is abandoned",
+                remote.describe(&remote.layout.snapshot_chunk(slot, chunk))
+            )))),
+        };
+        let bytes = Bytes::from(snapshot::build(txn, &header, self.object_bytes_max, &mut put_chunk)?);
         let path = self.remote.layout.snapshot(slot);
         if let Settled::Taken(found) = self.remote.put_settled(&path, &bytes)? {
-            // Another writer's snapshot of the same slot is the same history; it only has to be sound.
-            decode_snapshot(&found, slot, &self.remote.describe(&path))?;
+            // Another writer's snapshot of the same slot is the same history, and its chunks were all put before
+            // its chunk 0; that chunk only has to be sound.
+            decode_snapshot_chunk(&found, slot, &self.remote.describe(&path))?;
         }
         self.update += 1;
         let created_ms = self.clock.now_ms();
