@@ -13,7 +13,7 @@ use bytes::Bytes;
 use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
-use crate::limits::MIRROR_OBJECT_BYTES_MAX;
+use crate::limits::MIRROR_SNAPSHOT_CHUNK_BYTES_MAX;
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
     EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot_chunk,
@@ -312,7 +312,7 @@ impl MirrorShipper {
                 name: ManifestName { epoch: start.epoch, update: 0 },
             }]),
             newest: true,
-            object_bytes_max: MIRROR_OBJECT_BYTES_MAX,
+            object_bytes_max: MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
         };
         threads.push(std::thread::Builder::new().name("sinkpoint-mirror-maintenance".into()).spawn(move || {
             for job in maint_rx {
@@ -419,7 +419,7 @@ struct Maintainer {
     pending: VecDeque<Collect>,
     /// False once a newer epoch's manifest was seen: deletes are then that writer's business.
     newest: bool,
-    /// The largest snapshot object put: what every reader accepts.
+    /// The largest snapshot object put (a chunk): below what every reader accepts.
     object_bytes_max: u64,
 }
 
