@@ -69,6 +69,20 @@ pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
 /// The most mirror objects one reader fetches at once (a restore reading the log's slots): enough to hide an
 /// object store's round trip behind the others, few enough to stay a polite client.
 pub const MIRROR_READS_CONCURRENT_MAX: usize = 16;
+/// The most bytes of segments (by the listing's sizes) one reader fetches at once while reading the log: with
+/// [`MIRROR_READS_CONCURRENT_MAX`] it bounds a restore's memory, whatever the log's length. A single larger
+/// segment is still read, alone.
+pub const MIRROR_READ_WINDOW_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// The default of `MirrorSettings::snapshot_interval_bytes`: a snapshot after this many bytes of frames shipped
+/// since the last one, so that what a restore replays stays about one read window long.
+pub const MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
+/// The largest object of a snapshot the writer puts, in bytes: a larger snapshot is put in several chunks, so the
+/// writer holds one chunk at a time and never puts an object a reader refuses.
+pub const MIRROR_SNAPSHOT_CHUNK_BYTES_MAX: u64 = 256 * 1024 * 1024;
+// Any snapshot entry (one table value: at most one stage call's keys and results) fits one chunk, and a chunk
+// fits what a reader accepts.
+const _: () = assert!(2 * FRAME_PAYLOAD_BYTES_MAX as u64 <= MIRROR_SNAPSHOT_CHUNK_BYTES_MAX);
+const _: () = assert!(MIRROR_SNAPSHOT_CHUNK_BYTES_MAX <= MIRROR_OBJECT_BYTES_MAX);
 /// The most frames one segment may hold.
 pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
 /// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.

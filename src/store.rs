@@ -152,6 +152,9 @@ impl StoreBuilder {
     pub async fn open(self) -> Result<Store> {
         let StoreBuilder { settings, location, writer_tag, mirror, clock } = self;
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
+        if let Some((_, _, mirror_settings)) = &mirror {
+            mirror_settings.check()?;
+        }
         let mirror = mirror.map(|(store, prefix, settings)| MirrorConfig { store, prefix, settings, clock });
         let location = location.ok_or_else(|| {
             Error::from(InvalidInput::Syntax {

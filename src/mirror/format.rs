@@ -21,13 +21,18 @@
 //! | 64     | L    | `n` frames back to back, each exactly as in the local log               |
 //! | 64 + L | 4    | CRC32 of bytes `0 .. 64 + L`                                            |
 //!
-//! Snapshot, `snapshot/{slot:020}` (the materialised state just before `wal/{slot}`, without the log):
+//! Snapshot, `snapshot/{slot:020}` (the materialised state just before `wal/{slot}`, without the log), in one
+//! or more chunks, each an object no larger than a reader accepts: chunk 0 is `snapshot/{slot:020}` and chunk
+//! `i` (1 ≤ i < n) is `snapshot/{slot:020}.{i:010}`. The entries are those of chunks 1, 2… n − 1, then 0; chunk
+//! 0 is put last, so its presence means the others are there. Version 1 (one chunk, bytes 9..16 zero) is still
+//! read.
 //!
 //! | offset | size | field                                                                   |
 //! |-------:|-----:|-------------------------------------------------------------------------|
 //! | 0      | 8    | magic `SPSNAPSH`                                                        |
-//! | 8      | 1    | format version                                                          |
-//! | 9      | 7    | reserved, zero                                                          |
+//! | 8      | 1    | snapshot format version ([`SNAPSHOT_FORMAT_VERSION`]; 1 is still read) |
+//! | 9      | 3    | reserved, zero                                                          |
+//! | 12     | 4    | chunk (u32): in chunk 0 the chunk count n ≥ 1, in chunk i its index i    |
 //! | 16     | 8    | slot (u64)                                                              |
 //! | 24     | 8    | next sequence number: the first frame of `wal/{slot}` (u64)             |
 //! | 32     | 8    | epoch of the writer that made it (u64)                                  |
@@ -57,8 +62,11 @@ use crate::types::{Epoch, JobId, TargetIdentity};
 use crate::wal::frame;
 use crate::wal::record::Record;
 
-/// The only mirror format version written; readers refuse any other.
+/// The only mirror format version written for segments and manifests; readers refuse any other.
 pub const MIRROR_FORMAT_VERSION: u8 = 1;
+/// The snapshot format version written: 2, chunked. Readers also accept 1 (a single object of the same
+/// layout, with the chunk field reserved and zero).
+pub(crate) const SNAPSHOT_FORMAT_VERSION: u8 = 2;
 
 const SEGMENT_MAGIC: [u8; 8] = *b"SPWALSEG";
 const SNAPSHOT_MAGIC: [u8; 8] = *b"SPSNAPSH";
@@ -95,8 +103,9 @@ pub(crate) struct Segment {
     pub frames: Vec<Vec<u8>>,
     /// Each frame's epoch.
     pub epochs: Vec<Epoch>,
-    /// Each frame's record.
-    pub records: Vec<Record>,
+    /// The epochs its `Open` records open (a fence opens one). The records themselves are decoded to check
+    /// them and dropped: a replay decodes each again from its frame, so a read log is held once, not twice.
+    pub opens: Vec<EpochOpen>,
 }
 
 impl Segment {
@@ -120,7 +129,13 @@ fn le_u128(bytes: &[u8], at: usize) -> Result<u128, Error> {
 
 /// Checks the envelope every object shares: the size, the magic, the version, the trailing CRC. Returns the
 /// bytes before the CRC.
-fn check_envelope<'a>(bytes: &'a [u8], magic: &[u8; 8], header: usize, place: &str) -> Result<&'a [u8], Error> {
+fn check_envelope<'a>(
+    bytes: &'a [u8],
+    magic: &[u8; 8],
+    versions: &[u8],
+    header: usize,
+    place: &str,
+) -> Result<&'a [u8], Error> {
     if bytes.len() as u64 > MIRROR_OBJECT_BYTES_MAX {
         return Err(Error::corrupt(format!("{place}: {} bytes is over the object limit", bytes.len())));
     }
@@ -133,11 +148,8 @@ fn check_envelope<'a>(bytes: &'a [u8], magic: &[u8; 8], header: usize, place: &s
     if bytes[..8] != magic[..] {
         return Err(Error::corrupt(format!("{place}: wrong magic {:02x?}", &bytes[..8])));
     }
-    if bytes[8] != MIRROR_FORMAT_VERSION {
-        return Err(Error::corrupt(format!(
-            "{place}: format version {} is not the supported {MIRROR_FORMAT_VERSION}",
-            bytes[8]
-        )));
+    if !versions.contains(&bytes[8]) {
+        return Err(Error::corrupt(format!("{place}: format version {} is not one of {versions:?}", bytes[8])));
     }
     let (body, crc) = bytes.split_at(bytes.len() - CRC_BYTES);
     let stored = le_u32(crc, 0)?;
@@ -194,7 +206,7 @@ pub(crate) fn encode_segment(header: &SegmentHeader, frames: &[Vec<u8>]) -> Resu
 
 /// Decodes and checks a segment read from the object named by `place`, which must hold `slot`.
 pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Segment, Error> {
-    let body = check_envelope(bytes, &SEGMENT_MAGIC, SEGMENT_HEADER_BYTES, place)?;
+    let body = check_envelope(bytes, &SEGMENT_MAGIC, &[MIRROR_FORMAT_VERSION], SEGMENT_HEADER_BYTES, place)?;
     let kind = match body[9] {
         0 => SegmentKind::Group,
         1 => SegmentKind::Fence,
@@ -219,7 +231,8 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
         return Err(Error::corrupt(format!("{place}: declares {count} frames")));
     }
     let mut rest = &body[SEGMENT_HEADER_BYTES..];
-    let mut segment = Segment { header, frames: Vec::new(), epochs: Vec::new(), records: Vec::new() };
+    let mut segment = Segment { header, frames: Vec::new(), epochs: Vec::new(), opens: Vec::new() };
+    let mut last_opens = false;
     for i in 0..u64::from(count) {
         let (frame, used) = frame::decode_prefix(rest, place)?;
         let seq = segment.header.first_seq + i;
@@ -233,17 +246,19 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
             )));
         }
         let record = Record::from_payload(frame.payload, &format!("{place}, seq {seq}"))?;
+        last_opens = false;
+        if let Record::Open { writer_tag } = record {
+            last_opens = writer_tag == segment.header.writer_tag && frame.epoch == segment.header.epoch;
+            segment.opens.push(EpochOpen { epoch: frame.epoch, writer_tag, seq, slot: segment.header.slot });
+        }
         segment.epochs.push(frame.epoch);
-        segment.records.push(record);
         segment.frames.push(rest[..used].to_vec());
         rest = &rest[used..];
     }
     if !rest.is_empty() {
         return Err(Error::corrupt(format!("{place}: {} bytes after its {count} frames", rest.len())));
     }
-    let opens = segment.records.iter().filter(|r| matches!(r, Record::Open { .. })).count();
-    let last_opens = matches!(segment.records.last(), Some(Record::Open { writer_tag }) if *writer_tag == segment.header.writer_tag)
-        && segment.epochs.last() == Some(&segment.header.epoch);
+    let opens = segment.opens.len();
     let fence_ok = match kind {
         SegmentKind::Fence => opens == 1 && last_opens,
         SegmentKind::Group => opens == 0,
@@ -283,56 +298,99 @@ pub(crate) struct SnapshotHeader {
     pub writer_tag: u128,
 }
 
-/// Builds a snapshot's bytes one entry at a time.
+/// Builds a snapshot's chunks one entry at a time, none over `object_bytes_max`: [`SnapshotWriter::push`] hands
+/// back each full chunk (1, 2…) to be put at once, so at most one chunk is held; [`SnapshotWriter::finish`]
+/// returns chunk 0, to be put last.
 pub(crate) struct SnapshotWriter {
+    header: SnapshotHeader,
     out: Vec<u8>,
     entries: u64,
+    /// The chunks handed back so far.
+    done: u32,
+    object_bytes_max: u64,
 }
 
 impl SnapshotWriter {
-    pub(crate) fn new(header: &SnapshotHeader) -> Self {
-        let mut out = Vec::with_capacity(4096);
-        out.extend_from_slice(&SNAPSHOT_MAGIC);
-        out.push(MIRROR_FORMAT_VERSION);
-        out.extend_from_slice(&[0; 7]);
-        out.extend_from_slice(&header.slot.to_le_bytes());
-        out.extend_from_slice(&header.next_seq.to_le_bytes());
-        out.extend_from_slice(&header.epoch.to_le_bytes());
-        out.extend_from_slice(&header.writer_tag.to_le_bytes());
-        out.extend_from_slice(&[0; 16]);
-        debug_assert_eq!(out.len(), SNAPSHOT_HEADER_BYTES);
-        Self { out, entries: 0 }
+    pub(crate) fn new(header: &SnapshotHeader, object_bytes_max: u64) -> Self {
+        Self { header: header.clone(), out: chunk_start(header), entries: 0, done: 0, object_bytes_max }
     }
 
-    pub(crate) fn push(&mut self, entry: &SnapshotEntry) -> Result<(), Error> {
+    /// Adds `entry`; returns the chunk it closed (its index and bytes) when it did not fit the current one.
+    pub(crate) fn push(&mut self, entry: &SnapshotEntry) -> Result<Option<(u32, Vec<u8>)>, Error> {
         let bytes = postcard::to_allocvec(entry).map_err(|e| Error::bug(format!("encoding a snapshot entry: {e}")))?;
         let len = u32::try_from(bytes.len()).map_err(|_| Error::bug("snapshot entry over u32"))?;
+        let room = |used: usize| (used + 4 + bytes.len() + CRC_BYTES) as u64 <= self.object_bytes_max;
+        if !room(SNAPSHOT_HEADER_BYTES) {
+            // An entry holds one table value, far below the object limit (a const assertion in limits.rs); only
+            // a test's low limit gets here.
+            return Err(Error::bug(format!(
+                "a snapshot entry of {} bytes does not fit an object of {} bytes; the snapshot is not made",
+                bytes.len(),
+                self.object_bytes_max
+            )));
+        }
+        let mut closed = None;
+        if !room(self.out.len()) {
+            self.done = self.done.checked_add(1).ok_or_else(|| Error::bug("snapshot chunk count over u32"))?;
+            let full = std::mem::replace(&mut self.out, chunk_start(&self.header));
+            closed = Some((self.done, seal_chunk(full, self.done, std::mem::take(&mut self.entries))));
+        }
         self.out.extend_from_slice(&len.to_le_bytes());
         self.out.extend_from_slice(&bytes);
         self.entries += 1;
-        Ok(())
+        Ok(closed)
     }
 
-    pub(crate) fn finish(mut self) -> Vec<u8> {
-        let len = (self.out.len() - SNAPSHOT_HEADER_BYTES) as u64;
-        self.out[56..64].copy_from_slice(&self.entries.to_le_bytes());
-        self.out[64..72].copy_from_slice(&len.to_le_bytes());
-        let crc = crc32fast::hash(&self.out);
-        self.out.extend_from_slice(&crc.to_le_bytes());
-        self.out
+    /// Chunk 0: the last entries, and the chunk count.
+    pub(crate) fn finish(self) -> Vec<u8> {
+        seal_chunk(self.out, self.done + 1, self.entries)
     }
 }
 
-/// Decodes and checks a snapshot read from the object named by `place`, which must hold `slot`.
-pub(crate) fn decode_snapshot(
-    bytes: &[u8],
-    slot: u64,
-    place: &str,
-) -> Result<(SnapshotHeader, Vec<SnapshotEntry>), Error> {
-    let body = check_envelope(bytes, &SNAPSHOT_MAGIC, SNAPSHOT_HEADER_BYTES, place)?;
-    if body[9..16] != [0; 7] {
-        return Err(Error::corrupt(format!("{place}: non-zero reserved bytes")));
-    }
+fn chunk_start(header: &SnapshotHeader) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    out.push(SNAPSHOT_FORMAT_VERSION);
+    out.extend_from_slice(&[0; 7]);
+    out.extend_from_slice(&header.slot.to_le_bytes());
+    out.extend_from_slice(&header.next_seq.to_le_bytes());
+    out.extend_from_slice(&header.epoch.to_le_bytes());
+    out.extend_from_slice(&header.writer_tag.to_le_bytes());
+    out.extend_from_slice(&[0; 16]);
+    debug_assert_eq!(out.len(), SNAPSHOT_HEADER_BYTES);
+    out
+}
+
+fn seal_chunk(mut out: Vec<u8>, chunk: u32, entries: u64) -> Vec<u8> {
+    let len = (out.len() - SNAPSHOT_HEADER_BYTES) as u64;
+    out[12..16].copy_from_slice(&chunk.to_le_bytes());
+    out[56..64].copy_from_slice(&entries.to_le_bytes());
+    out[64..72].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// One decoded, checked object of a snapshot.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct SnapshotChunk {
+    pub header: SnapshotHeader,
+    /// In chunk 0 the chunk count, in chunk i its index (1 for a version 1 snapshot).
+    pub chunk: u32,
+    pub entries: Vec<SnapshotEntry>,
+}
+
+/// Decodes and checks one chunk of a snapshot, read from the object named by `place`, which must hold `slot`.
+/// The entries' order across chunks (the meta first, once) is the caller's to check.
+pub(crate) fn decode_snapshot_chunk(bytes: &[u8], slot: u64, place: &str) -> Result<SnapshotChunk, Error> {
+    let body = check_envelope(bytes, &SNAPSHOT_MAGIC, &[1, SNAPSHOT_FORMAT_VERSION], SNAPSHOT_HEADER_BYTES, place)?;
+    let chunk = match body[8] {
+        1 => (body[9..16] == [0; 7]).then_some(1),
+        _ => Some(le_u32(body, 12)?).filter(|c| body[9..12] == [0; 3] && *c >= 1),
+    };
+    let Some(chunk) = chunk else {
+        return Err(Error::corrupt(format!("{place}: non-zero reserved bytes or a zero chunk field")));
+    };
     let header = SnapshotHeader {
         slot: le_u64(body, 16)?,
         next_seq: le_u64(body, 24)?,
@@ -356,16 +414,37 @@ pub(crate) fn decode_snapshot(
         };
         let entry: SnapshotEntry = postcard::from_bytes(entry_bytes)
             .map_err(|e| Error::corrupt(format!("{place}: entry {i} is undecodable: {e}")))?;
-        if (i == 0) != matches!(entry, SnapshotEntry::Meta(_)) {
-            return Err(Error::corrupt(format!("{place}: entry {i}: the meta must come first, once")));
-        }
         entries.push(entry);
         rest = &rest[4 + len..];
     }
     if count == 0 || !rest.is_empty() {
         return Err(Error::corrupt(format!("{place}: {count} entries and {} bytes after them", rest.len())));
     }
-    Ok((header, entries))
+    Ok(SnapshotChunk { header, chunk, entries })
+}
+
+/// Checks that `entries`, a whole snapshot's in order, hold the meta first and only there.
+pub(crate) fn check_snapshot_entries(entries: &[SnapshotEntry], place: &str) -> Result<(), Error> {
+    for (i, entry) in entries.iter().enumerate() {
+        if (i == 0) != matches!(entry, SnapshotEntry::Meta(_)) {
+            return Err(Error::corrupt(format!("{place}: entry {i}: the meta must come first, once")));
+        }
+    }
+    Ok(())
+}
+
+/// Decodes and checks a snapshot held whole in the object named by `place` (one chunk), which must hold `slot`.
+pub(crate) fn decode_snapshot(
+    bytes: &[u8],
+    slot: u64,
+    place: &str,
+) -> Result<(SnapshotHeader, Vec<SnapshotEntry>), Error> {
+    let chunk = decode_snapshot_chunk(bytes, slot, place)?;
+    if chunk.chunk != 1 {
+        return Err(Error::corrupt(format!("{place}: one of {} chunks, read as a whole snapshot", chunk.chunk)));
+    }
+    check_snapshot_entries(&chunk.entries, place)?;
+    Ok((chunk.header, chunk.entries))
 }
 
 /// The opening of one epoch, as the mirror's history remembers it: which writer, at which record and slot.
@@ -423,7 +502,7 @@ pub(crate) fn encode_manifest(body: &ManifestBody) -> Result<Vec<u8>, Error> {
 
 /// Decodes and checks a manifest read from the object named by `place`, whose name says `(epoch, update)`.
 pub(crate) fn decode_manifest(bytes: &[u8], epoch: Epoch, update: u32, place: &str) -> Result<ManifestBody, Error> {
-    let body = check_envelope(bytes, &MANIFEST_MAGIC, MANIFEST_HEADER_BYTES, place)?;
+    let body = check_envelope(bytes, &MANIFEST_MAGIC, &[MIRROR_FORMAT_VERSION], MANIFEST_HEADER_BYTES, place)?;
     if body[9..12] != [0, 0, 0] {
         return Err(Error::corrupt(format!("{place}: non-zero reserved bytes")));
     }
@@ -538,7 +617,7 @@ mod tests {
     #[test]
     fn snapshots_round_trip_and_detect_damage() {
         let header = SnapshotHeader { slot: 9, next_seq: 40, epoch: 3, writer_tag: 7 };
-        let mut w = SnapshotWriter::new(&header);
+        let mut w = SnapshotWriter::new(&header, MIRROR_OBJECT_BYTES_MAX);
         let entries = vec![
             SnapshotEntry::Meta(vec![1, 2, 3]),
             SnapshotEntry::Checkpoint("a".into(), vec![4]),
@@ -548,12 +627,17 @@ mod tests {
             SnapshotEntry::Commit(0, vec![6]),
         ];
         for e in &entries {
-            w.push(e).unwrap();
+            assert_eq!(w.push(e).unwrap(), None);
         }
         let bytes = w.finish();
-        assert_eq!(&bytes[..16], b"SPSNAPSH\x01\0\0\0\0\0\0\0");
+        // Version 2, one chunk.
+        assert_eq!(&bytes[..16], b"SPSNAPSH\x02\0\0\0\x01\0\0\0");
         assert_eq!(&bytes[56..64], &6u64.to_le_bytes());
-        assert_eq!(decode_snapshot(&bytes, 9, "t").unwrap(), (header, entries));
+        assert_eq!(decode_snapshot(&bytes, 9, "t").unwrap(), (header.clone(), entries.clone()));
+        // Version 1 is the same layout with the chunk field reserved: still read, as one chunk.
+        let v1 = as_version_1(&bytes);
+        assert_eq!(&v1[..16], b"SPSNAPSH\x01\0\0\0\0\0\0\0");
+        assert_eq!(decode_snapshot(&v1, 9, "t").unwrap(), (header, entries));
         for i in 0..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[i] ^= 0x10;
@@ -562,6 +646,51 @@ mod tests {
         for len in 0..bytes.len() {
             assert!(decode_snapshot(&bytes[..len], 9, "t").is_err(), "truncation to {len} went unnoticed");
         }
+    }
+
+    /// A version 1 snapshot (0.1's format) of the entries of a one-chunk version 2 one.
+    fn as_version_1(v2: &[u8]) -> Vec<u8> {
+        let mut v1 = v2[..v2.len() - CRC_BYTES].to_vec();
+        v1[8] = 1;
+        v1[12..16].copy_from_slice(&[0; 4]);
+        let crc = crc32fast::hash(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        v1
+    }
+
+    #[test]
+    fn a_snapshot_over_the_object_limit_is_written_in_chunks_none_over_it() {
+        let header = SnapshotHeader { slot: 4, next_seq: 12, epoch: 2, writer_tag: 5 };
+        let limit = 300;
+        let mut w = SnapshotWriter::new(&header, limit);
+        let entries: Vec<_> = std::iter::once(SnapshotEntry::Meta(vec![7; 40]))
+            .chain((0..20).map(|i| SnapshotEntry::Key(vec![i; 50], format!("id-{i}"))))
+            .collect();
+        let mut chunks = Vec::new();
+        for e in &entries {
+            chunks.extend(w.push(e).unwrap());
+        }
+        let first = w.finish();
+        assert!(chunks.len() >= 3, "{} chunks", chunks.len());
+        let mut read = Vec::new();
+        for (i, (index, bytes)) in chunks.iter().enumerate() {
+            assert_eq!(*index as usize, i + 1);
+            assert!(bytes.len() as u64 <= limit, "chunk {index}: {} bytes", bytes.len());
+            let chunk = decode_snapshot_chunk(bytes, 4, "t").unwrap();
+            assert_eq!((chunk.chunk, &chunk.header), (*index, &header));
+            read.extend(chunk.entries);
+        }
+        assert!(first.len() as u64 <= limit);
+        let head = decode_snapshot_chunk(&first, 4, "t").unwrap();
+        assert_eq!(head.chunk as usize, chunks.len() + 1, "chunk 0 counts every chunk");
+        assert_eq!(&first[8..16], &[2, 0, 0, 0, head.chunk as u8, 0, 0, 0]);
+        read.extend(head.entries);
+        assert_eq!(read, entries, "chunks 1…, then 0, hold the entries in order");
+        check_snapshot_entries(&read, "t").unwrap();
+        assert!(decode_snapshot(&first, 4, "t").is_err(), "chunk 0 of several is not a whole snapshot");
+        // An entry that no object of the limit can hold: no snapshot, never an object over the limit.
+        let mut w = SnapshotWriter::new(&header, limit);
+        assert!(w.push(&SnapshotEntry::Meta(vec![0; 400])).is_err());
     }
 
     #[test]

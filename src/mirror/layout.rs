@@ -54,6 +54,11 @@ impl Layout {
         self.dir("snapshot").join(format!("{slot:020}"))
     }
 
+    /// Chunk `chunk` ≥ 1 of the snapshot at `slot` (chunk 0 is [`Layout::snapshot`]).
+    pub(crate) fn snapshot_chunk(&self, slot: u64, chunk: u32) -> Path {
+        self.dir("snapshot").join(format!("{slot:020}.{chunk:010}"))
+    }
+
     /// The manifest a listed location names, if it is one.
     pub(crate) fn parse_manifest(&self, location: &Path) -> Option<ManifestName> {
         let leaf = self.leaf_in(location, "manifest")?;
@@ -69,9 +74,17 @@ impl Layout {
         Some(ManifestName { epoch, update })
     }
 
-    /// The slot a listed location under `dir` (`wal` or `snapshot`) names, if it does.
+    /// The slot a listed location under `dir` (`wal` or `snapshot`) names, if it does. A snapshot's chunk names
+    /// its slot too, so that collection deletes it with its snapshot.
     pub(crate) fn parse_slot(&self, location: &Path, dir: &str) -> Option<u64> {
-        parse_fixed(self.leaf_in(location, dir)?, 20)
+        let leaf = self.leaf_in(location, dir)?;
+        match leaf.split_once('.') {
+            Some((slot, chunk)) if dir == "snapshot" => {
+                parse_fixed(chunk, 10).filter(|c| *c > 0 && *c <= u64::from(u32::MAX))?;
+                parse_fixed(slot, 20)
+            }
+            _ => parse_fixed(leaf, 20),
+        }
     }
 
     fn leaf_in<'a>(&self, location: &'a Path, dir: &str) -> Option<&'a str> {
@@ -107,6 +120,14 @@ mod tests {
         assert_eq!(layout.wal(42).as_ref(), "jobs/j1/wal/00000000000000000042");
         assert_eq!(layout.parse_slot(&layout.wal(42), "wal"), Some(42));
         assert_eq!(layout.parse_slot(&layout.snapshot(42), "wal"), None);
+        assert_eq!(layout.snapshot_chunk(42, 3).as_ref(), "jobs/j1/snapshot/00000000000000000042.0000000003");
+        assert_eq!(layout.parse_slot(&layout.snapshot_chunk(42, 3), "snapshot"), Some(42));
+        assert_eq!(layout.parse_slot(&layout.snapshot(42), "snapshot"), Some(42));
+        assert_eq!(layout.parse_slot(&Path::from("jobs/j1/wal/00000000000000000042.0000000003"), "wal"), None);
+        assert_eq!(
+            layout.parse_slot(&Path::from("jobs/j1/snapshot/00000000000000000042.0000000000"), "snapshot"),
+            None
+        );
         assert_eq!(layout.parse_slot(&Path::from("jobs/j1/wal/42"), "wal"), None);
         assert_eq!(layout.parse_manifest(&Path::from("jobs/j1/manifest/00000000000000000007.0000000000")), None);
     }

@@ -42,7 +42,8 @@ pub(crate) use format::{decode_manifest, decode_segment, decode_snapshot};
 #[cfg(any(test, feature = "testkit"))]
 pub(crate) use layout::Layout;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInput, Result};
+use crate::limits::MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT;
 use crate::wal::record::{decode_value, encode_value};
 
 /// When a call is acked relative to the mirror.
@@ -68,6 +69,10 @@ pub struct MirrorSettings {
     pub mode: MirrorMode,
     /// A snapshot is made after this many records since the last one (at least 1).
     pub snapshot_interval_records: u64,
+    /// A snapshot is also made after this many bytes of frames since the last one, whichever interval comes
+    /// first: a few large records bound a restore no less than many small ones (at least 1; 0 is refused at
+    /// open with [`crate::ErrorKind::InvalidInput`]).
+    pub snapshot_interval_bytes: u64,
     /// Objects the newest manifest stopped referencing are deleted only this long after it was written, in
     /// milliseconds on the store's clock: a reader that began before then has that long to finish.
     pub gc_age_ms_min: u64,
@@ -81,9 +86,20 @@ impl Default for MirrorSettings {
         Self {
             mode: MirrorMode::Synchronous,
             snapshot_interval_records: 10_000,
+            snapshot_interval_bytes: MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT,
             gc_age_ms_min: 10 * 60 * 1000,
             request_timeout_ms: 30_000,
         }
+    }
+}
+
+impl MirrorSettings {
+    /// Refuses settings no mirror can work with, before anything is read or written.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.snapshot_interval_bytes == 0 {
+            return Err(InvalidInput::Range { what: "snapshot_interval_bytes", value: 0, min: 1, max: u64::MAX }.into());
+        }
+        Ok(())
     }
 }
 

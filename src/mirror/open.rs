@@ -293,6 +293,7 @@ pub(crate) fn open(
         history,
         fence_slot,
         records_since_snapshot,
+        bytes_since_snapshot: log.frame_bytes() + local_tail.iter().map(|f| f.len() as u64).sum::<u64>(),
         claim,
         keep_from,
     })?;

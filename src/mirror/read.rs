@@ -2,13 +2,13 @@
 //! absent one (each checked, and a slot present beyond that gap is corruption), and a snapshot.
 
 use crate::error::{Error, Result};
-use crate::limits::MIRROR_READS_CONCURRENT_MAX;
+use crate::limits::{MIRROR_READ_WINDOW_BYTES_MAX, MIRROR_READS_CONCURRENT_MAX};
 use crate::mirror::format::{
-    EpochOpen, ManifestBody, Segment, SnapshotEntry, SnapshotHeader, decode_manifest, decode_segment, decode_snapshot,
+    EpochOpen, ManifestBody, Segment, SnapshotEntry, SnapshotHeader, check_snapshot_entries, decode_manifest,
+    decode_segment, decode_snapshot_chunk,
 };
 use crate::mirror::layout::ManifestName;
 use crate::mirror::remote::Remote;
-use crate::wal::record::Record;
 
 /// Every manifest under the prefix, oldest first. An object under `manifest/` that is not a manifest's name is
 /// corruption; one that vanished between the listing and the read was deleted by the newest holder's collection
@@ -48,77 +48,129 @@ pub(crate) struct MirrorLog {
     pub next_slot: u64,
 }
 
+impl MirrorLog {
+    /// The bytes of every frame of the log (what snapshots are paced by).
+    pub(crate) fn frame_bytes(&self) -> u64 {
+        self.segments.iter().flat_map(|s| &s.frames).map(|f| f.len() as u64).sum()
+    }
+}
+
 /// Reads `wal/{first_slot}`, `wal/{first_slot + 1}`… up to the first absent slot, checking each segment and
-/// that each continues the previous one's sequence numbers.
+/// that each continues the previous one's sequence numbers. Holds the whole log: a reader that can replay as it
+/// reads uses [`for_each_segment`] instead.
 pub(crate) fn read_log(remote: &Remote, first_slot: u64) -> Result<MirrorLog> {
-    let mut listed = Vec::new();
+    let mut segments = Vec::new();
+    let next_slot = for_each_segment(remote, first_slot, |segment| {
+        segments.push(segment);
+        Ok(())
+    })?;
+    Ok(MirrorLog { segments, next_slot })
+}
+
+/// Reads the log as [`read_log`] does, handing each checked segment to `each` in slot order as it arrives, and
+/// returns the first absent slot. At most a window of segments is held at once (fetched, not yet handed
+/// over): [`MIRROR_READS_CONCURRENT_MAX`] of them, and no more than [`MIRROR_READ_WINDOW_BYTES_MAX`] by the
+/// listing's sizes unless one segment alone is larger. An error of `each` stops the reading.
+pub(crate) fn for_each_segment(
+    remote: &Remote,
+    first_slot: u64,
+    mut each: impl FnMut(Segment) -> Result<()>,
+) -> Result<u64> {
+    let mut listed = std::collections::BTreeMap::new();
     for meta in remote.list("wal")? {
         let slot = remote.layout.parse_slot(&meta.location, "wal").ok_or_else(|| {
             Error::corrupt(format!("{}: not the name of a WAL slot", remote.describe(&meta.location)))
         })?;
         if slot >= first_slot {
-            listed.push(slot);
+            listed.insert(slot, meta.size);
         }
     }
-    let mut segments: Vec<Segment> = Vec::new();
+    let mut end_seq: Option<u64> = None;
     let mut slot = first_slot;
-    let last_listed = listed.iter().copied().max();
     'read: loop {
         // The listed slots from here are fetched several at a time, a slot put since the listing one at a time;
         // either way they are checked in slot order and reading stops at the first absent one, as if each had
         // been read in turn.
-        let end = match last_listed {
-            Some(last) if last >= slot => (last + 1).min(slot + MIRROR_READS_CONCURRENT_MAX as u64),
-            _ => slot + 1,
-        };
+        let end = window_end(&listed, slot);
         let paths: Vec<_> = (slot..end).map(|s| remote.layout.wal(s)).collect();
         for (path, got) in paths.iter().zip(remote.get_many(&paths)?) {
             let Some(bytes) = got? else { break 'read };
             let place = remote.describe(path);
             let segment = decode_segment(&bytes, slot, &place)?;
-            if let Some(prev) = segments.last()
-                && segment.header.first_seq != prev.end_seq()
+            drop(bytes);
+            if let Some(prev) = end_seq
+                && segment.header.first_seq != prev
             {
                 return Err(Error::corrupt(format!(
-                    "{place}: begins at seq {}, but the slot before ends at seq {}",
+                    "{place}: begins at seq {}, but the slot before ends at seq {prev}",
                     segment.header.first_seq,
-                    prev.end_seq()
                 )));
             }
-            segments.push(segment);
+            end_seq = Some(segment.end_seq());
+            each(segment)?;
             slot += 1;
         }
     }
-    if let Some(beyond) = listed.iter().copied().filter(|s| *s > slot).min() {
+    if let Some((beyond, _)) = listed.range(slot + 1..).next() {
         return Err(Error::corrupt(format!(
             "{} is missing while {} exists: a gap in the mirror's log",
             remote.describe(&remote.layout.wal(slot)),
-            remote.describe(&remote.layout.wal(beyond))
+            remote.describe(&remote.layout.wal(*beyond))
         )));
     }
-    Ok(MirrorLog { segments, next_slot: slot })
+    Ok(slot)
 }
 
-/// Reads and checks `snapshot/{slot}`, which a manifest references: absent is corruption.
+/// The end (exclusive) of the window of slots to fetch from `slot`: the listed slots from there, up to
+/// [`MIRROR_READS_CONCURRENT_MAX`] of them and [`MIRROR_READ_WINDOW_BYTES_MAX`] of their listed bytes (one at
+/// least); a slot not listed is fetched alone.
+fn window_end(listed: &std::collections::BTreeMap<u64, u64>, slot: u64) -> u64 {
+    let mut end = slot;
+    let mut bytes = 0u64;
+    while end < slot + MIRROR_READS_CONCURRENT_MAX as u64
+        && let Some(size) = listed.get(&end)
+    {
+        bytes = bytes.saturating_add(*size);
+        if end > slot && bytes > MIRROR_READ_WINDOW_BYTES_MAX {
+            break;
+        }
+        end += 1;
+    }
+    end.max(slot + 1)
+}
+
+/// Reads and checks the snapshot at `slot`, which a manifest references: chunk 0, then chunks 1… of the count it
+/// names, each of the same snapshot (slot, seq, epoch, writer). Absent is corruption.
 pub(crate) fn read_snapshot(remote: &Remote, slot: u64) -> Result<(SnapshotHeader, Vec<SnapshotEntry>, String)> {
     let path = remote.layout.snapshot(slot);
     let place = remote.describe(&path);
     let bytes = remote
         .get(&path)?
         .ok_or_else(|| Error::corrupt(format!("{place} is missing, though the newest manifest references it")))?;
-    let (header, entries) = decode_snapshot(&bytes, slot, &place)?;
-    Ok((header, entries, place))
+    let first = decode_snapshot_chunk(&bytes, slot, &place)?;
+    drop(bytes);
+    let mut entries = Vec::new();
+    for chunk in 1..first.chunk {
+        let path = remote.layout.snapshot_chunk(slot, chunk);
+        let at = remote.describe(&path);
+        let bytes = remote
+            .get(&path)?
+            .ok_or_else(|| Error::corrupt(format!("{at} is missing, though {place} counts {} chunks", first.chunk)))?;
+        let part = decode_snapshot_chunk(&bytes, slot, &at)?;
+        if part.header != first.header || part.chunk != chunk {
+            return Err(Error::corrupt(format!(
+                "{at}: chunk {} of {:?}, not chunk {chunk} of the snapshot {place} begins ({:?})",
+                part.chunk, part.header, first.header
+            )));
+        }
+        entries.extend(part.entries);
+    }
+    entries.extend(first.entries);
+    check_snapshot_entries(&entries, &place)?;
+    Ok((first.header, entries, place))
 }
 
 /// The epochs a segment opens (a fence opens one).
 pub(crate) fn opens_in(segment: &Segment) -> impl Iterator<Item = EpochOpen> + '_ {
-    segment.records.iter().enumerate().filter_map(move |(i, record)| match record {
-        Record::Open { writer_tag } => Some(EpochOpen {
-            epoch: segment.epochs[i],
-            writer_tag: *writer_tag,
-            seq: segment.header.first_seq + i as u64,
-            slot: segment.header.slot,
-        }),
-        _ => None,
-    })
+    segment.opens.iter().copied()
 }

@@ -13,9 +13,10 @@ use bytes::Bytes;
 use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
+use crate::limits::MIRROR_SNAPSHOT_CHUNK_BYTES_MAX;
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
-    EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot,
+    EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot_chunk,
     encode_manifest, encode_segment,
 };
 use crate::mirror::layout::ManifestName;
@@ -247,6 +248,8 @@ pub(crate) struct ShipperStart {
     pub fence_slot: u64,
     /// The records in the mirror since the snapshot the claim references.
     pub records_since_snapshot: u64,
+    /// Their frames' bytes (those the open read back from the mirror or re-shipped).
+    pub bytes_since_snapshot: u64,
     /// The claim: what it references, when it was written.
     pub claim: ManifestBody,
     /// The lowest sequence number the local log must keep now.
@@ -258,10 +261,12 @@ pub(crate) struct MirrorShipper {
     db: Arc<Database>,
     mode: MirrorMode,
     snapshot_interval_records: u64,
+    snapshot_interval_bytes: u64,
     epoch: Epoch,
     writer_tag: u128,
     next_slot: u64,
     records_since_snapshot: u64,
+    bytes_since_snapshot: u64,
     progress: Arc<Progress>,
     uploads: Option<mpsc::Sender<Upload>>,
     maintenance: Option<mpsc::Sender<Maintenance>>,
@@ -307,6 +312,7 @@ impl MirrorShipper {
                 name: ManifestName { epoch: start.epoch, update: 0 },
             }]),
             newest: true,
+            object_bytes_max: MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
         };
         threads.push(std::thread::Builder::new().name("sinkpoint-mirror-maintenance".into()).spawn(move || {
             for job in maint_rx {
@@ -321,6 +327,8 @@ impl MirrorShipper {
             writer_tag: start.writer_tag,
             next_slot: start.fence_slot + 1,
             records_since_snapshot: start.records_since_snapshot,
+            snapshot_interval_bytes: start.settings.snapshot_interval_bytes.max(1),
+            bytes_since_snapshot: start.bytes_since_snapshot,
             progress: progress.clone(),
             uploads: Some(upload_tx),
             maintenance: Some(maint_tx),
@@ -358,9 +366,13 @@ impl Shipper for MirrorShipper {
             self.progress.wait_mirrored(slot)?;
         }
         self.records_since_snapshot += records;
+        self.bytes_since_snapshot += frames.iter().map(|f| f.len() as u64).sum::<u64>();
         if let Some(tx) = &self.maintenance {
-            let job = if self.records_since_snapshot >= self.snapshot_interval_records {
+            let due = self.records_since_snapshot >= self.snapshot_interval_records
+                || self.bytes_since_snapshot >= self.snapshot_interval_bytes;
+            let job = if due {
                 self.records_since_snapshot = 0;
+                self.bytes_since_snapshot = 0;
                 // Begun right after the commit of `slot`, so it sees the state just before `slot + 1`.
                 let txn = Box::new(self.db.begin_read()?);
                 Maintenance::Snapshot { slot: slot + 1, next_seq: meta.next_seq, txn }
@@ -407,6 +419,8 @@ struct Maintainer {
     pending: VecDeque<Collect>,
     /// False once a newer epoch's manifest was seen: deletes are then that writer's business.
     newest: bool,
+    /// The largest snapshot object put (a chunk): below what every reader accepts.
+    object_bytes_max: u64,
 }
 
 impl Maintainer {
@@ -426,11 +440,25 @@ impl Maintainer {
         // Only a snapshot whose every earlier slot is in the mirror describes the mirror's history.
         self.progress.wait_mirrored(slot - 1)?;
         let header = SnapshotHeader { slot, next_seq, epoch: self.epoch, writer_tag: self.writer_tag };
-        let bytes = Bytes::from(snapshot::build(txn, &header)?);
+        let remote = &self.remote;
+        // Chunks 1… are put as they fill, chunk 0 last: no chunk over what a reader accepts is ever put, and
+        // the manifest below references the snapshot only once all of it is there.
+        let mut put_chunk = |chunk: u32, bytes: Vec<u8>| match remote
+            .put_settled(&remote.layout.snapshot_chunk(slot, chunk), &Bytes::from(bytes))?
+        {
+            Settled::Landed => Ok(()),
+            // Another writer began a snapshot of this slot; mixing its chunks with ours is not sound.
+            Settled::Taken(_) => Err(Error::from(std::io::Error::other(format!(
+                "{} was put by another writer; this snapshot is abandoned",
+                remote.describe(&remote.layout.snapshot_chunk(slot, chunk))
+            )))),
+        };
+        let bytes = Bytes::from(snapshot::build(txn, &header, self.object_bytes_max, &mut put_chunk)?);
         let path = self.remote.layout.snapshot(slot);
         if let Settled::Taken(found) = self.remote.put_settled(&path, &bytes)? {
-            // Another writer's snapshot of the same slot is the same history; it only has to be sound.
-            decode_snapshot(&found, slot, &self.remote.describe(&path))?;
+            // Another writer's snapshot of the same slot is the same history, and its chunks were all put before
+            // its chunk 0; that chunk only has to be sound.
+            decode_snapshot_chunk(&found, slot, &self.remote.describe(&path))?;
         }
         self.update += 1;
         let created_ms = self.clock.now_ms();

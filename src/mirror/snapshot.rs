@@ -10,8 +10,15 @@ use crate::mirror::format::{SnapshotEntry, SnapshotHeader, SnapshotWriter};
 use crate::wal::record::decode_value;
 use crate::wal::tables::{CHECKPOINTS, COMMITS, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, encode_meta};
 
-/// Writes out the state seen by `txn`, whose meta must say `header.next_seq`.
-pub(crate) fn build(txn: &ReadTransaction, header: &SnapshotHeader) -> Result<Vec<u8>> {
+/// Writes out the state seen by `txn`, whose meta must say `header.next_seq`, in chunks of at most
+/// `object_bytes_max` bytes: each full chunk (1, 2…) goes to `put` as soon as it is full, so one chunk at a time
+/// is held, and chunk 0 (the last entries and the chunk count) is returned, for the caller to put last.
+pub(crate) fn build(
+    txn: &ReadTransaction,
+    header: &SnapshotHeader,
+    object_bytes_max: u64,
+    put: &mut dyn FnMut(u32, Vec<u8>) -> Result<()>,
+) -> Result<Vec<u8>> {
     let meta_table = txn.open_table(META)?;
     let meta_bytes = meta_table.get(META_KEY)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
     let meta: Meta = decode_value(meta_bytes.value(), &|| "table meta".into())?;
@@ -21,7 +28,7 @@ pub(crate) fn build(txn: &ReadTransaction, header: &SnapshotHeader) -> Result<Ve
             header.next_seq, meta.next_seq
         )));
     }
-    let mut out = SnapshotWriter::new(header);
+    let mut out = Chunked { writer: SnapshotWriter::new(header, object_bytes_max), put };
     out.push(&SnapshotEntry::Meta(meta_bytes.value().to_vec()))?;
     for entry in txn.open_table(CHECKPOINTS)?.iter()? {
         let (k, v) = entry?;
@@ -45,7 +52,22 @@ pub(crate) fn build(txn: &ReadTransaction, header: &SnapshotHeader) -> Result<Ve
         let (k, v) = entry?;
         out.push(&SnapshotEntry::Commit(k.value(), v.value().to_vec()))?;
     }
-    Ok(out.finish())
+    Ok(out.writer.finish())
+}
+
+/// A snapshot writer that puts each chunk it closes.
+struct Chunked<'a> {
+    writer: SnapshotWriter,
+    put: &'a mut dyn FnMut(u32, Vec<u8>) -> Result<()>,
+}
+
+impl Chunked<'_> {
+    fn push(&mut self, entry: &SnapshotEntry) -> Result<()> {
+        match self.writer.push(entry)? {
+            Some((chunk, bytes)) => (self.put)(chunk, bytes),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Replaces every table of `txn` (the log included, which restarts empty at the snapshot's seq) with the
@@ -92,4 +114,102 @@ pub(crate) fn load(
     meta.log_start = meta.next_seq;
     meta_table.insert(META_KEY, encode_meta(&meta)?.as_slice())?;
     Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use redb::{Database, ReadableDatabase as _, ReadableTable as _, TableDefinition};
+
+    use super::*;
+    use crate::mirror::read::read_snapshot;
+    use crate::mirror::remote::{Remote, Settled};
+    use crate::wal::tables::create_all;
+    use crate::{CheckpointId, Format, JobId, Store, TargetIdentity, WriteResult};
+
+    /// Every row of one table, as bytes, for comparing two databases.
+    fn rows<K: redb::Key + 'static, V: redb::Value + 'static>(
+        db: &Database,
+        table: TableDefinition<K, V>,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(table).unwrap();
+        table
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (k, v) = row.unwrap();
+                (K::as_bytes(&k.value()).as_ref().to_vec(), V::as_bytes(&v.value()).as_ref().to_vec())
+            })
+            .collect()
+    }
+
+    fn state(db: &Database) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        vec![rows(db, CHECKPOINTS), rows(db, PARTS), rows(db, KEYS), rows(db, STATES), rows(db, COMMITS)]
+    }
+
+    #[test]
+    fn a_restore_from_a_snapshot_in_many_chunks_under_a_low_object_limit_yields_the_same_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt.block_on(async {
+            let store = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap())
+                .path(dir.path().join("a.redb"))
+                .open()
+                .await
+                .unwrap();
+            for n in 0..40u32 {
+                let id = CheckpointId::new(format!("input-{n:04}")).unwrap();
+                let keys = (0..5).map(|k| format!("s3://in/{n:04}/{k}.csv").into_bytes()).collect();
+                let result = WriteResult::new(Format::Parquet, vec![n as u8; 300]).unwrap();
+                store.stage(&id, 0, 0, keys, vec![result]).await.unwrap();
+                if n % 2 == 0 {
+                    store.seal(&id, 1).await.unwrap();
+                }
+            }
+            store
+        });
+        let db = store.database();
+        let next_seq = {
+            let txn = db.begin_read().unwrap();
+            let meta = txn.open_table(META).unwrap().get(META_KEY).unwrap().unwrap().value().to_vec();
+            decode_value::<Meta>(&meta, &|| "meta".into()).unwrap().next_seq
+        };
+        let header = SnapshotHeader { slot: 7, next_seq, epoch: 1, writer_tag: 9 };
+        let remote = Remote::new(Arc::new(InMemory::new()), Path::from("p"), 10_000).unwrap();
+        let limit = 2048u64;
+        let mut sizes = Vec::new();
+        let mut put = |chunk: u32, bytes: Vec<u8>| {
+            sizes.push(bytes.len() as u64);
+            let landed = remote.put_settled(&remote.layout.snapshot_chunk(7, chunk), &Bytes::from(bytes))?;
+            assert!(matches!(landed, Settled::Landed));
+            Ok(())
+        };
+        let first = build(&db.begin_read().unwrap(), &header, limit, &mut put).unwrap();
+        sizes.push(first.len() as u64);
+        assert!(matches!(remote.put_settled(&remote.layout.snapshot(7), &Bytes::from(first)), Ok(Settled::Landed)));
+        assert!(sizes.len() > 5, "{} chunks: the state should not fit a few objects of {limit} bytes", sizes.len());
+        assert!(sizes.iter().all(|s| *s <= limit), "an object over the limit of {limit}: {sizes:?}");
+
+        let (read_header, entries, place) = read_snapshot(&remote, 7).unwrap();
+        assert_eq!(read_header, header);
+        let restored = redb::Builder::new().create_with_backend(redb::backends::InMemoryBackend::new()).unwrap();
+        let txn = restored.begin_write().unwrap();
+        create_all(&txn).unwrap();
+        let meta = load(&txn, &read_header, &entries, &place).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(meta.next_seq, next_seq);
+        assert_eq!(state(&restored), state(db), "the restored tables differ from the store's");
+
+        // A chunk missing fails closed, naming it.
+        remote.delete(&remote.layout.snapshot_chunk(7, 2)).unwrap();
+        let err = read_snapshot(&remote, 7).unwrap_err();
+        assert!(matches!(err.kind(), crate::ErrorKind::Corrupt), "{err}");
+        assert!(err.to_string().contains("00000000000000000007.0000000002 "), "{err}");
+        store.close();
+    }
 }

@@ -10,7 +10,7 @@ use redb::{Database, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
 use crate::mirror::format::decode_segment;
-use crate::mirror::read::{read_log, read_manifests, read_snapshot};
+use crate::mirror::read::{for_each_segment, read_manifests, read_snapshot};
 use crate::mirror::remote::Remote;
 use crate::mirror::{MirrorSettings, snapshot};
 use crate::types::{Epoch, check_source_key};
@@ -134,7 +134,6 @@ fn load(remote: &Remote) -> Result<Loaded> {
             remote.describe(remote.layout.prefix())
         )));
     };
-    let log = read_log(remote, newest.first_slot)?;
     let db = in_memory()?;
     let txn = db.begin_write()?;
     create_all(&txn)?;
@@ -143,22 +142,28 @@ fn load(remote: &Remote) -> Result<Loaded> {
         let (header, entries, place) = read_snapshot(remote, newest.first_slot)?;
         meta = Some(snapshot::load(&txn, &header, &entries, &place)?);
     }
-    {
+    let next_slot = {
         let mut tables = Tables::open(&txn)?;
-        for segment in &log.segments {
+        // Each segment is replayed as it arrives and the log cut behind it: the view answers from the tables
+        // and keeps no log, so a restore holds a window of segments, never the whole log.
+        let next_slot = for_each_segment(remote, newest.first_slot, |segment| {
             let place = remote.describe(&remote.layout.wal(segment.header.slot));
             for f in &segment.frames {
                 tables.replay(&mut meta, f, &place)?;
             }
-        }
+            match meta.as_mut() {
+                Some(m) => tables.truncate_log(m, m.next_seq),
+                None => Ok(()),
+            }
+        })?;
         if let Some(m) = meta.as_mut() {
-            // The view answers from the tables; it keeps no log.
             tables.truncate_log(m, m.next_seq)?;
             tables.write_meta(m)?;
         }
-    }
+        next_slot
+    };
     txn.commit()?;
-    Ok(Loaded { db, next_slot: log.next_slot, meta })
+    Ok(Loaded { db, next_slot, meta })
 }
 
 type Refreshed = (u64, u64, Option<Meta>, Option<Loaded>);
@@ -176,6 +181,10 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
             let segment = decode_segment(&bytes, slot, &place)?;
             for f in &segment.frames {
                 tables.replay(&mut meta, f, &place)?;
+            }
+            if let Some(m) = meta.as_mut() {
+                // The view keeps no log: cut behind each segment, so a long catch-up holds one at a time.
+                tables.truncate_log(m, m.next_seq)?;
             }
             applied += segment.frames.len() as u64;
             slot += 1;

@@ -170,6 +170,7 @@ pub fn sync_settings() -> MirrorSettings {
     MirrorSettings {
         mode: MirrorMode::Synchronous,
         snapshot_interval_records: 1_000_000,
+        snapshot_interval_bytes: u64::MAX,
         gc_age_ms_min: 1_000,
         request_timeout_ms: 10_000,
     }

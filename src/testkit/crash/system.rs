@@ -43,8 +43,14 @@ impl System {
     /// A target without faults and a mirror in `mode`, making a snapshot every `snapshot_interval_records`
     /// ([`SNAPSHOTS_OFF`] for none).
     pub fn mirrored(mode: MirrorMode, snapshot_interval_records: u64) -> Self {
-        let settings =
-            MirrorSettings { mode, snapshot_interval_records, gc_age_ms_min: u64::MAX, request_timeout_ms: 30_000 };
+        let settings = MirrorSettings {
+            mode,
+            snapshot_interval_records,
+            gc_age_ms_min: u64::MAX,
+            request_timeout_ms: 30_000,
+            // Paced by records only, as the workloads' crash points were counted.
+            snapshot_interval_bytes: u64::MAX,
+        };
         Self { mirror: Some(settings), ..Self::target() }
     }
 

@@ -83,6 +83,7 @@ fn settings() -> MirrorSettings {
         snapshot_interval_records: 8,
         gc_age_ms_min: 1000,
         request_timeout_ms: 30_000,
+        ..MirrorSettings::default()
     }
 }
 
