@@ -475,3 +475,50 @@ async fn a_probe_returning_the_ids_in_another_order_is_not_a_mismatch() {
     assert_eq!(account(target.0.inner(), 3).await, exactly_once(3));
     assert_eq!(store.get(&input_id(2)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
 }
+
+/// A key in flight whose probe finds another set under it (here a stray commit under our key 0) stays blocked
+/// until the operator acts: `unbind` puts its checkpoints back to Sealed with their results. While the table
+/// still holds the stray commit the store refuses to begin the key again (no duplicate); once the operator has
+/// removed it, the next `commit_pending` commits every row exactly once.
+#[tokio::test]
+async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
+    let objects = Arc::new(object_store::memory::InMemory::new());
+    let table = sinkpoint::target::DirTable::new(objects.clone(), "table".into());
+    let backend = CrashBackend::new();
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..2).await;
+    let err = Committer::new(&store, &table)
+        .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
+        .commit_pending(false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    store.close();
+    // A stray commit (no rows) lands under key 0 with only input 0.
+    let ids = vec![input_id(0)];
+    let stray = TargetCommit {
+        key: &CommitKey { job: job(), n: 0 },
+        ids: &ids,
+        epoch: 0,
+        results: &[],
+        final_commit: false,
+        prepared_version: None,
+    };
+    assert_eq!(table.commit(&stray).await, sinkpoint::commit::CommitOutcome::Committed);
+
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert!(matches!(report.blocked, Some(Blocked::Mismatch { key: 0, .. })), "{report:?}");
+    store.unbind(0, "key 0 holds a stray commit, not ours").await.unwrap();
+    assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Sealed);
+    let err = Committer::new(&store, &table).commit_pending(false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongStore, "the stray commit is still there: {err}");
+    assert_eq!(account(&table, 2).await.rows, 0, "nothing was committed twice or marked");
+
+    use object_store::ObjectStoreExt as _;
+    objects.delete(&"table/_commits/job-1/00000000000000000000".into()).await.unwrap();
+    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0]);
+    assert_eq!(account(&table, 2).await, exactly_once(2));
+    assert!(store.is_finished().unwrap());
+}
