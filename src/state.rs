@@ -13,6 +13,8 @@
 //!                                                                                  │ a probe or resolve
 //!                                                                                  ▼ NotCommitted
 //!                                                                               Committing(n), same key
+//!
+//!  Committing(n) / CommitUnknown(n) ──unbind(n)──► Sealed (the operator, or the committer on a foreign key n)
 //! ```
 
 use serde::{Deserialize, Serialize};
