@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
 use crate::state::CheckpointState;
 use crate::store::{PendingCheckpoint, Store};
@@ -215,10 +215,7 @@ impl<'a> Committer<'a> {
             // The results bound to the key now, not the ones read before: a checkpoint force-aborted and
             // re-sealed in between must send its sealed attempt (red-team finding 4).
             let (info, results) = self.store.commit_results(n)?;
-            match self.commit_once(n, &info.ids, &results, is_final, version).await {
-                Err(e) if e.kind() == ErrorKind::Target => return Err(self.refuse_foreign_key(n, e).await),
-                other => other?,
-            }
+            self.commit_once(n, &info.ids, &results, is_final, version, true).await?;
             report.committed_keys.push(n);
         }
         Ok(report)
@@ -244,17 +241,10 @@ impl<'a> Committer<'a> {
         }
     }
 
-    /// Key `n` failed on its first send (`error`, of kind Target) and provably did not land. If the target now holds a commit under `n`,
+    /// Key `n` was refused on its first send (`error`): ours did not land. If the target now holds a commit under `n`,
     /// it is another writer's (ours never landed, and this store never sent `n` before): un-bind `n` so no later
     /// probe marks our checkpoints with it, and refuse the store (red-team finding 13). Otherwise `error` stands.
     async fn refuse_foreign_key(&self, n: u64, error: Error) -> Error {
-        // Still Committing: ours provably did not land (NotLanded, or a probe said so after an unknown answer).
-        // CommitUnknown: ours may have landed, and a probe, not this check, must settle it.
-        match self.store.commit_info(n) {
-            Ok(Some(info)) if info.state == CheckpointState::Committing { key: n } => {}
-            Ok(_) => return error,
-            Err(e) => return e,
-        }
         if !matches!(self.target.probe(&self.key(n), None).await, ProbeOutcome::Committed { .. }) {
             return error;
         }
@@ -279,6 +269,7 @@ impl<'a> Committer<'a> {
         results: &[WriteResult],
         final_commit: bool,
         prepared_version: Option<u64>,
+        first_send: bool,
     ) -> Result<()> {
         let key = self.key(n);
         let commit =
@@ -288,10 +279,13 @@ impl<'a> Committer<'a> {
                 self.crash_point(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK)?;
                 self.store.mark_committed(n).await
             }
-            CommitOutcome::NotLanded { reason } => Err(Error::target(format!(
-                "commit key {key} did not land ({reason}); it stays recorded and is probed, then re-committed \
-                 under the same key, on the next call"
-            ))),
+            CommitOutcome::NotLanded { reason } => {
+                let error = Error::target(format!(
+                    "commit key {key} did not land ({reason}); it stays recorded and is probed, then re-committed \
+                     under the same key, on the next call"
+                ));
+                if first_send { Err(self.refuse_foreign_key(n, error).await) } else { Err(error) }
+            }
             CommitOutcome::Unknown { reason } => {
                 self.store.mark_unknown(n, &reason).await?;
                 self.crash_point(crash_points::AFTER_MARK_UNKNOWN)?;
@@ -345,7 +339,7 @@ impl<'a> Committer<'a> {
             other => return Ok(other),
         }
         // Not landed: re-commit the retained results under the same key.
-        self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version).await?;
+        self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version, false).await?;
         Ok(InFlight::Recommitted(n))
     }
 }
