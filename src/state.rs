@@ -13,6 +13,8 @@
 //!                                                                                  │ a probe or resolve
 //!                                                                                  ▼ NotCommitted
 //!                                                                               Committing(n), same key
+//!
+//!  Committing(n) / CommitUnknown(n) ──unbind(n)──► Sealed (the operator, or the committer on a foreign key n)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -161,6 +163,7 @@ pub(crate) enum Event<'a> {
     MarkCommitted { key: u64 },
     MarkUnknown { key: u64 },
     MarkNotCommitted { key: u64 },
+    Unbind { key: u64 },
 }
 
 /// What applying an event does to the stored state, beyond replacing the checkpoint's record.
@@ -347,6 +350,14 @@ pub(crate) fn transition(
         (S::Committing { key }, Event::MarkNotCommitted { key: k }) if key == *k => Ok(same()),
         (state, Event::MarkCommitted { key } | Event::MarkUnknown { key } | Event::MarkNotCommitted { key }) => {
             Err(TransitionError::CommitState { key: *key, state, what: "marking this checkpoint" })
+        }
+        // Back to Sealed with the same attempt, parts and processed keys: nothing is lost, and the next key
+        // begun binds it again.
+        (S::Committing { key } | S::CommitUnknown { key }, Event::Unbind { key: k }) if key == *k => {
+            Ok(with(S::Sealed, Effect::None))
+        }
+        (state, Event::Unbind { key }) => {
+            Err(TransitionError::CommitState { key: *key, state, what: "unbinding this checkpoint" })
         }
     }
 }

@@ -597,6 +597,25 @@ impl Store {
         Ok(self.call(record, CallDurability::Immediate).await?.dropped)
     }
 
+    /// The operator's escape hatch for a key in flight that no probe can settle or that mismatches, after
+    /// checking the table by hand: un-binds key `key` (never marked committed) so its checkpoints are Sealed
+    /// again with their results, recording `reason`. The key is reused: the committer probes it before it begins
+    /// it again, so if the table still holds a commit under `key` the store is refused (`WrongStore`) instead of
+    /// writing a duplicate; remove or account for that commit first. Never loses a result.
+    pub async fn unbind(&self, key: u64, reason: &str) -> Result<()> {
+        check_reason(reason)?;
+        let record = Record::Unbind { key, reason: reason.to_owned() };
+        self.call(record, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.
+    pub(crate) fn in_flight_key(&self) -> Result<Option<u64>> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
+        Ok(meta.seq.in_flight)
+    }
+
     /// One checkpoint, if it exists.
     pub fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
         self.shared.check()?;
@@ -674,6 +693,41 @@ impl Store {
             )),
         };
         Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
+    }
+
+    /// The write results commit key `key` is bound to, read by id from one consistent snapshot, in the recorded
+    /// checkpoint then part order: what the committer sends after `begin_commit`, so a checkpoint re-sealed
+    /// between its own read and the intent can never send a dropped attempt (red-team finding 4). Each id must
+    /// be Committing or CommitUnknown under `key`; anything else is `Corrupt`.
+    pub(crate) fn commit_results(&self, key: u64) -> Result<(CommitInfo, Vec<WriteResult>)> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        let info = read_commit(&txn.open_table(COMMITS)?, key)?
+            .ok_or_else(|| Error::corrupt(format!("commit key {key} has no record")))?;
+        let checkpoints = txn.open_table(CHECKPOINTS)?;
+        let parts = txn.open_table(PARTS)?;
+        let mut results = Vec::new();
+        for id in &info.ids {
+            let record = read_checkpoint(&checkpoints, id)?
+                .ok_or_else(|| Error::corrupt(format!("commit key {key} names checkpoint {id}, which is absent")))?;
+            if !matches!(record.state, CheckpointState::Committing { key: k } | CheckpointState::CommitUnknown { key: k } if k == key)
+            {
+                return Err(Error::corrupt(format!(
+                    "commit key {key} names checkpoint {id}, which is {:?}, not bound to it",
+                    record.state
+                )));
+            }
+            let before = results.len();
+            results.extend(read_parts(&parts, id, record.attempt)?.into_iter().flat_map(|(_, p)| p.results));
+            if results.len() - before != record.results as usize {
+                return Err(Error::corrupt(format!(
+                    "checkpoint {id} records {} write results but {} are stored",
+                    record.results,
+                    results.len() - before
+                )));
+            }
+        }
+        Ok((info, results))
     }
 
     /// The record of commit key `key`, if it was begun.

@@ -397,3 +397,128 @@ async fn a_commit_over_the_results_limit_is_refused_and_the_committer_splits_it(
     let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
     assert_eq!(report.committed_keys, vec![0, 1]);
 }
+
+/// Without a mirror nothing fences a second driver of the same job: the first driver's key 0 landing between
+/// the second's check of key 0 and its commit must not be taken for the second's (a watermark target's probe
+/// cannot tell them apart), now or on any later call.
+#[tokio::test]
+async fn without_a_mirror_a_zombies_key_0_landing_after_the_probe_is_not_marked_as_ours() {
+    /// Driver 2's view of the shared table: its first `version()` lets driver 1 commit key 0 first.
+    struct Race<'a> {
+        table: &'a WatermarkTable,
+        zombie: std::sync::Mutex<Option<Store>>,
+    }
+    #[async_trait::async_trait]
+    impl Target for Race<'_> {
+        async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+            let zombie = self.zombie.lock().unwrap().take();
+            if let Some(zombie) = zombie {
+                Committer::new(&zombie, self.table).commit_pending(false).await.unwrap();
+                zombie.close();
+            }
+            self.table.version().await
+        }
+        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::commit::CommitOutcome {
+            self.table.commit(commit).await
+        }
+        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::commit::ProbeOutcome {
+            self.table.probe(key, v).await
+        }
+    }
+    let table = WatermarkTable::new();
+    let driver1 = open(&CrashBackend::new()).await;
+    run_inputs_on(&driver1, &table, 0..1).await;
+    let driver2 = open(&CrashBackend::new()).await;
+    let race = Race { table: &table, zombie: std::sync::Mutex::new(Some(driver1)) };
+    Committer::new(&driver2, &race).recover().await.unwrap();
+    run_inputs_on(&driver2, &table, 0..2).await;
+    for _ in 0..3 {
+        let err = Committer::new(&driver2, &race).commit_pending(false).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+    }
+    let err = Committer::new(&driver2, &race).recover().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+    for i in 0..2 {
+        let state = driver2.get(&input_id(i)).unwrap().unwrap().state;
+        assert!(!matches!(state, CheckpointState::Committed { .. }), "input {i} marked committed: {state:?}");
+    }
+    assert_eq!(table.results().len(), 1, "only driver 1's key 0 landed");
+}
+
+/// A probe may return the landed ids in any order (an adapter that keeps them as a set, or in the table's
+/// order): the committer compares them as sets.
+#[tokio::test]
+async fn a_probe_returning_the_ids_in_another_order_is_not_a_mismatch() {
+    struct Reversed(FaultyTarget<sinkpoint::target::DirTable>);
+    #[async_trait::async_trait]
+    impl Target for Reversed {
+        async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+            self.0.version().await
+        }
+        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::commit::CommitOutcome {
+            self.0.commit(commit).await
+        }
+        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::commit::ProbeOutcome {
+            match self.0.probe(key, v).await {
+                sinkpoint::commit::ProbeOutcome::Committed { ids: Some(mut ids) } => {
+                    ids.reverse();
+                    sinkpoint::commit::ProbeOutcome::Committed { ids: Some(ids) }
+                }
+                other => other,
+            }
+        }
+    }
+    let target = Reversed(FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], vec![]));
+    let store = open(&CrashBackend::new()).await;
+    run_inputs(&store, target.0.inner(), 0..3).await;
+    Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    assert_eq!(account(target.0.inner(), 3).await, exactly_once(3));
+    assert_eq!(store.get(&input_id(2)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+}
+
+/// A key in flight whose probe finds another set under it (here a stray commit under our key 0) stays blocked
+/// until the operator acts: `unbind` puts its checkpoints back to Sealed with their results. While the table
+/// still holds the stray commit the store refuses to begin the key again (no duplicate); once the operator has
+/// removed it, the next `commit_pending` commits every row exactly once.
+#[tokio::test]
+async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
+    let objects = Arc::new(object_store::memory::InMemory::new());
+    let table = sinkpoint::target::DirTable::new(objects.clone(), "table".into());
+    let backend = CrashBackend::new();
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..2).await;
+    let err = Committer::new(&store, &table)
+        .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
+        .commit_pending(false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    store.close();
+    // A stray commit (no rows) lands under key 0 with only input 0.
+    let ids = vec![input_id(0)];
+    let stray = TargetCommit {
+        key: &CommitKey { job: job(), n: 0 },
+        ids: &ids,
+        epoch: 0,
+        results: &[],
+        final_commit: false,
+        prepared_version: None,
+    };
+    assert_eq!(table.commit(&stray).await, sinkpoint::commit::CommitOutcome::Committed);
+
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert!(matches!(report.blocked, Some(Blocked::Mismatch { key: 0, .. })), "{report:?}");
+    store.unbind(0, "key 0 holds a stray commit, not ours").await.unwrap();
+    assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Sealed);
+    let err = Committer::new(&store, &table).commit_pending(false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongStore, "the stray commit is still there: {err}");
+    assert_eq!(account(&table, 2).await.rows, 0, "nothing was committed twice or marked");
+
+    use object_store::ObjectStoreExt as _;
+    objects.delete(&"table/_commits/job-1/00000000000000000000".into()).await.unwrap();
+    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0]);
+    assert_eq!(account(&table, 2).await, exactly_once(2));
+    assert!(store.is_finished().unwrap());
+}

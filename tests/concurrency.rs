@@ -218,3 +218,52 @@ async fn two_seals_claiming_one_key_in_one_batch_leave_one_owner() {
     );
     store.close();
 }
+
+/// An operator's `force_abort`, the task's `restart` and a re-seal, all while `commit_pending` waits for the
+/// target's version: the committer must commit the attempt sealed when the key was begun, never the dropped
+/// one it read before.
+#[tokio::test]
+async fn a_checkpoint_resealed_during_commit_pending_commits_its_sealed_attempt() {
+    use sinkpoint::commit::{CommitOutcome, Committer, ProbeOutcome};
+    use sinkpoint::testkit::WatermarkTable;
+    use sinkpoint::{CommitKey, Target, TargetCommit};
+
+    /// A watermark table whose first `version()` runs the race on `store`.
+    struct Racing<'a> {
+        table: WatermarkTable,
+        store: &'a Store,
+        raced: std::sync::atomic::AtomicBool,
+    }
+    #[async_trait::async_trait]
+    impl Target for Racing<'_> {
+        async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+            if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let x = cid("x");
+                let dropped = self.store.force_abort(std::slice::from_ref(&x), "redo x").await.unwrap();
+                assert_eq!(dropped, vec![result("rx-attempt0")]);
+                self.store.restart(&x).await.unwrap();
+                self.store.stage(&x, 1, 0, vec![b"kx".to_vec()], vec![result("rx-attempt1")]).await.unwrap();
+                self.store.seal(&x, 1).await.unwrap();
+            }
+            self.table.version().await
+        }
+        async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+            self.table.commit(commit).await
+        }
+        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> ProbeOutcome {
+            self.table.probe(key, v).await
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("s.redb")).await;
+    let x = cid("x");
+    store.stage(&x, 0, 0, vec![b"kx".to_vec()], vec![result("rx-attempt0")]).await.unwrap();
+    store.seal(&x, 1).await.unwrap();
+    let target = Racing { table: WatermarkTable::new(), store: &store, raced: false.into() };
+    Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    assert_eq!(target.table.results(), vec![result("rx-attempt1")], "the sealed attempt, and only it");
+    let info = store.get(&x).unwrap().unwrap();
+    assert_eq!((info.state, info.attempt), (CheckpointState::Committed { key: Some(0) }, 1));
+    drop(target);
+    store.close();
+}

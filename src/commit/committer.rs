@@ -8,7 +8,7 @@ use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::error::{Error, Result};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
 use crate::state::CheckpointState;
-use crate::store::{CommitInfo, PendingCheckpoint, Store};
+use crate::store::{PendingCheckpoint, Store};
 use crate::types::{CheckpointId, CommitKey, WriteResult};
 
 /// The protocol's named crash points, in the order a commit passes them.
@@ -204,16 +204,61 @@ impl<'a> Committer<'a> {
         }
         let count = batches.len();
         for (n, (i, batch)) in (pending.next_key..).zip(batches.into_iter().enumerate()) {
+            if n > 0 {
+                self.refuse_stale_state(n).await?;
+            }
             let ids: Vec<CheckpointId> = batch.iter().map(|c| c.info.id.clone()).collect();
-            let results: Vec<WriteResult> = batch.iter().flat_map(|c| c.results.iter().cloned()).collect();
             let is_final = final_commit && i + 1 == count;
             let version = self.target.version().await?;
             self.store.begin_commit(n, &ids, version, is_final).await?;
             self.crash_point(crash_points::AFTER_BEGIN_COMMIT)?;
-            self.commit_once(n, &ids, &results, is_final, version).await?;
+            // The results bound to the key now, not the ones read before: a checkpoint force-aborted and
+            // re-sealed in between must send its sealed attempt (red-team finding 4).
+            let (info, results) = self.store.commit_results(n)?;
+            self.commit_once(n, &info.ids, &results, is_final, version, true).await?;
             report.committed_keys.push(n);
         }
         Ok(report)
+    }
+
+    /// Before key `n` > 0 is begun: a target that already holds `n` proves this store is behind the table (it
+    /// was restored from a mirror that went backwards: a replica failover, a bucket rollback, a lost tail).
+    /// Beginning `n` would duplicate rows on a watermark target, or end in a mismatch. Costs one probe per key.
+    async fn refuse_stale_state(&self, n: u64) -> Result<()> {
+        match self.target.probe(&self.key(n), None).await {
+            ProbeOutcome::NotCommitted => Ok(()),
+            ProbeOutcome::Committed { .. } => Err(Error::wrong_store(format!(
+                "the mirror/store is behind the table: the target already holds commit key {}, which this store \
+                 is about to begin; its mirror went backwards (a replica failover, a bucket rollback, a lost \
+                 tail). Restore from the mirror that holds the whole history; never go on from this one",
+                self.key(n)
+            ))),
+            ProbeOutcome::Unknown { reason } => Err(Error::target(format!(
+                "the target cannot tell whether it holds key {} ({reason}), which this store is about to begin; \
+                 retry",
+                self.key(n)
+            ))),
+        }
+    }
+
+    /// Key `n` was refused on its first send (`error`): ours did not land. If the target now holds a commit under `n`,
+    /// it is another writer's (ours never landed, and this store never sent `n` before): un-bind `n` so no later
+    /// probe marks our checkpoints with it, and refuse the store (red-team finding 13). Otherwise `error` stands.
+    async fn refuse_foreign_key(&self, n: u64, error: Error) -> Error {
+        if !matches!(self.target.probe(&self.key(n), None).await, ProbeOutcome::Committed { .. }) {
+            return error;
+        }
+        let reason = "another writer's commit holds this key: this store is not the job's only driver";
+        if let Err(e) = self.store.unbind(n, reason).await {
+            return e;
+        }
+        tracing::error!(key = n, "another writer's commit holds our key; the key was un-bound");
+        Error::wrong_store(format!(
+            "the target holds commit key {} from another writer ({error}): two drivers of one job without a \
+             mirror, or a store behind the table. Nothing was marked; its checkpoints are Sealed again. Find the \
+             other driver and restore the job's store",
+            self.key(n)
+        ))
     }
 
     /// One target commit under a recorded key, and the marking of its outcome.
@@ -224,6 +269,7 @@ impl<'a> Committer<'a> {
         results: &[WriteResult],
         final_commit: bool,
         prepared_version: Option<u64>,
+        first_send: bool,
     ) -> Result<()> {
         let key = self.key(n);
         let commit =
@@ -233,10 +279,13 @@ impl<'a> Committer<'a> {
                 self.crash_point(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK)?;
                 self.store.mark_committed(n).await
             }
-            CommitOutcome::NotLanded { reason } => Err(Error::target(format!(
-                "commit key {key} did not land ({reason}); it stays recorded and is probed, then re-committed \
-                 under the same key, on the next call"
-            ))),
+            CommitOutcome::NotLanded { reason } => {
+                let error = Error::target(format!(
+                    "commit key {key} did not land ({reason}); it stays recorded and is probed, then re-committed \
+                     under the same key, on the next call"
+                ));
+                if first_send { Err(self.refuse_foreign_key(n, error).await) } else { Err(error) }
+            }
             CommitOutcome::Unknown { reason } => {
                 self.store.mark_unknown(n, &reason).await?;
                 self.crash_point(crash_points::AFTER_MARK_UNKNOWN)?;
@@ -263,7 +312,7 @@ impl<'a> Committer<'a> {
     async fn probe_key(&self, n: u64, recorded: &[CheckpointId], prepared_version: Option<u64>) -> Result<InFlight> {
         match self.target.probe(&self.key(n), prepared_version).await {
             ProbeOutcome::Committed { ids } => match ids {
-                Some(landed) if landed.as_slice() != recorded => {
+                Some(landed) if !same_set(&landed, recorded) => {
                     tracing::error!(key = n, "commit mismatch: the target holds another set under our key");
                     Ok(InFlight::Blocked(Blocked::Mismatch { key: n, recorded: recorded.to_vec(), landed }))
                 }
@@ -283,15 +332,14 @@ impl<'a> Committer<'a> {
     /// Resolves the key in flight, if any: probe first; landed → mark (F1); not landed → re-commit under the
     /// same key (F2); unknown or mismatch → blocked.
     async fn resolve_in_flight(&self) -> Result<InFlight> {
-        let pending = self.store.pending()?;
-        let Some((n, info)) = pending.in_flight else { return Ok(InFlight::None) };
+        let Some(n) = self.store.in_flight_key()? else { return Ok(InFlight::None) };
+        let (info, results) = self.store.commit_results(n)?;
         match self.probe_key(n, &info.ids, info.target_version).await? {
             InFlight::None => {}
             other => return Ok(other),
         }
         // Not landed: re-commit the retained results under the same key.
-        let results = retained_results(&pending.checkpoints, &info)?;
-        self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version).await?;
+        self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version, false).await?;
         Ok(InFlight::Recommitted(n))
     }
 }
@@ -303,17 +351,13 @@ fn mismatch_error(key: &CommitKey, recorded: &[CheckpointId], landed: &[Checkpoi
     ))
 }
 
-/// The write results of the checkpoints a recorded commit covers, in the recorded order.
-fn retained_results(pending: &[PendingCheckpoint], info: &CommitInfo) -> Result<Vec<WriteResult>> {
-    let mut out = Vec::new();
-    for id in &info.ids {
-        let checkpoint = pending
-            .iter()
-            .find(|c| &c.info.id == id)
-            .ok_or_else(|| Error::corrupt(format!("commit record names checkpoint {id}, which is not pending")))?;
-        out.extend(checkpoint.results.iter().cloned());
-    }
-    Ok(out)
+/// Whether a probe's landed ids are the recorded set: compared as sets, so a target may return them in any order.
+fn same_set(landed: &[CheckpointId], recorded: &[CheckpointId]) -> bool {
+    let mut landed: Vec<&CheckpointId> = landed.iter().collect();
+    let mut recorded: Vec<&CheckpointId> = recorded.iter().collect();
+    landed.sort_unstable();
+    recorded.sort_unstable();
+    landed == recorded
 }
 
 /// Splits sealed checkpoints into commits within [`COMMIT_CHECKPOINTS_MAX`] and [`COMMIT_RESULTS_MAX`]; a

@@ -59,7 +59,7 @@ pub enum ProbeOutcome {
     /// keeps only a watermark ("version ≥ n", like Delta's `txn`), which is sound only because keys are
     /// strictly sequential.
     Committed {
-        /// The checkpoints the landed commit recorded, if the target keeps them.
+        /// The checkpoints the landed commit recorded, if the target keeps them, in any order.
         ids: Option<Vec<CheckpointId>>,
     },
     /// The target knows no commit under this key landed, and none can land later.
@@ -82,6 +82,15 @@ pub enum ProbeOutcome {
 ///    whose history was expired is [`ProbeOutcome::Unknown`].
 /// 4. **No hidden retries**: the table library's own rebase-and-retry is switched off or key-exclusive, and a
 ///    commit that may have landed is reported [`CommitOutcome::Unknown`], never `NotLanded`.
+///
+/// A probe's `ids` may come in any order: the committer compares them with the recorded set as sets.
+///
+/// Fencing through the mirror does **not** keep a paused zombie away from the table: a writer paused right
+/// after its commit intent still calls [`Target::commit`] when it resumes, whatever newer epoch has claimed the
+/// mirror since. Only guarantee 1, key exclusivity, refuses it; an adapter without it is not safe.
+///
+/// The committer probes key n before it begins it (one probe per new key): a target that already holds n proves
+/// the store is behind the table (a mirror that went backwards), and the store is refused.
 ///
 /// The reference adapter is [`crate::target::DirTable`].
 #[async_trait]

@@ -60,6 +60,7 @@ fn every_event(present: &[Part]) -> Vec<Event<'_>> {
         Event::MarkCommitted { key: 5 },
         Event::MarkUnknown { key: 5 },
         Event::MarkNotCommitted { key: 5 },
+        Event::Unbind { key: 5 },
     ]
 }
 
@@ -466,6 +467,22 @@ fn commit_unknown_mark_not_committed_gives_committing_under_the_same_key() {
     assert_eq!(step.next, rec(CheckpointState::Committing { key: 4 }, 1, 2, 3));
 }
 
+// Row: Committing(n) / CommitUnknown(n) | unbind(n) | Sealed, same attempt, parts and results; other states refuse.
+
+#[test]
+fn unbind_of_the_bound_key_gives_sealed_and_nothing_else_moves() {
+    for state in [CheckpointState::Committing { key: 4 }, CheckpointState::CommitUnknown { key: 4 }] {
+        let step = run(Some(&rec(state, 1, 2, 3)), &Event::Unbind { key: 4 }).unwrap();
+        assert_eq!((step.next, step.effect), (rec(CheckpointState::Sealed, 1, 2, 3), Effect::None));
+        let err = run(Some(&rec(state, 1, 2, 3)), &Event::Unbind { key: 5 }).unwrap_err();
+        assert!(matches!(err, TransitionError::CommitState { key: 5, .. }), "{err:?}");
+    }
+    for state in [CheckpointState::Sealed, CheckpointState::Committed { key: Some(4) }, CheckpointState::Staged] {
+        let err = run(Some(&rec(state, 1, 2, 3)), &Event::Unbind { key: 4 }).unwrap_err();
+        assert!(matches!(err, TransitionError::CommitState { key: 4, .. }), "{state:?}: {err:?}");
+    }
+}
+
 // Row: CommitUnknown(n) | probe: Unknown | stays.
 
 #[test]
@@ -537,8 +554,8 @@ fn every_legal_step_follows_an_edge_of_the_diagram() {
                 (S::Staged, S::Sealed | S::Aborted)
                     | (S::Aborted, S::Staged)
                     | (S::Sealed, S::Committing { .. } | S::Committed { key: None } | S::Aborted)
-                    | (S::Committing { .. }, S::CommitUnknown { .. } | S::Committed { key: Some(_) })
-                    | (S::CommitUnknown { .. }, S::Committing { .. } | S::Committed { key: Some(_) })
+                    | (S::Committing { .. }, S::CommitUnknown { .. } | S::Committed { key: Some(_) } | S::Sealed)
+                    | (S::CommitUnknown { .. }, S::Committing { .. } | S::Committed { key: Some(_) } | S::Sealed)
             )
     };
     let mut legal = 0;

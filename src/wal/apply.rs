@@ -254,6 +254,26 @@ impl<'txn> Tables<'txn> {
         Ok(Ok(true))
     }
 
+    /// Un-binds commit `key`, which must be the key in flight: its checkpoints go back to Sealed, its record is
+    /// deleted and it becomes the next key again. The key is reused, not retired: targets chain key n + 1 on
+    /// key n, so a retired key would leave a gap they refuse; and the committer probes a key before it begins
+    /// it, so a table that still holds a commit under `key` refuses the store instead of taking a duplicate.
+    fn unbind(&mut self, meta: &mut Meta, key: u64) -> Result<Result<bool, TransitionError>, Error> {
+        let commit = match self.commit(key)? {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        if meta.seq.in_flight != Some(key) {
+            return Ok(Err(TransitionError::CommitState { key, state: commit.state, what: "unbinding a key" }));
+        }
+        if let Err(e) = self.each(&commit.ids, meta.epoch, &Event::Unbind { key })? {
+            return Ok(Err(e));
+        }
+        self.commits.remove(key)?;
+        meta.seq = CommitSequence { next_key: key, in_flight: None };
+        Ok(Ok(true))
+    }
+
     /// Validates `record` against the state (including the calls before it in this transaction) and, if it is
     /// legal, appends it to the log and applies it. The outer error is a storage failure that dooms the whole
     /// transaction; the inner one rejects this record alone, with nothing written.
@@ -350,12 +370,13 @@ impl<'txn> Tables<'txn> {
                 let state = CheckpointState::Committing { key: *key };
                 self.move_commit(meta, *key, &Event::MarkNotCommitted { key: *key }, state)?.map(written)
             }
+            Record::Unbind { key, .. } => self.unbind(meta, *key)?.map(written),
             Record::Create { .. } | Record::Open { .. } => {
                 return Err(Error::bug("Create and Open are applied by the opener, not by execute"));
             }
         };
         // An operator's record is logged even when it changes nothing, so the reason is never lost.
-        let operator = matches!(record, Record::Resolve { .. } | Record::ForceAbort { .. });
+        let operator = matches!(record, Record::Resolve { .. } | Record::ForceAbort { .. } | Record::Unbind { .. });
         if let Ok(applied) = &outcome
             && (applied.written || operator)
         {

@@ -111,6 +111,15 @@ pub enum Record {
         /// Why, in the operator's words.
         reason: String,
     },
+    /// Commit key `key`, in flight and never marked committed, was un-bound: its checkpoints are Sealed again,
+    /// its record is gone, and `key` is the next key to begin again (written by the operator, or by the committer
+    /// when another writer's commit holds the key).
+    Unbind {
+        /// The key's number.
+        key: u64,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Record {
@@ -143,7 +152,8 @@ impl Record {
             | Record::MarkCommitted { .. }
             | Record::MarkUnknown { .. }
             | Record::MarkNotCommitted { .. }
-            | Record::Resolve { .. } => &[],
+            | Record::Resolve { .. }
+            | Record::Unbind { .. } => &[],
         };
         if let Some(bad) = ids.iter().find(|id| !id.is_valid()) {
             return Err(Error::corrupt(format!("{place}: record holds an invalid checkpoint id {bad:?}")));
@@ -243,6 +253,7 @@ mod tests {
             (Record::MarkNotCommitted { key: 4 }, "0a04"),
             (Record::Resolve { key: 4, resolution: Resolution::NotCommitted, reason: "r".into() }, "0b04010172"),
             (Record::ForceAbort { ids: vec![id("a")], reason: "r".into() }, "0c0101610172"),
+            (Record::Unbind { key: 4, reason: "r".into() }, "0d040172"),
         ];
         for (record, hex) in cases {
             let bytes = record.to_payload().unwrap();

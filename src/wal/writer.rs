@@ -39,7 +39,8 @@ fn is_commit_protocol(record: &Record) -> bool {
         | Record::MarkNotCommitted { .. }
         | Record::Resolve { .. }
         | Record::CommitEmpty { .. }
-        | Record::ForceAbort { .. } => true,
+        | Record::ForceAbort { .. }
+        | Record::Unbind { .. } => true,
         Record::Create { .. }
         | Record::Open { .. }
         | Record::Stage { .. }
