@@ -151,6 +151,9 @@ impl StoreBuilder {
     /// Opens (or creates) the store, bumps the epoch durably and starts the writer.
     pub async fn open(self) -> Result<Store> {
         let StoreBuilder { settings, location, writer_tag, mirror, clock } = self;
+        // Settings are plain data a caller may deserialise: re-check the ids before a store records them.
+        settings.job.check()?;
+        settings.target.check()?;
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mirror = mirror.map(|(store, prefix, settings)| MirrorConfig { store, prefix, settings, clock });
         let location = location.ok_or_else(|| {
@@ -510,6 +513,7 @@ impl Store {
         keys: Vec<SourceKey>,
         results: Vec<WriteResult>,
     ) -> Result<StageOutcome> {
+        id.check()?;
         check_stage(part, &keys, &results)?;
         let durability = match self.settings.staging_durability {
             StagingDurability::Immediate => CallDurability::Immediate,
@@ -523,6 +527,7 @@ impl Store {
     /// Seals checkpoint `id` with parts `0..parts` of its current attempt: its keys become processed and its
     /// results pending. Sealing again with the same count is a no-op.
     pub async fn seal(&self, id: &CheckpointId, parts: u32) -> Result<()> {
+        id.check()?;
         if parts == 0 || parts > SEAL_PARTS_MAX {
             let (value, max) = (u64::from(parts), u64::from(SEAL_PARTS_MAX));
             return Err(InvalidInput::Range { what: "sealed part count", value, min: 1, max }.into());
@@ -533,11 +538,13 @@ impl Store {
     /// Drops every part of the current attempt and begins the next one; returns the dropped write results so
     /// the caller can delete their files.
     pub async fn restart(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        id.check()?;
         Ok(self.call(Record::Restart { id: id.clone() }, CallDurability::Immediate).await?.dropped)
     }
 
     /// Aborts a Staged checkpoint: its keys are not processed; returns its discarded write results.
     pub async fn abort(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        id.check()?;
         Ok(self.call(Record::Abort { id: id.clone() }, CallDurability::Immediate).await?.dropped)
     }
 
@@ -850,6 +857,9 @@ fn sorted_ids(ids: &[CheckpointId]) -> Result<Vec<CheckpointId>> {
     if ids.len() > COMMIT_CHECKPOINTS_MAX {
         return Err(Error::count("checkpoints in one call", ids.len(), COMMIT_CHECKPOINTS_MAX));
     }
+    for id in ids {
+        id.check()?;
+    }
     let mut sorted = ids.to_vec();
     sorted.sort();
     if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
@@ -882,5 +892,44 @@ impl std::fmt::Debug for Store {
             .field("created", &self.created)
             .field("orphans", &self.orphans.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod boundary_tests {
+    use super::*;
+    use crate::ErrorKind;
+    use crate::testkit::CrashBackend;
+
+    /// Finding 28, second line of defence: an id that bypassed `new` (none can from outside the crate now) is
+    /// refused at the store's boundary with `InvalidInput`, and nothing is written.
+    #[tokio::test]
+    async fn an_unchecked_id_is_refused_at_the_boundary_and_nothing_is_written() {
+        let job = JobId::new("job").unwrap();
+        let store = Store::builder(job, TargetIdentity::new("t").unwrap()).backend(CrashBackend::new()).open().await;
+        let store = store.unwrap();
+        let frames = store.log_frames().unwrap().len();
+        for bad in ["", "..", "a/b", "a\0b"] {
+            let id = CheckpointId::unchecked(bad);
+            let staged = store.stage(&id, 0, 0, vec![b"k".to_vec()], Vec::new()).await;
+            assert_eq!(staged.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert_eq!(store.seal(&id, 1).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert_eq!(store.commit_empty(&[id]).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+        }
+        assert_eq!(store.log_frames().unwrap().len(), frames);
+        for filter in StateFilter::ALL {
+            assert!(store.list(filter).unwrap().is_empty(), "{filter:?}");
+        }
+    }
+
+    /// An invalid job id in the settings (plain data a caller may build by hand) refuses to create a store.
+    #[tokio::test]
+    async fn an_unchecked_job_id_refuses_to_create_a_store() {
+        let backend = CrashBackend::new();
+        let mut builder = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("t").unwrap());
+        builder.settings.job = JobId::unchecked("a/b");
+        let opened = builder.backend(backend.clone()).open().await;
+        assert_eq!(opened.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert!(backend.durable_bytes().is_empty());
     }
 }

@@ -307,3 +307,29 @@ async fn a_damaged_staged_checkpoint_makes_open_fail_closed() {
     // Open looks for orphans among the Staged checkpoints; it refuses to go on without knowing them.
     assert_corrupt(open(&path).await.map(Store::close), &["table checkpoints", "input-s"]);
 }
+
+/// Every id the constructors refuse, with a reason to refuse it.
+fn bad_ids() -> Vec<String> {
+    let long = "a".repeat(CHECKPOINT_ID_BYTES_MAX + 1);
+    ["", ".", "..", "a/b", "/", "a\0b", "café", "input 1", "日本", "a\\b", &long].map(String::from).to_vec()
+}
+
+/// Finding 28: a deserialised id carries the same checks as `new`, so a crafted record or a caller's config
+/// file cannot smuggle in an id that, once written, makes `list` and `verify_log` fail and the store unopenable.
+#[test]
+fn deserialising_a_bad_id_is_refused_like_its_constructor() {
+    for bad in bad_ids() {
+        let bytes = postcard::to_allocvec(&bad).unwrap();
+        assert!(postcard::from_bytes::<CheckpointId>(&bytes).is_err(), "checkpoint id {bad:?} deserialised");
+        assert!(postcard::from_bytes::<JobId>(&bytes).is_err(), "job id {bad:?} deserialised");
+    }
+    let empty = postcard::to_allocvec("").unwrap();
+    assert!(postcard::from_bytes::<TargetIdentity>(&empty).is_err(), "an empty target identity deserialised");
+    let bad_format = postcard::to_allocvec(&Format::Other(String::new())).unwrap();
+    assert!(postcard::from_bytes::<Format>(&bad_format).is_err(), "an empty format name deserialised");
+    // The good ones still round-trip, with the encoding unchanged (the on-disk format depends on it).
+    let good = cid("input-0017");
+    let bytes = postcard::to_allocvec(&good).unwrap();
+    assert_eq!(bytes, postcard::to_allocvec("input-0017").unwrap());
+    assert_eq!(postcard::from_bytes::<CheckpointId>(&bytes).unwrap(), good);
+}
