@@ -26,6 +26,9 @@ pub enum ErrorKind {
     /// An earlier write or fsync failed, so the store no longer knows what is durable: drop it, reopen and
     /// recover.
     Poisoned,
+    /// Another writer (in this process or another) holds the store's file open: stop that writer or give this
+    /// one its own file. Retrying succeeds only once the other writer closes it, so never retry in a tight loop.
+    AlreadyOpen,
     /// A transient I/O or object-store failure: retrying may succeed.
     Io,
     /// The target failed or its answer is unknown; nothing was assumed. Retry later; a commit whose outcome is
@@ -271,6 +274,8 @@ pub(crate) enum Inner {
     Corrupt(String),
     #[error("the store is poisoned after an earlier failure ({0}); drop it, reopen and recover")]
     Poisoned(String),
+    #[error("already open: {0}")]
+    AlreadyOpen(String),
     #[error("redb: {0}")]
     Redb(#[from] redb::Error),
     #[error("object store: {0}")]
@@ -300,6 +305,7 @@ impl Error {
             Inner::Fenced(_) => ErrorKind::Fenced,
             Inner::Corrupt(_) => ErrorKind::Corrupt,
             Inner::Poisoned(_) => ErrorKind::Poisoned,
+            Inner::AlreadyOpen(_) => ErrorKind::AlreadyOpen,
             Inner::Redb(e) => redb_kind(e),
             Inner::ObjectStore(_) | Inner::Io(_) => ErrorKind::Io,
             Inner::Target(_) => ErrorKind::Target,
@@ -357,12 +363,45 @@ impl Error {
     }
 }
 
+/// Maps redb's failure to open the file at `place` (finding 25): a file redb cannot read as a database is
+/// damage, not a transient failure a driver would retry forever, and a file another writer holds says so.
+pub(crate) fn open_failed(place: &str, error: redb::DatabaseError) -> Error {
+    use redb::{DatabaseError, StorageError};
+    match error {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => Inner::AlreadyOpen(format!(
+            "another writer holds {place} ({error}): stop that writer or give this one its own file; a retry \
+             succeeds only once the other writer closes it"
+        ))
+        .into(),
+        DatabaseError::UpgradeRequired(version) => Error::wrong_store(format!(
+            "{place} is in redb file format {version}, which this version cannot read: open it with the \
+             sinkpoint version that wrote it"
+        )),
+        DatabaseError::Storage(StorageError::Corrupted(detail)) => unreadable(place, &detail),
+        DatabaseError::Storage(StorageError::Io(e))
+            if matches!(e.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof) =>
+        {
+            unreadable(place, &e.to_string())
+        }
+        other => other.into(),
+    }
+}
+
+fn unreadable(place: &str, detail: &str) -> Error {
+    Error::corrupt(format!(
+        "{place} is not a readable store ({detail}): if it is this job's store, restore it from the mirror or a \
+         backup; if the path is wrong, fix it. sinkpoint never overwrites it"
+    ))
+}
+
 fn redb_kind(error: &redb::Error) -> ErrorKind {
     // A damaged file is corruption; everything else from redb is an I/O failure that poisons the writer (the
     // writer maps those to Poisoned itself), or a transient failure of a read.
     match error {
         redb::Error::Corrupted(_) => ErrorKind::Corrupt,
         redb::Error::PreviousIo => ErrorKind::Poisoned,
+        redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => ErrorKind::AlreadyOpen,
+        redb::Error::UpgradeRequired(_) => ErrorKind::WrongStore,
         _ => ErrorKind::Io,
     }
 }

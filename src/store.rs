@@ -203,11 +203,15 @@ fn open_blocking(
             if !path.exists() {
                 create_file_atomically(&path)?;
             }
-            redb::Builder::new().set_cache_size(settings.cache_bytes).create(&path)?
+            let place = path.display().to_string();
+            let created = redb::Builder::new().set_cache_size(settings.cache_bytes).create(&path);
+            created.map_err(|e| crate::error::open_failed(&place, e))?
         }
         Location::Backend(backend) => {
             crate::wal::half_created::reset_backend(&*backend, settings.create_if_missing)?;
-            redb::Builder::new().set_cache_size(settings.cache_bytes).create_with_backend(BoxedBackend(backend))?
+            let created =
+                redb::Builder::new().set_cache_size(settings.cache_bytes).create_with_backend(BoxedBackend(backend));
+            created.map_err(|e| crate::error::open_failed("the storage backend", e))?
         }
     };
     let db = Arc::new(db);

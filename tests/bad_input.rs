@@ -333,3 +333,42 @@ fn deserialising_a_bad_id_is_refused_like_its_constructor() {
     assert_eq!(bytes, postcard::to_allocvec("input-0017").unwrap());
     assert_eq!(postcard::from_bytes::<CheckpointId>(&bytes).unwrap(), good);
 }
+
+/// Finding 25: a file that is not a store is never `Io` (documented as transient, so a driver would retry it
+/// forever): it is `Corrupt`, naming the path and what to do; a file another writer holds says so.
+#[tokio::test]
+async fn a_file_that_is_not_a_store_is_corrupt_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::write(&text, b"this is a text file, not a store\n".repeat(100)).unwrap();
+    let zeroed = dir.path().join("zeroed");
+    let cut = dir.path().join("cut");
+    for path in [&zeroed, &cut] {
+        let store = open(path).await.unwrap();
+        store.stage(&cid("a"), 0, 0, vec![b"k".to_vec()], Vec::new()).await.unwrap();
+        store.close();
+    }
+    let mut bytes = std::fs::read(&zeroed).unwrap();
+    bytes[..512].fill(0);
+    std::fs::write(&zeroed, bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&cut).unwrap().set_len(100).unwrap();
+    for path in [&text, &zeroed, &cut] {
+        let err = open(path).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{}: {err}", path.display());
+        let message = err.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message:?} does not name the path");
+        assert!(message.contains("restore"), "{message:?} does not say what to do");
+    }
+}
+
+/// Finding 25: a second open of a file another writer holds is `AlreadyOpen`, not a transient `Io`.
+#[tokio::test]
+async fn a_file_another_writer_holds_is_already_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let first = open(&path).await.unwrap();
+    let err = open(&path).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyOpen, "{err}");
+    assert!(err.to_string().contains("another writer holds"), "{err}");
+    first.close();
+}
