@@ -2,6 +2,7 @@
 //! enum with the rich message. [`Error::kind`] is the one exhaustive mapping between them.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::state::CheckpointState;
 use crate::types::{CheckpointId, Epoch};
@@ -241,6 +242,13 @@ pub(crate) enum InvalidInput {
     Count { what: &'static str, count: usize, max: usize },
     #[error("{}", range_message(what, *value, *min, *max))]
     Range { what: &'static str, value: u64, min: u64, max: u64 },
+    /// An adapter's own refusal, built with [`Error::invalid_input`].
+    #[error("{0}")]
+    Adapter(String),
+}
+
+fn cause_suffix(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
+    cause.map(|c| format!(": {c}")).unwrap_or_default()
 }
 
 fn length_message(what: &str, len: usize, max: usize) -> String {
@@ -282,8 +290,8 @@ pub(crate) enum Inner {
     ObjectStore(#[from] object_store::Error),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
-    #[error("target: {0}")]
-    Target(String),
+    #[error("target: {message}{}", cause_suffix(cause.as_deref()))]
+    Target { message: String, cause: Option<Arc<dyn std::error::Error + Send + Sync>> },
     #[error("commit mismatch: {0}")]
     CommitMismatch(String),
     #[error("bug in sinkpoint: {0}")]
@@ -291,8 +299,24 @@ pub(crate) enum Inner {
 }
 
 /// A sinkpoint error: [`Error::kind`] says what to do, `Display` says what happened and where.
+///
+/// `Display` already includes the message of the failure it wraps, so [`std::error::Error::source`] skips that
+/// failure and returns its own cause: a report walking the chain prints each message once. Errors clone cheaply
+/// (the inner error is shared).
+///
+/// Adapters (a target, a driver) build errors of the kind they mean with the public constructors:
+///
+/// ```
+/// use sinkpoint::{Error, ErrorKind};
+/// let cause = std::io::Error::new(std::io::ErrorKind::TimedOut, "catalog timed out");
+/// let err = Error::target_with_source("could not commit to the catalog", cause);
+/// assert_eq!(err.kind(), ErrorKind::Target);
+/// assert_eq!(err.to_string(), "target: could not commit to the catalog: catalog timed out");
+/// assert_eq!(Error::invalid_input("the table has no column `id`").kind(), ErrorKind::InvalidInput);
+/// ```
+#[derive(Clone)]
 pub struct Error {
-    inner: Box<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl Error {
@@ -308,7 +332,7 @@ impl Error {
             Inner::AlreadyOpen(_) => ErrorKind::AlreadyOpen,
             Inner::Redb(e) => redb_kind(e),
             Inner::ObjectStore(_) | Inner::Io(_) => ErrorKind::Io,
-            Inner::Target(_) => ErrorKind::Target,
+            Inner::Target { .. } => ErrorKind::Target,
             Inner::CommitMismatch(_) => ErrorKind::CommitMismatch,
             Inner::Bug(_) => ErrorKind::Bug,
         }
@@ -330,7 +354,29 @@ impl Error {
         }
     }
 
-    pub(crate) fn corrupt(message: impl Into<String>) -> Self {
+    /// The target failed, or its answer is unknown ([`ErrorKind::Target`]): the caller retries later, and a
+    /// commit whose outcome is unknown is probed, never re-committed blindly.
+    pub fn target(message: impl Into<String>) -> Self {
+        Inner::Target { message: message.into(), cause: None }.into()
+    }
+
+    /// [`Error::target`] with the failure that caused it, shown once in `Display` and reachable through
+    /// `source()`'s chain.
+    pub fn target_with_source(
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Inner::Target { message: message.into(), cause: Some(Arc::new(cause)) }.into()
+    }
+
+    /// The caller's input is malformed or over a limit ([`ErrorKind::InvalidInput`]): say which input and why;
+    /// retrying the same call fails the same way.
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        InvalidInput::Adapter(message.into()).into()
+    }
+
+    /// Stored bytes are damaged ([`ErrorKind::Corrupt`]): name the place; nothing continues on a partial state.
+    pub fn corrupt(message: impl Into<String>) -> Self {
         Inner::Corrupt(message.into()).into()
     }
 
@@ -342,16 +388,14 @@ impl Error {
         Inner::Fenced(message.into()).into()
     }
 
-    pub(crate) fn wrong_store(message: impl Into<String>) -> Self {
+    /// The store or table belongs to another job or target ([`ErrorKind::WrongStore`]): fix the configuration;
+    /// never start afresh.
+    pub fn wrong_store(message: impl Into<String>) -> Self {
         Inner::WrongStore(message.into()).into()
     }
 
     pub(crate) fn poisoned(message: impl Into<String>) -> Self {
         Inner::Poisoned(message.into()).into()
-    }
-
-    pub(crate) fn target(message: impl Into<String>) -> Self {
-        Inner::Target(message.into()).into()
     }
 
     pub(crate) fn mismatch(message: impl Into<String>) -> Self {
@@ -408,7 +452,7 @@ fn redb_kind(error: &redb::Error) -> ErrorKind {
 
 impl<T: Into<Inner>> From<T> for Error {
     fn from(inner: T) -> Self {
-        Self { inner: Box::new(inner.into()) }
+        Self { inner: Arc::new(inner.into()) }
     }
 }
 
@@ -444,7 +488,11 @@ impl fmt::Debug for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&*self.inner)
+        // Inner's Display already shows its direct source (thiserror's `{0}`), so the chain starts one below.
+        match &*self.inner {
+            Inner::Target { cause, .. } => cause.as_deref().and_then(|c| c.source()),
+            inner => std::error::Error::source(inner).and_then(|s| s.source()),
+        }
     }
 }
 

@@ -372,3 +372,28 @@ async fn a_file_another_writer_holds_is_already_open() {
     assert!(err.to_string().contains("another writer holds"), "{err}");
     first.close();
 }
+
+/// Finding 24: an adapter outside the crate builds errors of the kind it means, with its cause attached once:
+/// `Display` shows each message once along the `source()` chain, and errors clone.
+#[test]
+fn adapter_errors_keep_their_kind_and_show_each_source_once() {
+    let cause = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "catalog connection reset");
+    let err = Error::target_with_source("could not commit to the catalog", cause);
+    assert_eq!(err.kind(), ErrorKind::Target);
+    assert_eq!(Error::target("rejected").kind(), ErrorKind::Target);
+    assert_eq!(Error::invalid_input("table schema lacks column id").kind(), ErrorKind::InvalidInput);
+    assert_eq!(Error::corrupt("table manifest unreadable").kind(), ErrorKind::Corrupt);
+    assert_eq!(Error::wrong_store("table belongs to another job").kind(), ErrorKind::WrongStore);
+    let copy = err.clone();
+    assert_eq!(copy.to_string(), err.to_string());
+    let mut chain = Vec::new();
+    let mut next: Option<&dyn std::error::Error> = Some(&err);
+    while let Some(e) = next {
+        chain.push(e.to_string());
+        next = e.source();
+    }
+    let joined = chain.join(": ");
+    for message in ["could not commit to the catalog", "catalog connection reset"] {
+        assert_eq!(joined.matches(message).count(), 1, "{message:?} in {joined:?}");
+    }
+}
