@@ -530,6 +530,10 @@ impl Store {
 
     /// Seals checkpoint `id` with parts `0..parts` of its current attempt: its keys become processed and its
     /// results pending. Sealing again with the same count is a no-op.
+    ///
+    /// The caller may act on the seal irrevocably (delete or acknowledge its source) once this returned `Ok` in
+    /// synchronous mirror mode or without a mirror; in asynchronous mode only after a later [`Store::flush`]
+    /// returned `Ok`, for the seal is acked before it is in the mirror.
     pub async fn seal(&self, id: &CheckpointId, parts: u32) -> Result<()> {
         id.check()?;
         if parts == 0 || parts > SEAL_PARTS_MAX {
@@ -632,6 +636,10 @@ impl Store {
     }
 
     /// Whether a source key is processed: it belongs to a Sealed (or later) checkpoint. An indexed read.
+    ///
+    /// It answers from the local commit: it may show a seal still in flight (its call not returned yet, or, in
+    /// asynchronous mirror mode, not in the mirror yet, so a lost disk can take it back). Right for *skipping*
+    /// work, since a rerun asks again; never a reason to delete a source (see [`Store::seal`]).
     pub fn is_processed(&self, key: &[u8]) -> Result<bool> {
         self.shared.check()?;
         check_source_key(key)?;
@@ -726,6 +734,8 @@ impl Store {
 
     /// Waits until every group committed so far is in the mirror (immediate without a mirror, and in
     /// synchronous mode). Fails with `Fenced` or `Poisoned` if the mirror stopped taking groups.
+    ///
+    /// In asynchronous mode, its `Ok` is what makes the seals acknowledged before it safe to act on irrevocably.
     pub async fn flush(&self) -> Result<()> {
         self.shared.check()?;
         let Some(progress) = self.progress.clone() else { return Ok(()) };
