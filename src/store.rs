@@ -755,6 +755,13 @@ impl Store {
         self.writer.close();
     }
 
+    /// [`Store::close`] for async callers: the writer and the mirror's uploads (which may wait for a slow object
+    /// store for minutes) are joined on a blocking thread, never on the runtime's own threads.
+    pub async fn close_async(self) {
+        // A failed join means the closing thread panicked; the store is gone either way, and a reopen recovers.
+        let _ = tokio::task::spawn_blocking(move || self.close()).await;
+    }
+
     /// The open redb database, for the testkit's snapshots of the live (acknowledged) state.
     #[cfg(any(test, feature = "testkit"))]
     pub(crate) fn database(&self) -> &Database {
