@@ -43,6 +43,7 @@ async fn an_async_seal_is_read_as_processed_before_it_is_mirrored_and_lost_with_
 /// Finding 10 (store half): dropping a store inside a runtime never blocks the runtime's thread for long, even
 /// while a mirror put hangs; the writer and uploader finish on their own, detached.
 #[test]
+#[expect(clippy::disallowed_methods, reason = "what is measured is the wall time a drop blocks the runtime")]
 fn dropping_a_store_with_a_held_put_in_a_current_thread_runtime_returns_promptly() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let bucket = Bucket::new(Kind::Memory, "drop-promptly");
