@@ -422,11 +422,7 @@ pub(crate) fn open_failed(place: &str, error: redb::DatabaseError) -> Error {
              sinkpoint version that wrote it"
         )),
         DatabaseError::Storage(StorageError::Corrupted(detail)) => unreadable(place, &detail),
-        DatabaseError::Storage(StorageError::Io(e))
-            if matches!(e.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof) =>
-        {
-            unreadable(place, &e.to_string())
-        }
+        DatabaseError::Storage(StorageError::Io(e)) if is_unreadable(&e) => unreadable(place, &e.to_string()),
         other => other.into(),
     }
 }
@@ -446,7 +442,39 @@ fn redb_kind(error: &redb::Error) -> ErrorKind {
         redb::Error::PreviousIo => ErrorKind::Poisoned,
         redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => ErrorKind::AlreadyOpen,
         redb::Error::UpgradeRequired(_) => ErrorKind::WrongStore,
+        // Tables of other types, or bytes redb cannot parse: not a store, or a damaged one; a retry reads the
+        // same bytes.
+        redb::Error::TableTypeMismatch { .. }
+        | redb::Error::TableIsMultimap(_)
+        | redb::Error::TableIsNotMultimap(_)
+        | redb::Error::TypeDefinitionChanged { .. }
+        | redb::Error::TableDoesNotExist(_) => ErrorKind::Corrupt,
+        redb::Error::Io(e) if is_unreadable(e) => ErrorKind::Corrupt,
+        // Misuse of redb that sinkpoint's own limits and code rule out.
+        redb::Error::ValueTooLarge(_) | redb::Error::UnorderedKey | redb::Error::TableAlreadyOpen(..) => ErrorKind::Bug,
         _ => ErrorKind::Io,
+    }
+}
+
+/// Whether an I/O error says the bytes are malformed, which no retry changes.
+fn is_unreadable(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof)
+}
+
+#[cfg(test)]
+mod redb_kind_tests {
+    use super::*;
+
+    /// No `Io` (transient, retried) for a condition that a retry cannot change.
+    #[test]
+    fn redb_failures_a_retry_cannot_change_are_not_io() {
+        let malformed = redb::Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, "bad page"));
+        assert_eq!(redb_kind(&malformed), ErrorKind::Corrupt);
+        assert_eq!(redb_kind(&redb::Error::TableDoesNotExist("log".into())), ErrorKind::Corrupt);
+        assert_eq!(redb_kind(&redb::Error::ValueTooLarge(1 << 40)), ErrorKind::Bug);
+        assert_eq!(redb_kind(&redb::Error::DatabaseAlreadyOpen), ErrorKind::AlreadyOpen);
+        let reset = redb::Error::Io(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "nfs"));
+        assert_eq!(redb_kind(&reset), ErrorKind::Io);
     }
 }
 
