@@ -2,6 +2,7 @@
 //! enum with the rich message. [`Error::kind`] is the one exhaustive mapping between them.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::state::CheckpointState;
 use crate::types::{CheckpointId, Epoch};
@@ -26,6 +27,9 @@ pub enum ErrorKind {
     /// An earlier write or fsync failed, so the store no longer knows what is durable: drop it, reopen and
     /// recover.
     Poisoned,
+    /// Another writer (in this process or another) holds the store's file open: stop that writer or give this
+    /// one its own file. Retrying succeeds only once the other writer closes it, so never retry in a tight loop.
+    AlreadyOpen,
     /// A transient I/O or object-store failure: retrying may succeed.
     Io,
     /// The target failed or its answer is unknown; nothing was assumed. Retry later; a commit whose outcome is
@@ -238,6 +242,13 @@ pub(crate) enum InvalidInput {
     Count { what: &'static str, count: usize, max: usize },
     #[error("{}", range_message(what, *value, *min, *max))]
     Range { what: &'static str, value: u64, min: u64, max: u64 },
+    /// An adapter's own refusal, built with [`Error::invalid_input`].
+    #[error("{0}")]
+    Adapter(String),
+}
+
+fn cause_suffix(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
+    cause.map(|c| format!(": {c}")).unwrap_or_default()
 }
 
 fn length_message(what: &str, len: usize, max: usize) -> String {
@@ -271,14 +282,16 @@ pub(crate) enum Inner {
     Corrupt(String),
     #[error("the store is poisoned after an earlier failure ({0}); drop it, reopen and recover")]
     Poisoned(String),
+    #[error("already open: {0}")]
+    AlreadyOpen(String),
     #[error("redb: {0}")]
     Redb(#[from] redb::Error),
     #[error("object store: {0}")]
     ObjectStore(#[from] object_store::Error),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
-    #[error("target: {0}")]
-    Target(String),
+    #[error("target: {message}{}", cause_suffix(cause.as_deref()))]
+    Target { message: String, cause: Option<Arc<dyn std::error::Error + Send + Sync>> },
     #[error("commit mismatch: {0}")]
     CommitMismatch(String),
     #[error("bug in sinkpoint: {0}")]
@@ -286,8 +299,24 @@ pub(crate) enum Inner {
 }
 
 /// A sinkpoint error: [`Error::kind`] says what to do, `Display` says what happened and where.
+///
+/// `Display` already includes the message of the failure it wraps, so [`std::error::Error::source`] skips that
+/// failure and returns its own cause: a report walking the chain prints each message once. Errors clone cheaply
+/// (the inner error is shared).
+///
+/// Adapters (a target, a driver) build errors of the kind they mean with the public constructors:
+///
+/// ```
+/// use sinkpoint::{Error, ErrorKind};
+/// let cause = std::io::Error::new(std::io::ErrorKind::TimedOut, "catalog timed out");
+/// let err = Error::target_with_source("could not commit to the catalog", cause);
+/// assert_eq!(err.kind(), ErrorKind::Target);
+/// assert_eq!(err.to_string(), "target: could not commit to the catalog: catalog timed out");
+/// assert_eq!(Error::invalid_input("the table has no column `id`").kind(), ErrorKind::InvalidInput);
+/// ```
+#[derive(Clone)]
 pub struct Error {
-    inner: Box<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl Error {
@@ -300,9 +329,10 @@ impl Error {
             Inner::Fenced(_) => ErrorKind::Fenced,
             Inner::Corrupt(_) => ErrorKind::Corrupt,
             Inner::Poisoned(_) => ErrorKind::Poisoned,
+            Inner::AlreadyOpen(_) => ErrorKind::AlreadyOpen,
             Inner::Redb(e) => redb_kind(e),
             Inner::ObjectStore(_) | Inner::Io(_) => ErrorKind::Io,
-            Inner::Target(_) => ErrorKind::Target,
+            Inner::Target { .. } => ErrorKind::Target,
             Inner::CommitMismatch(_) => ErrorKind::CommitMismatch,
             Inner::Bug(_) => ErrorKind::Bug,
         }
@@ -324,7 +354,29 @@ impl Error {
         }
     }
 
-    pub(crate) fn corrupt(message: impl Into<String>) -> Self {
+    /// The target failed, or its answer is unknown ([`ErrorKind::Target`]): the caller retries later, and a
+    /// commit whose outcome is unknown is probed, never re-committed blindly.
+    pub fn target(message: impl Into<String>) -> Self {
+        Inner::Target { message: message.into(), cause: None }.into()
+    }
+
+    /// [`Error::target`] with the failure that caused it, shown once in `Display` and reachable through
+    /// `source()`'s chain.
+    pub fn target_with_source(
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Inner::Target { message: message.into(), cause: Some(Arc::new(cause)) }.into()
+    }
+
+    /// The caller's input is malformed or over a limit ([`ErrorKind::InvalidInput`]): say which input and why;
+    /// retrying the same call fails the same way.
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        InvalidInput::Adapter(message.into()).into()
+    }
+
+    /// Stored bytes are damaged ([`ErrorKind::Corrupt`]): name the place; nothing continues on a partial state.
+    pub fn corrupt(message: impl Into<String>) -> Self {
         Inner::Corrupt(message.into()).into()
     }
 
@@ -336,16 +388,14 @@ impl Error {
         Inner::Fenced(message.into()).into()
     }
 
-    pub(crate) fn wrong_store(message: impl Into<String>) -> Self {
+    /// The store or table belongs to another job or target ([`ErrorKind::WrongStore`]): fix the configuration;
+    /// never start afresh.
+    pub fn wrong_store(message: impl Into<String>) -> Self {
         Inner::WrongStore(message.into()).into()
     }
 
     pub(crate) fn poisoned(message: impl Into<String>) -> Self {
         Inner::Poisoned(message.into()).into()
-    }
-
-    pub(crate) fn target(message: impl Into<String>) -> Self {
-        Inner::Target(message.into()).into()
     }
 
     pub(crate) fn mismatch(message: impl Into<String>) -> Self {
@@ -357,19 +407,80 @@ impl Error {
     }
 }
 
+/// Maps redb's failure to open the file at `place` (finding 25): a file redb cannot read as a database is
+/// damage, not a transient failure a driver would retry forever, and a file another writer holds says so.
+pub(crate) fn open_failed(place: &str, error: redb::DatabaseError) -> Error {
+    use redb::{DatabaseError, StorageError};
+    match error {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => Inner::AlreadyOpen(format!(
+            "another writer holds {place} ({error}): stop that writer or give this one its own file; a retry \
+             succeeds only once the other writer closes it"
+        ))
+        .into(),
+        DatabaseError::UpgradeRequired(version) => Error::wrong_store(format!(
+            "{place} is in redb file format {version}, which this version cannot read: open it with the \
+             sinkpoint version that wrote it"
+        )),
+        DatabaseError::Storage(StorageError::Corrupted(detail)) => unreadable(place, &detail),
+        DatabaseError::Storage(StorageError::Io(e)) if is_unreadable(&e) => unreadable(place, &e.to_string()),
+        other => other.into(),
+    }
+}
+
+fn unreadable(place: &str, detail: &str) -> Error {
+    Error::corrupt(format!(
+        "{place} is not a readable store ({detail}): if it is this job's store, restore it from the mirror or a \
+         backup; if the path is wrong, fix it. sinkpoint never overwrites it"
+    ))
+}
+
 fn redb_kind(error: &redb::Error) -> ErrorKind {
     // A damaged file is corruption; everything else from redb is an I/O failure that poisons the writer (the
     // writer maps those to Poisoned itself), or a transient failure of a read.
     match error {
         redb::Error::Corrupted(_) => ErrorKind::Corrupt,
         redb::Error::PreviousIo => ErrorKind::Poisoned,
+        redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => ErrorKind::AlreadyOpen,
+        redb::Error::UpgradeRequired(_) => ErrorKind::WrongStore,
+        // Tables of other types, or bytes redb cannot parse: not a store, or a damaged one; a retry reads the
+        // same bytes.
+        redb::Error::TableTypeMismatch { .. }
+        | redb::Error::TableIsMultimap(_)
+        | redb::Error::TableIsNotMultimap(_)
+        | redb::Error::TypeDefinitionChanged { .. }
+        | redb::Error::TableDoesNotExist(_) => ErrorKind::Corrupt,
+        redb::Error::Io(e) if is_unreadable(e) => ErrorKind::Corrupt,
+        // Misuse of redb that sinkpoint's own limits and code rule out.
+        redb::Error::ValueTooLarge(_) | redb::Error::UnorderedKey | redb::Error::TableAlreadyOpen(..) => ErrorKind::Bug,
         _ => ErrorKind::Io,
+    }
+}
+
+/// Whether an I/O error says the bytes are malformed, which no retry changes.
+fn is_unreadable(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof)
+}
+
+#[cfg(test)]
+mod redb_kind_tests {
+    use super::*;
+
+    /// No `Io` (transient, retried) for a condition that a retry cannot change.
+    #[test]
+    fn redb_failures_a_retry_cannot_change_are_not_io() {
+        let malformed = redb::Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, "bad page"));
+        assert_eq!(redb_kind(&malformed), ErrorKind::Corrupt);
+        assert_eq!(redb_kind(&redb::Error::TableDoesNotExist("log".into())), ErrorKind::Corrupt);
+        assert_eq!(redb_kind(&redb::Error::ValueTooLarge(1 << 40)), ErrorKind::Bug);
+        assert_eq!(redb_kind(&redb::Error::DatabaseAlreadyOpen), ErrorKind::AlreadyOpen);
+        let reset = redb::Error::Io(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "nfs"));
+        assert_eq!(redb_kind(&reset), ErrorKind::Io);
     }
 }
 
 impl<T: Into<Inner>> From<T> for Error {
     fn from(inner: T) -> Self {
-        Self { inner: Box::new(inner.into()) }
+        Self { inner: Arc::new(inner.into()) }
     }
 }
 
@@ -405,7 +516,11 @@ impl fmt::Debug for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&*self.inner)
+        // Inner's Display already shows its direct source (thiserror's `{0}`), so the chain starts one below.
+        match &*self.inner {
+            Inner::Target { cause, .. } => cause.as_deref().and_then(|c| c.source()),
+            inner => std::error::Error::source(inner).and_then(|s| s.source()),
+        }
     }
 }
 

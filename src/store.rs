@@ -151,6 +151,9 @@ impl StoreBuilder {
     /// Opens (or creates) the store, bumps the epoch durably and starts the writer.
     pub async fn open(self) -> Result<Store> {
         let StoreBuilder { settings, location, writer_tag, mirror, clock } = self;
+        // Settings are plain data a caller may deserialise: re-check the ids before a store records them.
+        settings.job.check()?;
+        settings.target.check()?;
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         if let Some((_, _, mirror_settings)) = &mirror {
             mirror_settings.check()?;
@@ -203,11 +206,15 @@ fn open_blocking(
             if !path.exists() {
                 create_file_atomically(&path)?;
             }
-            redb::Builder::new().set_cache_size(settings.cache_bytes).create(&path)?
+            let place = path.display().to_string();
+            let created = redb::Builder::new().set_cache_size(settings.cache_bytes).create(&path);
+            created.map_err(|e| crate::error::open_failed(&place, e))?
         }
         Location::Backend(backend) => {
             crate::wal::half_created::reset_backend(&*backend, settings.create_if_missing)?;
-            redb::Builder::new().set_cache_size(settings.cache_bytes).create_with_backend(BoxedBackend(backend))?
+            let created =
+                redb::Builder::new().set_cache_size(settings.cache_bytes).create_with_backend(BoxedBackend(backend));
+            created.map_err(|e| crate::error::open_failed("the storage backend", e))?
         }
     };
     let db = Arc::new(db);
@@ -513,6 +520,7 @@ impl Store {
         keys: Vec<SourceKey>,
         results: Vec<WriteResult>,
     ) -> Result<StageOutcome> {
+        id.check()?;
         check_stage(part, &keys, &results)?;
         let durability = match self.settings.staging_durability {
             StagingDurability::Immediate => CallDurability::Immediate,
@@ -525,7 +533,12 @@ impl Store {
 
     /// Seals checkpoint `id` with parts `0..parts` of its current attempt: its keys become processed and its
     /// results pending. Sealing again with the same count is a no-op.
+    ///
+    /// The caller may act on the seal irrevocably (delete or acknowledge its source) once this returned `Ok` in
+    /// synchronous mirror mode or without a mirror; in asynchronous mode only after a later [`Store::flush`]
+    /// returned `Ok`, for the seal is acked before it is in the mirror.
     pub async fn seal(&self, id: &CheckpointId, parts: u32) -> Result<()> {
+        id.check()?;
         if parts == 0 || parts > SEAL_PARTS_MAX {
             let (value, max) = (u64::from(parts), u64::from(SEAL_PARTS_MAX));
             return Err(InvalidInput::Range { what: "sealed part count", value, min: 1, max }.into());
@@ -536,11 +549,13 @@ impl Store {
     /// Drops every part of the current attempt and begins the next one; returns the dropped write results so
     /// the caller can delete their files.
     pub async fn restart(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        id.check()?;
         Ok(self.call(Record::Restart { id: id.clone() }, CallDurability::Immediate).await?.dropped)
     }
 
     /// Aborts a Staged checkpoint: its keys are not processed; returns its discarded write results.
     pub async fn abort(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        id.check()?;
         Ok(self.call(Record::Abort { id: id.clone() }, CallDurability::Immediate).await?.dropped)
     }
 
@@ -643,6 +658,10 @@ impl Store {
     }
 
     /// Whether a source key is processed: it belongs to a Sealed (or later) checkpoint. An indexed read.
+    ///
+    /// It answers from the local commit: it may show a seal still in flight (its call not returned yet, or, in
+    /// asynchronous mirror mode, not in the mirror yet, so a lost disk can take it back). Right for *skipping*
+    /// work, since a rerun asks again; never a reason to delete a source (see [`Store::seal`]).
     pub fn is_processed(&self, key: &[u8]) -> Result<bool> {
         self.shared.check()?;
         check_source_key(key)?;
@@ -772,6 +791,8 @@ impl Store {
 
     /// Waits until every group committed so far is in the mirror (immediate without a mirror, and in
     /// synchronous mode). Fails with `Fenced` or `Poisoned` if the mirror stopped taking groups.
+    ///
+    /// In asynchronous mode, its `Ok` is what makes the seals acknowledged before it safe to act on irrevocably.
     pub async fn flush(&self) -> Result<()> {
         self.shared.check()?;
         let Some(progress) = self.progress.clone() else { return Ok(()) };
@@ -789,6 +810,13 @@ impl Store {
     /// Stops the writer after the calls already queued and closes the file.
     pub fn close(mut self) {
         self.writer.close();
+    }
+
+    /// [`Store::close`] for async callers: the writer and the mirror's uploads (which may wait for a slow object
+    /// store for minutes) are joined on a blocking thread, never on the runtime's own threads.
+    pub async fn close_async(self) {
+        // A failed join means the closing thread panicked; the store is gone either way, and a reopen recovers.
+        let _ = tokio::task::spawn_blocking(move || self.close()).await;
     }
 
     /// The open redb database, for the testkit's snapshots of the live (acknowledged) state.
@@ -907,6 +935,9 @@ fn sorted_ids(ids: &[CheckpointId]) -> Result<Vec<CheckpointId>> {
     if ids.len() > COMMIT_CHECKPOINTS_MAX {
         return Err(Error::count("checkpoints in one call", ids.len(), COMMIT_CHECKPOINTS_MAX));
     }
+    for id in ids {
+        id.check()?;
+    }
     let mut sorted = ids.to_vec();
     sorted.sort();
     if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
@@ -939,5 +970,44 @@ impl std::fmt::Debug for Store {
             .field("created", &self.created)
             .field("orphans", &self.orphans.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod boundary_tests {
+    use super::*;
+    use crate::ErrorKind;
+    use crate::testkit::CrashBackend;
+
+    /// Finding 28, second line of defence: an id that bypassed `new` (none can from outside the crate now) is
+    /// refused at the store's boundary with `InvalidInput`, and nothing is written.
+    #[tokio::test]
+    async fn an_unchecked_id_is_refused_at_the_boundary_and_nothing_is_written() {
+        let job = JobId::new("job").unwrap();
+        let store = Store::builder(job, TargetIdentity::new("t").unwrap()).backend(CrashBackend::new()).open().await;
+        let store = store.unwrap();
+        let frames = store.log_frames().unwrap().len();
+        for bad in ["", "..", "a/b", "a\0b"] {
+            let id = CheckpointId::unchecked(bad);
+            let staged = store.stage(&id, 0, 0, vec![b"k".to_vec()], Vec::new()).await;
+            assert_eq!(staged.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert_eq!(store.seal(&id, 1).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert_eq!(store.commit_empty(&[id]).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+        }
+        assert_eq!(store.log_frames().unwrap().len(), frames);
+        for filter in StateFilter::ALL {
+            assert!(store.list(filter).unwrap().is_empty(), "{filter:?}");
+        }
+    }
+
+    /// An invalid job id in the settings (plain data a caller may build by hand) refuses to create a store.
+    #[tokio::test]
+    async fn an_unchecked_job_id_refuses_to_create_a_store() {
+        let backend = CrashBackend::new();
+        let mut builder = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("t").unwrap());
+        builder.settings.job = JobId::unchecked("a/b");
+        let opened = builder.backend(backend.clone()).open().await;
+        assert_eq!(opened.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert!(backend.durable_bytes().is_empty());
     }
 }

@@ -38,7 +38,10 @@ fn check_segment(what: &'static str, value: &str, max: usize) -> Result<(), Erro
 /// assert!(CheckpointId::new("..").is_err());
 /// assert!(CheckpointId::new("a/b").is_err());
 /// ```
+// Deserialisation goes through `new` (finding 28): an unchecked id, once written, made every later read of the
+// store fail. The encoding is unchanged: a newtype of a string encodes as the string.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String")]
 pub struct CheckpointId(String);
 
 impl CheckpointId {
@@ -56,7 +59,28 @@ impl CheckpointId {
 
     /// Re-checks an id read back from disk or the mirror, where a bad one means corruption.
     pub(crate) fn is_valid(&self) -> bool {
-        check_segment("checkpoint id", &self.0, CHECKPOINT_ID_BYTES_MAX).is_ok()
+        self.check().is_ok()
+    }
+
+    /// Re-checks the id at the store's boundary, so that no path into a record bypasses `new`.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        check_segment("checkpoint id", &self.0, CHECKPOINT_ID_BYTES_MAX)
+    }
+}
+
+#[cfg(test)]
+impl CheckpointId {
+    /// Wraps `id` without checking it, to prove the store's boundary re-checks.
+    pub(crate) fn unchecked(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+}
+
+impl TryFrom<String> for CheckpointId {
+    type Error = Error;
+
+    fn try_from(id: String) -> Result<Self, Error> {
+        Self::new(id)
     }
 }
 
@@ -76,6 +100,7 @@ impl fmt::Debug for CheckpointId {
 ///
 /// Same alphabet as [`CheckpointId`], up to [`JOB_ID_BYTES_MAX`] bytes.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String")]
 pub struct JobId(String);
 
 impl JobId {
@@ -89,6 +114,27 @@ impl JobId {
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Re-checks the id where a store is created or opened.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        check_segment("job id", &self.0, JOB_ID_BYTES_MAX)
+    }
+}
+
+#[cfg(test)]
+impl JobId {
+    /// Wraps `id` without checking it, to prove the store's boundary re-checks.
+    pub(crate) fn unchecked(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = Error;
+
+    fn try_from(id: String) -> Result<Self, Error> {
+        Self::new(id)
     }
 }
 
@@ -107,6 +153,7 @@ impl fmt::Debug for JobId {
 /// The identity of the target table (its URI, say), recorded when the store is created; opening the store
 /// against another target is an error.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
+#[serde(try_from = "String")]
 pub struct TargetIdentity(String);
 
 impl TargetIdentity {
@@ -127,6 +174,19 @@ impl TargetIdentity {
     /// The identity as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Re-checks the identity where a store is created or opened.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        Self::new(self.0.as_str()).map(drop)
+    }
+}
+
+impl TryFrom<String> for TargetIdentity {
+    type Error = Error;
+
+    fn try_from(identity: String) -> Result<Self, Error> {
+        Self::new(identity)
     }
 }
 
@@ -159,6 +219,7 @@ pub(crate) fn check_source_key(key: &[u8]) -> Result<(), Error> {
 
 /// The format of a write result. The store never interprets the bytes; the tag tells the target adapter.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
+#[serde(try_from = "FormatRepr")]
 pub enum Format {
     /// A Lance fragment.
     Lance,
@@ -174,6 +235,45 @@ pub enum Format {
     Other(String),
 }
 
+/// The unchecked shape of [`Format`] that deserialisation reads before `Format::try_from` checks it; its
+/// variants are [`Format`]'s, in the same order, so the encoding is the same.
+#[derive(Deserialize)]
+#[serde(rename = "Format")]
+enum FormatRepr {
+    Lance,
+    Parquet,
+    Iceberg,
+    Delta,
+    ArrowIpc,
+    Other(String),
+}
+
+impl TryFrom<FormatRepr> for Format {
+    type Error = Error;
+
+    fn try_from(repr: FormatRepr) -> Result<Self, Error> {
+        let format = match repr {
+            FormatRepr::Lance => Format::Lance,
+            FormatRepr::Parquet => Format::Parquet,
+            FormatRepr::Iceberg => Format::Iceberg,
+            FormatRepr::Delta => Format::Delta,
+            FormatRepr::ArrowIpc => Format::ArrowIpc,
+            FormatRepr::Other(name) => Format::Other(name),
+        };
+        check_format(&format)?;
+        Ok(format)
+    }
+}
+
+fn check_format(format: &Format) -> Result<(), Error> {
+    if let Format::Other(name) = format
+        && (name.is_empty() || name.len() > FORMAT_NAME_BYTES_MAX)
+    {
+        return Err(InvalidInput::Length { what: "format name", len: name.len(), max: FORMAT_NAME_BYTES_MAX }.into());
+    }
+    Ok(())
+}
+
 /// Opaque bytes describing data files a worker wrote for one input, with their format.
 ///
 /// ```
@@ -182,9 +282,26 @@ pub enum Format {
 /// assert_eq!(result.format(), &Format::Parquet);
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "WriteResultRepr")]
 pub struct WriteResult {
     format: Format,
     bytes: Vec<u8>,
+}
+
+/// The unchecked shape of [`WriteResult`], field for field, so the encoding is the same.
+#[derive(Deserialize)]
+#[serde(rename = "WriteResult")]
+struct WriteResultRepr {
+    format: Format,
+    bytes: Vec<u8>,
+}
+
+impl TryFrom<WriteResultRepr> for WriteResult {
+    type Error = Error;
+
+    fn try_from(repr: WriteResultRepr) -> Result<Self, Error> {
+        Self::new(repr.format, repr.bytes)
+    }
 }
 
 impl WriteResult {
@@ -204,14 +321,7 @@ impl WriteResult {
             }
             .into());
         }
-        if let Format::Other(name) = &self.format
-            && (name.is_empty() || name.len() > FORMAT_NAME_BYTES_MAX)
-        {
-            return Err(
-                InvalidInput::Length { what: "format name", len: name.len(), max: FORMAT_NAME_BYTES_MAX }.into()
-            );
-        }
-        Ok(())
+        check_format(&self.format)
     }
 
     /// The format tag.

@@ -307,3 +307,93 @@ async fn a_damaged_staged_checkpoint_makes_open_fail_closed() {
     // Open looks for orphans among the Staged checkpoints; it refuses to go on without knowing them.
     assert_corrupt(open(&path).await.map(Store::close), &["table checkpoints", "input-s"]);
 }
+
+/// Every id the constructors refuse, with a reason to refuse it.
+fn bad_ids() -> Vec<String> {
+    let long = "a".repeat(CHECKPOINT_ID_BYTES_MAX + 1);
+    ["", ".", "..", "a/b", "/", "a\0b", "café", "input 1", "日本", "a\\b", &long].map(String::from).to_vec()
+}
+
+/// Finding 28: a deserialised id carries the same checks as `new`, so a crafted record or a caller's config
+/// file cannot smuggle in an id that, once written, makes `list` and `verify_log` fail and the store unopenable.
+#[test]
+fn deserialising_a_bad_id_is_refused_like_its_constructor() {
+    for bad in bad_ids() {
+        let bytes = postcard::to_allocvec(&bad).unwrap();
+        assert!(postcard::from_bytes::<CheckpointId>(&bytes).is_err(), "checkpoint id {bad:?} deserialised");
+        assert!(postcard::from_bytes::<JobId>(&bytes).is_err(), "job id {bad:?} deserialised");
+    }
+    let empty = postcard::to_allocvec("").unwrap();
+    assert!(postcard::from_bytes::<TargetIdentity>(&empty).is_err(), "an empty target identity deserialised");
+    let bad_format = postcard::to_allocvec(&Format::Other(String::new())).unwrap();
+    assert!(postcard::from_bytes::<Format>(&bad_format).is_err(), "an empty format name deserialised");
+    // The good ones still round-trip, with the encoding unchanged (the on-disk format depends on it).
+    let good = cid("input-0017");
+    let bytes = postcard::to_allocvec(&good).unwrap();
+    assert_eq!(bytes, postcard::to_allocvec("input-0017").unwrap());
+    assert_eq!(postcard::from_bytes::<CheckpointId>(&bytes).unwrap(), good);
+}
+
+/// Finding 25: a file that is not a store is never `Io` (documented as transient, so a driver would retry it
+/// forever): it is `Corrupt`, naming the path and what to do; a file another writer holds says so.
+#[tokio::test]
+async fn a_file_that_is_not_a_store_is_corrupt_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text");
+    std::fs::write(&text, b"this is a text file, not a store\n".repeat(100)).unwrap();
+    let zeroed = dir.path().join("zeroed");
+    let cut = dir.path().join("cut");
+    for path in [&zeroed, &cut] {
+        let store = open(path).await.unwrap();
+        store.stage(&cid("a"), 0, 0, vec![b"k".to_vec()], Vec::new()).await.unwrap();
+        store.close();
+    }
+    let mut bytes = std::fs::read(&zeroed).unwrap();
+    bytes[..512].fill(0);
+    std::fs::write(&zeroed, bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&cut).unwrap().set_len(100).unwrap();
+    for path in [&text, &zeroed, &cut] {
+        let err = open(path).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{}: {err}", path.display());
+        let message = err.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message:?} does not name the path");
+        assert!(message.contains("restore"), "{message:?} does not say what to do");
+    }
+}
+
+/// Finding 25: a second open of a file another writer holds is `AlreadyOpen`, not a transient `Io`.
+#[tokio::test]
+async fn a_file_another_writer_holds_is_already_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let first = open(&path).await.unwrap();
+    let err = open(&path).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyOpen, "{err}");
+    assert!(err.to_string().contains("another writer holds"), "{err}");
+    first.close();
+}
+
+/// Finding 24: an adapter outside the crate builds errors of the kind it means, with its cause attached once:
+/// `Display` shows each message once along the `source()` chain, and errors clone.
+#[test]
+fn adapter_errors_keep_their_kind_and_show_each_source_once() {
+    let cause = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "catalog connection reset");
+    let err = Error::target_with_source("could not commit to the catalog", cause);
+    assert_eq!(err.kind(), ErrorKind::Target);
+    assert_eq!(Error::target("rejected").kind(), ErrorKind::Target);
+    assert_eq!(Error::invalid_input("table schema lacks column id").kind(), ErrorKind::InvalidInput);
+    assert_eq!(Error::corrupt("table manifest unreadable").kind(), ErrorKind::Corrupt);
+    assert_eq!(Error::wrong_store("table belongs to another job").kind(), ErrorKind::WrongStore);
+    let copy = err.clone();
+    assert_eq!(copy.to_string(), err.to_string());
+    let mut chain = Vec::new();
+    let mut next: Option<&dyn std::error::Error> = Some(&err);
+    while let Some(e) = next {
+        chain.push(e.to_string());
+        next = e.source();
+    }
+    let joined = chain.join(": ");
+    for message in ["could not commit to the catalog", "catalog connection reset"] {
+        assert_eq!(joined.matches(message).count(), 1, "{message:?} in {joined:?}");
+    }
+}

@@ -54,6 +54,9 @@ pub enum MirrorMode {
     /// Groups are uploaded in the background; a call is acked after the local commit, except that a batch
     /// holding a commit-protocol record (begin, mark, resolve, commit-empty, force-abort) is always in the mirror
     /// before it is acked. Callers wait for room when either bound is reached.
+    ///
+    /// Seals are acked before they are in the mirror: a lost disk can take back an acked seal. Act on a seal
+    /// irrevocably (delete or acknowledge its source) only after a later `Store::flush` returned `Ok`.
     Asynchronous {
         /// The most groups committed locally but not yet in the mirror.
         lag_batches_max: u32,

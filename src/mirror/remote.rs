@@ -60,7 +60,7 @@ impl Remote {
 
     /// Where the mirror lives, for messages.
     pub(crate) fn describe(&self, path: &Path) -> String {
-        format!("{} in {}", path, self.store)
+        describe(path, &self.store.to_string())
     }
 
     /// The mirror's runtime. Its `block_on` is called from threads that are not driving a runtime: the writer,
@@ -187,5 +187,24 @@ async fn timed<T>(
             store: "sinkpoint mirror",
             source: format!("the request timed out after {} ms", timeout.as_millis()).into(),
         }),
+    }
+}
+
+/// Names `path` in `store` for a message; an empty prefix is the store's root, not an empty word that would print
+/// "the mirror at  in".
+fn describe(path: &Path, store: &str) -> String {
+    if path.as_ref().is_empty() { format!("the root of {store}") } else { format!("{path} in {store}") }
+}
+
+#[cfg(test)]
+mod describe_tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_prefix_is_named_the_root_without_a_double_space() {
+        let root = describe(&Path::from(""), "S3(bucket)");
+        assert_eq!(root, "the root of S3(bucket)");
+        assert!(!format!("the mirror at {root}").contains("  "));
+        assert_eq!(describe(&Path::from("jobs/a"), "S3(bucket)"), "jobs/a in S3(bucket)");
     }
 }

@@ -199,8 +199,18 @@ impl Writer {
 }
 
 impl Drop for Writer {
+    /// Outside a runtime, joins the writer as `close` does. Inside one, detaches it instead: joining could hold
+    /// a runtime thread for minutes behind a slow mirror put. The detached writer still finishes the calls
+    /// already queued and the uploads already handed over; every acknowledged call is already durable in the
+    /// local file, but an asynchronous-mode group still uploading when the process exits is only local (the
+    /// next open ships it). Until it finishes, reopening the file is `ErrorKind::AlreadyOpen`.
     fn drop(&mut self) {
-        self.close();
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.tx = None;
+            drop(self.thread.take());
+        } else {
+            self.close();
+        }
     }
 }
 
