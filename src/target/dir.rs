@@ -8,6 +8,10 @@
 //!   covered ids, the epoch, the final flag and the data files, so a commit is atomic with its data.
 //!
 //! Commits are never deleted, so a probe that finds no object under a key knows it is not committed.
+//!
+//! The `PutMode::Create` of the commit object is what keeps a zombie writer away from the table: fencing through
+//! the mirror refuses a stale writer at its next store call, but a zombie paused mid-commit reaches this table
+//! anyway, and only the conditional create (with the check of key `n - 1`) refuses its late commit.
 
 use std::sync::Arc;
 

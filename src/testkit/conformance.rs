@@ -17,6 +17,13 @@
 //! assert_eq!(report.cases, 20);
 //! # }
 //! ```
+//!
+//! What keeps a zombie writer out of your table: fencing through the mirror refuses a stale writer at its next
+//! call to the store, but it cannot stop a zombie that was paused in the middle of a commit (a GC pause, a
+//! stalled request) and resumes after a newer writer committed. That late commit reaches the table, and only
+//! the target's key exclusivity (guarantee 1 of [`Target`]: a second commit under a key is refused, and a
+//! commit for key `n` is conditional on key `n - 1`) keeps it from landing twice. Implement it with the table's
+//! own conditional create or compare-and-swap; a plain overwrite or append is not a conforming target.
 
 use std::collections::BTreeMap;
 use std::fmt;
