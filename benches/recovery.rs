@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableDatabase, TableDefinition};
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::{StagingDurability, Store};
 
 use common::{Goal, Op, Report, cid, fmt_dur, key, small_result};

@@ -559,40 +559,10 @@ impl Store {
         Ok(self.call(Record::Abort { id: id.clone() }, CallDurability::Immediate).await?.dropped)
     }
 
-    /// Binds commit key `key` to `ids` (all Sealed, with results) durably, before the target is called.
-    pub async fn begin_commit(
-        &self,
-        key: u64,
-        ids: &[CheckpointId],
-        target_version: Option<u64>,
-        final_commit: bool,
-    ) -> Result<()> {
-        let ids = sorted_ids(ids)?;
-        let record = Record::BeginCommit { key, ids, target_version, final_commit };
-        self.call(record, CallDurability::Immediate).await.map(drop)
-    }
-
-    /// Marks Sealed checkpoints without write results committed, without a target commit.
-    pub async fn commit_empty(&self, ids: &[CheckpointId]) -> Result<()> {
-        let ids = sorted_ids(ids)?;
-        self.call(Record::CommitEmpty { ids }, CallDurability::Immediate).await.map(drop)
-    }
-
-    /// Marks commit key `key` committed: the target provably holds it. Releases its write results.
-    pub async fn mark_committed(&self, key: u64) -> Result<()> {
-        self.call(Record::MarkCommitted { key }, CallDurability::Immediate).await.map(drop)
-    }
-
-    /// Marks commit key `key` as of unknown outcome: only a probe or [`Store::resolve`] leaves that state.
-    pub async fn mark_unknown(&self, key: u64, reason: &str) -> Result<()> {
-        let reason = truncate(reason);
-        self.call(Record::MarkUnknown { key, reason }, CallDurability::Immediate).await.map(drop)
-    }
-
-    /// Records that a probe found key `key` not committed: it goes back to Committing, to be re-committed under
-    /// the same key.
-    pub async fn mark_not_committed(&self, key: u64) -> Result<()> {
-        self.call(Record::MarkNotCommitted { key }, CallDurability::Immediate).await.map(drop)
+    /// The commit protocol's raw steps, for the committer (and, through `testkit::RawProtocol`, for tests).
+    /// Crate-private: a step called out of order breaks exactly-once.
+    pub(crate) fn protocol(&self) -> Protocol<'_> {
+        Protocol { store: self }
     }
 
     /// The operator's escape hatch, after checking the table by hand: resolves key `key` as committed or not
@@ -992,7 +962,11 @@ mod boundary_tests {
             let staged = store.stage(&id, 0, 0, vec![b"k".to_vec()], Vec::new()).await;
             assert_eq!(staged.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
             assert_eq!(store.seal(&id, 1).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
-            assert_eq!(store.commit_empty(&[id]).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert_eq!(
+                store.protocol().commit_empty(&[id]).await.unwrap_err().kind(),
+                ErrorKind::InvalidInput,
+                "{bad:?}"
+            );
         }
         assert_eq!(store.log_frames().unwrap().len(), frames);
         for filter in StateFilter::ALL {
@@ -1009,5 +983,48 @@ mod boundary_tests {
         let opened = builder.backend(backend.clone()).open().await;
         assert_eq!(opened.unwrap_err().kind(), ErrorKind::InvalidInput);
         assert!(backend.durable_bytes().is_empty());
+    }
+}
+
+/// The commit protocol's raw steps on a store: only [`crate::Committer`] (and tests) call them, in order.
+pub(crate) struct Protocol<'a> {
+    store: &'a Store,
+}
+
+impl Protocol<'_> {
+    /// Binds commit key `key` to `ids` (all Sealed, with results) durably, before the target is called.
+    pub(crate) async fn begin_commit(
+        &self,
+        key: u64,
+        ids: &[CheckpointId],
+        target_version: Option<u64>,
+        final_commit: bool,
+    ) -> Result<()> {
+        let ids = sorted_ids(ids)?;
+        let record = Record::BeginCommit { key, ids, target_version, final_commit };
+        self.store.call(record, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Marks Sealed checkpoints without write results committed, without a target commit.
+    pub(crate) async fn commit_empty(&self, ids: &[CheckpointId]) -> Result<()> {
+        let ids = sorted_ids(ids)?;
+        self.store.call(Record::CommitEmpty { ids }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Marks commit key `key` committed: the target provably holds it. Releases its write results.
+    pub(crate) async fn mark_committed(&self, key: u64) -> Result<()> {
+        self.store.call(Record::MarkCommitted { key }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Marks commit key `key` as of unknown outcome: only a probe or [`Store::resolve`] leaves that state.
+    pub(crate) async fn mark_unknown(&self, key: u64, reason: &str) -> Result<()> {
+        let reason = truncate(reason);
+        self.store.call(Record::MarkUnknown { key, reason }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Records that a probe found key `key` not committed: it goes back to Committing, to be re-committed under
+    /// the same key.
+    pub(crate) async fn mark_not_committed(&self, key: u64) -> Result<()> {
+        self.store.call(Record::MarkNotCommitted { key }, CallDurability::Immediate).await.map(drop)
     }
 }

@@ -10,6 +10,7 @@ use sinkpoint::limits::{
     CHECKPOINT_ID_BYTES_MAX, COMMIT_CHECKPOINTS_MAX, REASON_BYTES_MAX, SEAL_PARTS_MAX, SOURCE_KEY_BYTES_MAX,
     STAGE_BYTES_MAX, STAGE_KEYS_MAX, STAGE_RESULTS_MAX, WRITE_RESULT_BYTES_MAX,
 };
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::wal::frame::{self, decode_exact};
 use sinkpoint::wal::record::Record;
 use sinkpoint::{

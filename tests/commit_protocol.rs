@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use sinkpoint::commit::{Blocked, Committer, CrashHook, crash_points};
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::testkit::{CommitFault, CrashBackend, FaultyTarget, ProbeFault, WatermarkTable};
 use sinkpoint::{CheckpointState, CommitKey, ErrorKind, Store, Target, TargetCommit, WriteResult};
 

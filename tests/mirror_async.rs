@@ -12,6 +12,7 @@ use mirror_support::*;
 use sinkpoint::CheckpointState;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::testkit::ManualClock;
+use sinkpoint::testkit::RawProtocol;
 
 fn asynchronous(lag_batches_max: u32, lag_ms_max: u64) -> MirrorSettings {
     MirrorSettings { mode: MirrorMode::Asynchronous { lag_batches_max, lag_ms_max }, ..sync_settings() }

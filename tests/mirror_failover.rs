@@ -8,6 +8,7 @@ mod mirror_support;
 use mirror_support::*;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::testkit::ManualClock;
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::{CheckpointState, ErrorKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

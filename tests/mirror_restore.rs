@@ -9,6 +9,7 @@ mod mirror_support;
 use mirror_support::*;
 use sinkpoint::mirror::{MirrorSettings, MirrorView};
 use sinkpoint::testkit::ManualClock;
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::{CheckpointState, ErrorKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mirror_support::*;
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::testkit::{FaultStore, ManualClock};
 use sinkpoint::{CheckpointState, ErrorKind, Store};
 

@@ -14,6 +14,7 @@ use proptest::strategy::Union;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 use sinkpoint::testkit::CrashBackend;
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::{
     CheckpointId, CheckpointInfo, CheckpointState, CommitInfo, Error, ErrorKind, Format, JobId, PendingCheckpoint,
     Resolution, StageOutcome, StateFilter, Store, TargetIdentity, TransitionError, WriteResult,

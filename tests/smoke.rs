@@ -1,5 +1,6 @@
 //! Proves the basic life of a checkpoint through the public API, on a real file: stage, seal, commit, reopen.
 
+use sinkpoint::testkit::RawProtocol;
 use sinkpoint::{
     CheckpointId, CheckpointState, ErrorKind, Format, JobId, StageOutcome, Store, TargetIdentity, TransitionError,
     WriteResult,

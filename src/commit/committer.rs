@@ -192,7 +192,7 @@ impl<'a> Committer<'a> {
             sealed.into_iter().partition(|c| c.results.is_empty());
         for chunk in empty.chunks(COMMIT_CHECKPOINTS_MAX) {
             let ids: Vec<CheckpointId> = chunk.iter().map(|c| c.info.id.clone()).collect();
-            self.store.commit_empty(&ids).await?;
+            self.store.protocol().commit_empty(&ids).await?;
             report.committed_empty += ids.len();
         }
         let batches = split_commits(&full);
@@ -210,7 +210,7 @@ impl<'a> Committer<'a> {
             let ids: Vec<CheckpointId> = batch.iter().map(|c| c.info.id.clone()).collect();
             let is_final = final_commit && i + 1 == count;
             let version = self.target.version().await?;
-            self.store.begin_commit(n, &ids, version, is_final).await?;
+            self.store.protocol().begin_commit(n, &ids, version, is_final).await?;
             self.crash_point(crash_points::AFTER_BEGIN_COMMIT)?;
             // The results bound to the key now, not the ones read before: a checkpoint force-aborted and
             // re-sealed in between must send its sealed attempt (red-team finding 4).
@@ -277,7 +277,7 @@ impl<'a> Committer<'a> {
         match self.target.commit(&commit).await {
             CommitOutcome::Committed => {
                 self.crash_point(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK)?;
-                self.store.mark_committed(n).await
+                self.store.protocol().mark_committed(n).await
             }
             CommitOutcome::NotLanded { reason } => {
                 let error = Error::target(format!(
@@ -287,7 +287,7 @@ impl<'a> Committer<'a> {
                 if first_send { Err(self.refuse_foreign_key(n, error).await) } else { Err(error) }
             }
             CommitOutcome::Unknown { reason } => {
-                self.store.mark_unknown(n, &reason).await?;
+                self.store.protocol().mark_unknown(n, &reason).await?;
                 self.crash_point(crash_points::AFTER_MARK_UNKNOWN)?;
                 // One probe right away: most unknown outcomes are resolved by it.
                 match self.probe_key(n, ids, prepared_version).await? {
@@ -317,12 +317,12 @@ impl<'a> Committer<'a> {
                     Ok(InFlight::Blocked(Blocked::Mismatch { key: n, recorded: recorded.to_vec(), landed }))
                 }
                 _ => {
-                    self.store.mark_committed(n).await?;
+                    self.store.protocol().mark_committed(n).await?;
                     Ok(InFlight::Landed(n))
                 }
             },
             ProbeOutcome::NotCommitted => {
-                self.store.mark_not_committed(n).await?;
+                self.store.protocol().mark_not_committed(n).await?;
                 Ok(InFlight::None)
             }
             ProbeOutcome::Unknown { reason } => Ok(InFlight::Blocked(Blocked::Unknown { key: n, reason })),

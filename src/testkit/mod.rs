@@ -14,6 +14,8 @@
 //!   the crash-point runner's target wrapper, so a process dies at its k-th I/O operation whichever does it.
 //! - [`crash`]: the exhaustive crash-point runner: a scripted [`crash::Workload`] crashed at every I/O
 //!   operation, recovered, checked against its crash-free run and finished.
+//! - [`RawProtocol`]: the commit protocol's raw steps, crate-private on [`crate::Store`], for tests that drive
+//!   the protocol by hand.
 //! - [`fuzz`]: the logic of the fuzz targets in `fuzz/`, callable on stable from plain tests.
 
 mod backend;
@@ -23,6 +25,7 @@ pub mod crash;
 mod faults;
 pub mod fuzz;
 mod process;
+mod protocol;
 mod rng;
 mod target;
 
@@ -30,5 +33,6 @@ pub use backend::CrashBackend;
 pub use clock::ManualClock;
 pub use faults::{Counts, FaultStore, PutFault};
 pub use process::{Component, ProcessCrash};
+pub use protocol::RawProtocol;
 pub use rng::SplitMix64;
 pub use target::{CommitFault, FaultyTarget, ProbeFault, WatermarkTable};

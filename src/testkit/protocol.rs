@@ -40,22 +40,22 @@ impl RawProtocol for Store {
         target_version: Option<u64>,
         final_commit: bool,
     ) -> Result<()> {
-        Store::begin_commit(self, key, ids, target_version, final_commit).await
+        self.protocol().begin_commit(key, ids, target_version, final_commit).await
     }
 
     async fn commit_empty(&self, ids: &[CheckpointId]) -> Result<()> {
-        Store::commit_empty(self, ids).await
+        self.protocol().commit_empty(ids).await
     }
 
     async fn mark_committed(&self, key: u64) -> Result<()> {
-        Store::mark_committed(self, key).await
+        self.protocol().mark_committed(key).await
     }
 
     async fn mark_unknown(&self, key: u64, reason: &str) -> Result<()> {
-        Store::mark_unknown(self, key, reason).await
+        self.protocol().mark_unknown(key, reason).await
     }
 
     async fn mark_not_committed(&self, key: u64) -> Result<()> {
-        Store::mark_not_committed(self, key).await
+        self.protocol().mark_not_committed(key).await
     }
 }

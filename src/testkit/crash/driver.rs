@@ -312,27 +312,27 @@ impl<'rt> Driver<'rt> {
                 if existing.as_ref().is_ok_and(|c| c.as_ref().is_some_and(|c| c.ids == sorted)) {
                     return Ok(Ok(()));
                 }
-                let r = rt.block_on(self.live()?.begin_commit(*key, ids, Some(*key + 100), *final_commit));
+                let r = rt.block_on(self.live()?.protocol().begin_commit(*key, ids, Some(*key + 100), *final_commit));
                 self.record(format!("begin_commit({key}, {ids:?})"), &r)?;
                 r
             }
             Op::CommitEmpty { ids } => {
-                let r = rt.block_on(self.live()?.commit_empty(ids));
+                let r = rt.block_on(self.live()?.protocol().commit_empty(ids));
                 self.record(format!("commit_empty({ids:?})"), &r)?;
                 r
             }
             Op::MarkCommitted { key } => {
-                let r = rt.block_on(self.live()?.mark_committed(*key));
+                let r = rt.block_on(self.live()?.protocol().mark_committed(*key));
                 self.record(format!("mark_committed({key})"), &r)?;
                 r
             }
             Op::MarkUnknown { key } => {
-                let r = rt.block_on(self.live()?.mark_unknown(*key, "timeout"));
+                let r = rt.block_on(self.live()?.protocol().mark_unknown(*key, "timeout"));
                 self.record(format!("mark_unknown({key})"), &r)?;
                 r
             }
             Op::MarkNotCommitted { key } => {
-                let r = rt.block_on(self.live()?.mark_not_committed(*key));
+                let r = rt.block_on(self.live()?.protocol().mark_not_committed(*key));
                 self.record(format!("mark_not_committed({key})"), &r)?;
                 r
             }

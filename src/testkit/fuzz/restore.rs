@@ -157,8 +157,8 @@ async fn build() -> Result<Base, String> {
     step!(store, store.seal(&a, 2));
     step!(store, store.stage(&b, 0, 0, vec![b"kb".to_vec()], result("fb")?));
     step!(store, store.seal(&b, 1));
-    step!(store, store.begin_commit(0, &[a.clone(), b.clone()], Some(0), false));
-    step!(store, store.mark_committed(0));
+    step!(store, store.protocol().begin_commit(0, &[a.clone(), b.clone()], Some(0), false));
+    step!(store, store.protocol().mark_committed(0));
     step!(store, store.stage(&c, 0, 0, vec![b"kc".to_vec()], result("fc-old")?));
     store.close();
 
@@ -169,10 +169,10 @@ async fn build() -> Result<Base, String> {
     step!(store, store.seal(&c, 1));
     step!(store, store.stage(&d, 0, 0, vec![b"kd".to_vec()], Vec::new()));
     step!(store, store.seal(&d, 1));
-    step!(store, store.commit_empty(std::slice::from_ref(&d)));
-    step!(store, store.begin_commit(1, std::slice::from_ref(&c), Some(1), true));
-    step!(store, store.mark_unknown(1, "timeout"));
-    step!(store, store.mark_committed(1));
+    step!(store, store.protocol().commit_empty(std::slice::from_ref(&d)));
+    step!(store, store.protocol().begin_commit(1, std::slice::from_ref(&c), Some(1), true));
+    step!(store, store.protocol().mark_unknown(1, "timeout"));
+    step!(store, store.protocol().mark_committed(1));
     step!(store, store.stage(&e, 0, 0, vec![b"ke".to_vec()], result("fe")?));
     step!(store, store.seal(&e, 1));
     // Closing waits for the uploads, snapshots and deletes still queued, so the objects are final.
