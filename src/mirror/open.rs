@@ -73,6 +73,14 @@ pub(crate) fn open(
                  is not supported"
             )));
         }
+        // No mark means this local store was never opened through any mirror, so a non-empty mirror holds
+        // another store's history: refusing must not advise deleting the local file, which holds data of its own.
+        (Some(_), Some(_)) if mark.is_none() => {
+            return Err(Error::wrong_store(format!(
+                "the local store was created without a mirror, so it is not the store mirrored at {location}: \
+                 open it without the mirror, or open the mirror with another local path"
+            )));
+        }
         (None, None) if !settings.create_if_missing => {
             return Err(Error::wrong_store(format!(
                 "the store is missing: no local store, and no manifest in the mirror at {location}"
