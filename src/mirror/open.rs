@@ -325,7 +325,7 @@ fn claim(
             writer_tag,
             first_slot: prior.map_or(0, |p| p.first_slot),
             snapshot: prior.is_some_and(|p| p.snapshot),
-            created_ms: clock.now_ms(),
+            created_ms: clock.wall_ms(),
             history: prior.map(|p| p.history.clone()).unwrap_or_default(),
         };
         let path = remote.layout.manifest(ManifestName { epoch, update: 0 });

@@ -302,7 +302,9 @@ impl MirrorShipper {
             history: start.history,
             update: 0,
             pending: VecDeque::from([Collect {
-                created_ms: start.claim.created_ms,
+                // Aged from now on the monotonic clock, never from the claim's wall time: a little later than
+                // the claim, so only ever later to collect.
+                created_ms: start.clock.now_ms(),
                 first_slot: start.claim.first_slot,
                 name: ManifestName { epoch: start.epoch, update: 0 },
             }]),
@@ -434,6 +436,7 @@ impl Maintainer {
         }
         self.update += 1;
         let created_ms = self.clock.now_ms();
+        let wall_ms = self.clock.wall_ms();
         let mut history = self.history.clone();
         let excess = history.len().saturating_sub(crate::limits::MIRROR_HISTORY_EPOCHS_MAX);
         history.drain(..excess);
@@ -445,7 +448,7 @@ impl Maintainer {
             writer_tag: self.writer_tag,
             first_slot: slot,
             snapshot: true,
-            created_ms,
+            created_ms: wall_ms,
             history,
         };
         let name = ManifestName { epoch: self.epoch, update: self.update };
