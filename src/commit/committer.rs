@@ -148,7 +148,7 @@ impl<'a> Committer<'a> {
             // A newer epoch that took the mirror over explains key 0 too: that is Fenced (stop), not a loss.
             ProbeOutcome::Committed { .. } => Err(self.store.refuse_if_superseded().await.err().unwrap_or_else(|| {
                 Error::wrong_store(format!(
-                "the target already holds commit key {}, which this store never began: the job's state was lost; \
+                    "the target already holds commit key {}, which this store never began: the job's state was lost; \
                  restore it (from the mirror) instead of starting afresh",
                     self.key(0)
                 ))
