@@ -759,6 +759,15 @@ impl Store {
         WriterHold { shared: self.shared.clone() }
     }
 
+    /// Fails with `Fenced` if a newer epoch claimed this store's mirror (never without a mirror): the committer
+    /// asks this before it calls the job's state lost, since a takeover explains it too.
+    pub(crate) async fn refuse_if_superseded(&self) -> Result<()> {
+        let Some(progress) = self.progress.clone() else { return Ok(()) };
+        tokio::task::spawn_blocking(move || progress.refuse_if_superseded())
+            .await
+            .map_err(|e| Error::bug(format!("superseded check task: {e}")))?
+    }
+
     /// Waits until every group committed so far is in the mirror (immediate without a mirror, and in
     /// synchronous mode). Fails with `Fenced` or `Poisoned` if the mirror stopped taking groups.
     ///

@@ -145,11 +145,14 @@ impl<'a> Committer<'a> {
     async fn refuse_lost_state(&self) -> Result<()> {
         match self.target.probe(&self.key(0), None).await {
             ProbeOutcome::NotCommitted => Ok(()),
-            ProbeOutcome::Committed { .. } => Err(Error::wrong_store(format!(
-                "the target already holds commit key {}, which this store never began: the job's state was lost; \
+            // A newer epoch that took the mirror over explains key 0 too: that is Fenced (stop), not a loss.
+            ProbeOutcome::Committed { .. } => Err(self.store.refuse_if_superseded().await.err().unwrap_or_else(|| {
+                Error::wrong_store(format!(
+                    "the target already holds commit key {}, which this store never began: the job's state was lost; \
                  restore it (from the mirror) instead of starting afresh",
-                self.key(0)
-            ))),
+                    self.key(0)
+                ))
+            })),
             ProbeOutcome::Unknown { reason } => Err(Error::target(format!(
                 "the target cannot tell whether it holds key {} ({reason}), which this store never began; retry",
                 self.key(0)

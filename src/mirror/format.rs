@@ -478,7 +478,8 @@ pub(crate) struct ManifestBody {
     /// Whether `snapshot/{first_slot}` holds the state before `first_slot` (otherwise `first_slot` is 0 and
     /// the log begins with `Create`).
     pub snapshot: bool,
-    /// When it was written, on the writer's clock (ms); deletes it enables wait for the minimum age after this.
+    /// When it was written, in wall-clock ms since the Unix epoch, for people; the minimum age of the deletes it
+    /// enables is measured on the writer's monotonic clock, never from this.
     pub created_ms: u64,
     /// The epochs opened in slots before `first_slot`, oldest first (at most [`MIRROR_HISTORY_EPOCHS_MAX`]);
     /// the fences from `first_slot` on are in the slots themselves.

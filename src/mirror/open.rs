@@ -73,6 +73,14 @@ pub(crate) fn open(
                  is not supported"
             )));
         }
+        // No mark means this local store was never opened through any mirror, so a non-empty mirror holds
+        // another store's history: refusing must not advise deleting the local file, which holds data of its own.
+        (Some(_), Some(_)) if mark.is_none() => {
+            return Err(Error::wrong_store(format!(
+                "the local store was created without a mirror, so it is not the store mirrored at {location}: \
+                 open it without the mirror, or open the mirror with another local path"
+            )));
+        }
         (None, None) if !settings.create_if_missing => {
             return Err(Error::wrong_store(format!(
                 "the store is missing: no local store, and no manifest in the mirror at {location}"
@@ -318,7 +326,7 @@ fn claim(
             writer_tag,
             first_slot: prior.map_or(0, |p| p.first_slot),
             snapshot: prior.is_some_and(|p| p.snapshot),
-            created_ms: clock.now_ms(),
+            created_ms: clock.wall_ms(),
             history: prior.map(|p| p.history.clone()).unwrap_or_default(),
         };
         let path = remote.layout.manifest(ManifestName { epoch, update: 0 });

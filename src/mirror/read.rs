@@ -1,4 +1,4 @@
-//! Reading the mirror: every manifest (each checked), the dense run of slots from a first slot up to the first
+//! Reading the mirror: the newest manifest (checked), the dense run of slots from a first slot up to the first
 //! absent one (each checked, and a slot present beyond that gap is corruption), and a snapshot.
 
 use crate::error::{Error, Result};
@@ -10,9 +10,11 @@ use crate::mirror::format::{
 use crate::mirror::layout::ManifestName;
 use crate::mirror::remote::Remote;
 
-/// Every manifest under the prefix, oldest first. An object under `manifest/` that is not a manifest's name is
-/// corruption; one that vanished between the listing and the read was deleted by the newest holder's collection
-/// and is skipped.
+/// The newest manifest under the prefix (an empty vector if there is none), with the names of all of them
+/// checked. Only the newest is read: a restore needs nothing else, so a damaged superseded manifest is ignored like
+/// a superseded slot, and an open costs one GET however many claims piled up. A manifest that vanished between
+/// the listing and the read was deleted by the newest holder's collection, so the one before it is read instead;
+/// a damaged newest one is corruption.
 pub(crate) fn read_manifests(remote: &Remote) -> Result<Vec<(ManifestName, ManifestBody)>> {
     let mut names = Vec::new();
     for meta in remote.list("manifest")? {
@@ -22,13 +24,12 @@ pub(crate) fn read_manifests(remote: &Remote) -> Result<Vec<(ManifestName, Manif
         names.push(name);
     }
     names.sort();
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
+    for name in names.into_iter().rev() {
         let path = remote.layout.manifest(name);
         let Some(bytes) = remote.get(&path)? else { continue };
-        out.push((name, decode_manifest(&bytes, name.epoch, name.update, &remote.describe(&path))?));
+        return Ok(vec![(name, decode_manifest(&bytes, name.epoch, name.update, &remote.describe(&path))?)]);
     }
-    Ok(out)
+    Ok(Vec::new())
 }
 
 /// The names of every manifest, oldest first, without reading them.

@@ -70,12 +70,41 @@ pub(crate) struct Progress {
     clock: Arc<dyn Clock>,
     /// The store's shared state: a failure found by the uploader stops every call, reads included.
     shared: std::sync::OnceLock<Arc<Shared>>,
+    /// The mirror and this writer's epoch, to ask whether a newer epoch claimed it.
+    remote: Arc<Remote>,
+    epoch: Epoch,
 }
 
 impl Progress {
-    fn new(clock: Arc<dyn Clock>, keep_from: u64, mirrored: u64) -> Self {
-        let state = ProgressState { keep_from, mirrored: Some(mirrored), ..ProgressState::default() };
-        Self { state: Mutex::new(state), changed: Condvar::new(), clock, shared: std::sync::OnceLock::new() }
+    fn new(start: &ShipperStart) -> Self {
+        let state =
+            ProgressState { keep_from: start.keep_from, mirrored: Some(start.fence_slot), ..ProgressState::default() };
+        Self {
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+            clock: start.clock.clone(),
+            shared: std::sync::OnceLock::new(),
+            remote: start.remote.clone(),
+            epoch: start.epoch,
+        }
+    }
+
+    /// Fails with `Fenced`, and stops the store, if a newer epoch than this writer's claimed the mirror: a
+    /// writer that finds its job's state gone asks this first, since a takeover, not a loss, explains it.
+    pub(crate) fn refuse_if_superseded(&self) -> Result<()> {
+        let newest = list_manifest_names(&self.remote)?.last().map_or(0, |n| n.epoch);
+        if newest <= self.epoch {
+            return Ok(());
+        }
+        let message = format!(
+            "epoch {newest} claimed the mirror at {} after this writer (epoch {}): this writer is fenced; stop it",
+            self.remote.describe(self.remote.layout.prefix()),
+            self.epoch
+        );
+        if let Some(shared) = self.shared.get() {
+            shared.fence(message.clone());
+        }
+        Err(Error::fenced(message))
     }
 
     /// Makes a mirror failure stop the store at once, not only at its next write.
@@ -275,7 +304,7 @@ pub(crate) struct MirrorShipper {
 
 impl MirrorShipper {
     pub(crate) fn start(start: ShipperStart) -> Result<(Self, Arc<Progress>)> {
-        let progress = Arc::new(Progress::new(start.clock.clone(), start.keep_from, start.fence_slot));
+        let progress = Arc::new(Progress::new(&start));
         let (upload_tx, upload_rx) = mpsc::channel::<Upload>();
         let (maint_tx, maint_rx) = mpsc::channel::<Maintenance>();
         let mut threads = Vec::new();
@@ -307,7 +336,9 @@ impl MirrorShipper {
             history: start.history,
             update: 0,
             pending: VecDeque::from([Collect {
-                created_ms: start.claim.created_ms,
+                // Aged from now on the monotonic clock, never from the claim's wall time: a little later than
+                // the claim, so only ever later to collect.
+                created_ms: start.clock.now_ms(),
                 first_slot: start.claim.first_slot,
                 name: ManifestName { epoch: start.epoch, update: 0 },
             }]),
@@ -462,6 +493,7 @@ impl Maintainer {
         }
         self.update += 1;
         let created_ms = self.clock.now_ms();
+        let wall_ms = self.clock.wall_ms();
         let mut history = self.history.clone();
         let excess = history.len().saturating_sub(crate::limits::MIRROR_HISTORY_EPOCHS_MAX);
         history.drain(..excess);
@@ -473,7 +505,7 @@ impl Maintainer {
             writer_tag: self.writer_tag,
             first_slot: slot,
             snapshot: true,
-            created_ms,
+            created_ms: wall_ms,
             history,
         };
         let name = ManifestName { epoch: self.epoch, update: self.update };
