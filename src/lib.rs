@@ -19,7 +19,7 @@ pub mod target;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod types;
-pub mod wal;
+pub(crate) mod wal;
 
 pub use commit::{CommitOutcome, Committer, ProbeOutcome, Target, TargetCommit};
 pub use error::{Error, ErrorKind, Result, TransitionError};

@@ -124,7 +124,7 @@ impl StateFilter {
 
 /// What the store keeps of one checkpoint.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
-pub struct CheckpointRecord {
+pub(crate) struct CheckpointRecord {
     /// Its state.
     pub state: CheckpointState,
     /// Its current attempt.

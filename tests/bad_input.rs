@@ -11,8 +11,8 @@ use sinkpoint::limits::{
     STAGE_BYTES_MAX, STAGE_KEYS_MAX, STAGE_RESULTS_MAX, WRITE_RESULT_BYTES_MAX,
 };
 use sinkpoint::testkit::RawProtocol;
-use sinkpoint::wal::frame::{self, decode_exact};
-use sinkpoint::wal::record::Record;
+use sinkpoint::testkit::whitebox::Record;
+use sinkpoint::testkit::whitebox::frame::{self, decode_exact};
 use sinkpoint::{
     CheckpointId, CheckpointState, Error, ErrorKind, Format, JobId, Resolution, Store, TargetIdentity, WriteResult,
 };

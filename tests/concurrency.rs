@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sinkpoint::wal::frame::decode_exact;
-use sinkpoint::wal::record::Record;
+use sinkpoint::testkit::whitebox::Record;
+use sinkpoint::testkit::whitebox::frame::decode_exact;
 use sinkpoint::{
     CheckpointId, CheckpointState, ErrorKind, Format, JobId, StageOutcome, Store, TargetIdentity, TransitionError,
     WriteResult,

@@ -10,8 +10,8 @@ use mirror_support::*;
 use sinkpoint::ErrorKind;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::testkit::ManualClock;
-use sinkpoint::wal::frame;
-use sinkpoint::wal::record::Record;
+use sinkpoint::testkit::whitebox::Record;
+use sinkpoint::testkit::whitebox::frame;
 
 fn settings() -> MirrorSettings {
     // Snapshots, but no collection: every old object stays, so the test sees live and unreferenced ones.

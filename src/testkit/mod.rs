@@ -36,3 +36,11 @@ pub use process::{Component, ProcessCrash};
 pub use protocol::RawProtocol;
 pub use rng::SplitMix64;
 pub use target::{CommitFault, FaultyTarget, ProbeFault, WatermarkTable};
+
+/// White-box access to the local log's format, for the suites that damage or decode frames and records by hand.
+/// Not for adapters: the log format is private to the core, and these may change in any release.
+#[doc(hidden)]
+pub mod whitebox {
+    pub use crate::wal::frame;
+    pub use crate::wal::record::Record;
+}
