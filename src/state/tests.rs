@@ -1,6 +1,6 @@
-//! Proves that the pure [`transition`] function implements every row of the state table in docs/ARCHITECTURE.md, the extra rules
-//! of `state.rs` (missing and unexpected parts, key conflicts, seal mismatches, orphan seals, empty commits, marks
-//! on wrong keys), and [`check_begin`]. Each test is named after the row it covers.
+//! Proves that the pure [`transition`] function implements every row of the state table in
+//! docs/ARCHITECTURE.md, the extra rules of `state.rs` (missing and unexpected parts, key conflicts, seal
+//! mismatches, orphan seals, empty commits, marks on wrong keys), and [`check_begin`]. Each test is named after the row it covers.
 
 use super::*;
 
