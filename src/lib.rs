@@ -7,7 +7,9 @@
 //! Start with [`Store`]; the map of the design is `docs/ARCHITECTURE.md`.
 
 #![forbid(unsafe_code)]
-#![deny(missing_docs)]
+#![deny(missing_docs, unreachable_pub, missing_debug_implementations)]
+// No unwrap or expect in the library: every failure is an error that says what to do (tests may unwrap).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod commit;
 pub mod error;

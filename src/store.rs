@@ -825,6 +825,13 @@ pub struct WriterHold {
 }
 
 #[cfg(any(test, feature = "testkit"))]
+impl std::fmt::Debug for WriterHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterHold").finish_non_exhaustive()
+    }
+}
+
+#[cfg(any(test, feature = "testkit"))]
 impl Drop for WriterHold {
     fn drop(&mut self) {
         self.shared.hold().release();
@@ -952,46 +959,15 @@ impl std::fmt::Debug for Store {
     }
 }
 
-#[cfg(test)]
-mod boundary_tests {
-    use super::*;
-    use crate::ErrorKind;
-    use crate::testkit::CrashBackend;
-
-    /// Finding 28, second line of defence: an id that bypassed `new` (none can from outside the crate now) is
-    /// refused at the store's boundary with `InvalidInput`, and nothing is written.
-    #[tokio::test]
-    async fn an_unchecked_id_is_refused_at_the_boundary_and_nothing_is_written() {
-        let job = JobId::new("job").unwrap();
-        let store = Store::builder(job, TargetIdentity::new("t").unwrap()).backend(CrashBackend::new()).open().await;
-        let store = store.unwrap();
-        let frames = store.log_frames().unwrap().len();
-        for bad in ["", "..", "a/b", "a\0b"] {
-            let id = CheckpointId::unchecked(bad);
-            let staged = store.stage(&id, 0, 0, vec![b"k".to_vec()], Vec::new()).await;
-            assert_eq!(staged.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
-            assert_eq!(store.seal(&id, 1).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
-            assert_eq!(
-                store.protocol().commit_empty(&[id]).await.unwrap_err().kind(),
-                ErrorKind::InvalidInput,
-                "{bad:?}"
-            );
-        }
-        assert_eq!(store.log_frames().unwrap().len(), frames);
-        for filter in StateFilter::ALL {
-            assert!(store.list(filter).unwrap().is_empty(), "{filter:?}");
-        }
+impl std::fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreBuilder").field("settings", &self.settings).finish_non_exhaustive()
     }
+}
 
-    /// An invalid job id in the settings (plain data a caller may build by hand) refuses to create a store.
-    #[tokio::test]
-    async fn an_unchecked_job_id_refuses_to_create_a_store() {
-        let backend = CrashBackend::new();
-        let mut builder = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("t").unwrap());
-        builder.settings.job = JobId::unchecked("a/b");
-        let opened = builder.backend(backend.clone()).open().await;
-        assert_eq!(opened.unwrap_err().kind(), ErrorKind::InvalidInput);
-        assert!(backend.durable_bytes().is_empty());
+impl std::fmt::Debug for ProcessedKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessedKeys").finish_non_exhaustive()
     }
 }
 
@@ -1035,5 +1011,48 @@ impl Protocol<'_> {
     /// the same key.
     pub(crate) async fn mark_not_committed(&self, key: u64) -> Result<()> {
         self.store.call(Record::MarkNotCommitted { key }, CallDurability::Immediate).await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod boundary_tests {
+    use super::*;
+    use crate::ErrorKind;
+    use crate::testkit::CrashBackend;
+
+    /// Finding 28, second line of defence: an id that bypassed `new` (none can from outside the crate now) is
+    /// refused at the store's boundary with `InvalidInput`, and nothing is written.
+    #[tokio::test]
+    async fn an_unchecked_id_is_refused_at_the_boundary_and_nothing_is_written() {
+        let job = JobId::new("job").unwrap();
+        let store = Store::builder(job, TargetIdentity::new("t").unwrap()).backend(CrashBackend::new()).open().await;
+        let store = store.unwrap();
+        let frames = store.log_frames().unwrap().len();
+        for bad in ["", "..", "a/b", "a\0b"] {
+            let id = CheckpointId::unchecked(bad);
+            let staged = store.stage(&id, 0, 0, vec![b"k".to_vec()], Vec::new()).await;
+            assert_eq!(staged.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert_eq!(store.seal(&id, 1).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert_eq!(
+                store.protocol().commit_empty(&[id]).await.unwrap_err().kind(),
+                ErrorKind::InvalidInput,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(store.log_frames().unwrap().len(), frames);
+        for filter in StateFilter::ALL {
+            assert!(store.list(filter).unwrap().is_empty(), "{filter:?}");
+        }
+    }
+
+    /// An invalid job id in the settings (plain data a caller may build by hand) refuses to create a store.
+    #[tokio::test]
+    async fn an_unchecked_job_id_refuses_to_create_a_store() {
+        let backend = CrashBackend::new();
+        let mut builder = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("t").unwrap());
+        builder.settings.job = JobId::unchecked("a/b");
+        let opened = builder.backend(backend.clone()).open().await;
+        assert_eq!(opened.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert!(backend.durable_bytes().is_empty());
     }
 }

@@ -383,3 +383,13 @@ fn split_commits<'p>(sealed: &[&'p PendingCheckpoint]) -> Vec<Vec<&'p PendingChe
     }
     out
 }
+
+impl std::fmt::Debug for Committer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Committer")
+            .field("job", self.store.job())
+            .field("target", self.store.target())
+            .field("crash_hook", &self.crash.is_some())
+            .finish_non_exhaustive()
+    }
+}

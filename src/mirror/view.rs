@@ -205,3 +205,9 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
     }
     Ok((applied, slot, meta, None))
 }
+
+impl std::fmt::Debug for MirrorView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorView").finish_non_exhaustive()
+    }
+}

@@ -4,7 +4,7 @@
 pub(crate) mod apply;
 pub mod frame;
 pub(crate) mod half_created;
-pub mod record;
+pub(crate) mod record;
 pub(crate) mod tables;
 pub(crate) mod verify;
 pub(crate) mod writer;

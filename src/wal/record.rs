@@ -164,7 +164,7 @@ impl Record {
 
 /// A table value: `[version u8][postcard][crc32 u32 LE]`, so a damaged value is an error naming its table and
 /// key rather than a wrong answer.
-pub fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
+pub(crate) fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![VALUE_VERSION];
     postcard::to_io(value, &mut out).map_err(|e| Error::bug(format!("encoding a table value: {e}")))?;
     let crc = crc32fast::hash(&out);
@@ -173,7 +173,7 @@ pub fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
 }
 
 /// Decodes a table value written by [`encode_value`]; `place` names its table and key.
-pub fn decode_value<T: Serialize + for<'de> Deserialize<'de>>(
+pub(crate) fn decode_value<T: Serialize + for<'de> Deserialize<'de>>(
     bytes: &[u8],
     place: &dyn Fn() -> String,
 ) -> Result<T, Error> {

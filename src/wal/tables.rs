@@ -32,7 +32,7 @@ pub(crate) const COMMITS: TableDefinition<u64, &[u8]> = TableDefinition::new("co
 pub(crate) const META_KEY: &str = "meta";
 
 /// The version of the local format as a whole; a store of another version is refused on open.
-pub const STORE_FORMAT_VERSION: u32 = 1;
+pub(crate) const STORE_FORMAT_VERSION: u32 = 1;
 
 /// The store's metadata: one value, rewritten by every write transaction.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
