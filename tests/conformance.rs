@@ -143,13 +143,16 @@ async fn a_target_that_breaks_the_contract_fails_the_suite() {
     assert!(failure.message.contains("landed"), "{failure}");
 }
 
+/// Every commit that landed: its key, ids and write results.
+type Landed = std::sync::Mutex<Vec<(CommitKey, Vec<CheckpointId>, Vec<WriteResult>)>>;
+
 /// A target that meets every guarantee but the first, key exclusivity: its probes are honest (they return the
 /// ids of what landed under a key), but a commit lands whatever the table already holds under its key — it is
 /// appended next to the earlier one, or overwrites it. Two writers of one job, or a zombie's late commit, put a
 /// key into it twice.
 struct NonExclusiveTable {
     overwrite: bool,
-    landed: std::sync::Mutex<Vec<(CommitKey, Vec<CheckpointId>, Vec<WriteResult>)>>,
+    landed: Landed,
 }
 
 impl NonExclusiveTable {

@@ -262,10 +262,13 @@ mod tests {
     use crate::testkit::WatermarkTable;
     use crate::types::{CheckpointId, Format, WriteResult};
 
+    /// Every commit that landed: its key, ids and write results.
+    type Landed = Mutex<Vec<(CommitKey, Vec<CheckpointId>, Vec<WriteResult>)>>;
+
     /// Honest probes, atomic commits, no key exclusivity: a commit lands beside (or over) the key's earlier one.
     struct Loose {
         overwrite: bool,
-        landed: Mutex<Vec<(CommitKey, Vec<CheckpointId>, Vec<WriteResult>)>>,
+        landed: Landed,
     }
 
     #[async_trait]
