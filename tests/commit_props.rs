@@ -10,7 +10,7 @@ mod common;
 use common::memory_table;
 use proptest::prelude::*;
 use sinkpoint::commit::crash_points;
-use sinkpoint::testkit::conformance::{Step, run_case};
+use sinkpoint::testkit::conformance::{Step, TargetFaults, run_case};
 
 fn step(inputs: usize) -> impl Strategy<Value = Step> {
     prop_oneof![
@@ -41,7 +41,7 @@ fn every_sealed_result_lands_exactly_once() {
     );
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     proptest!(config, |((inputs, steps, seed) in workload())| {
-        let outcome = runtime.block_on(run_case(memory_table(), inputs, &steps, seed, 3));
+        let outcome = runtime.block_on(run_case(memory_table(), inputs, &steps, seed, TargetFaults::Injected { one_in: 3 }));
         prop_assert!(outcome.is_ok(), "{}", outcome.err().map(|f| f.to_string()).unwrap_or_default());
     });
 }

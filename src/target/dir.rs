@@ -122,10 +122,10 @@ impl DirTable {
 
 #[async_trait]
 impl Target for DirTable {
+    /// No version: the probe reads the key's own commit object and needs no bound. Counting the commits here
+    /// listed every commit of every job before each key, quadratic over a table's life (red-team finding 15).
     async fn version(&self) -> Result<Option<u64>> {
-        let root = self.prefix.clone().join("_commits");
-        let count = self.store.list(Some(&root)).try_fold(0u64, |n, _| async move { Ok(n + 1) }).await?;
-        Ok(Some(count))
+        Ok(None)
     }
 
     async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
@@ -197,5 +197,54 @@ impl Target for DirTable {
             Ok(None) => ProbeOutcome::NotCommitted,
             Err(e) => ProbeOutcome::Unknown { reason: e.to_string() },
         }
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::testkit::FaultStore;
+    use crate::types::CommitKey;
+
+    /// One key the way the committer makes it: `version` before the intent, the probe of the new key, the
+    /// commit. Returns how many objects its listings returned.
+    async fn commit_key(table: &DirTable, store: &FaultStore<InMemory>, job: &JobId, n: u64) -> u64 {
+        let before = store.counts().listed;
+        let key = CommitKey { job: job.clone(), n };
+        let version = table.version().await.unwrap();
+        assert!(matches!(table.probe(&key, None).await, ProbeOutcome::NotCommitted));
+        let name = format!("{job}-{n}");
+        let result = table.write_data_file(&name, b"row\n".to_vec()).await.unwrap();
+        let ids = [CheckpointId::new(name).unwrap()];
+        let commit = TargetCommit {
+            key: &key,
+            ids: &ids,
+            epoch: 1,
+            results: std::slice::from_ref(&result),
+            final_commit: false,
+            prepared_version: version,
+        };
+        assert!(matches!(table.commit(&commit).await, CommitOutcome::Committed));
+        store.counts().listed - before
+    }
+
+    /// Red-team finding 15: `version` listed every commit of every job before each key, so commit k of a table
+    /// shared with other jobs cost a listing of everything committed before it (quadratic over its life).
+    #[tokio::test]
+    async fn the_objects_listed_per_commit_stay_constant_as_the_table_grows() {
+        let store = FaultStore::new(InMemory::new());
+        let table = DirTable::new(Arc::new(store.clone()), Path::from("t"));
+        let other = JobId::new("other-job").unwrap();
+        for n in 0..10 {
+            commit_key(&table, &store, &other, n).await;
+        }
+        let job = JobId::new("job").unwrap();
+        let mut listed = Vec::new();
+        for n in 0..10 {
+            listed.push(commit_key(&table, &store, &job, n).await);
+        }
+        assert!(listed.iter().all(|&l| l == listed[0]), "objects listed per commit grow with the table: {listed:?}");
     }
 }

@@ -44,6 +44,8 @@ pub struct Counts {
     pub gets: u64,
     /// List requests.
     pub lists: u64,
+    /// Objects the listings returned: what a listing costs grows with it, not with `lists`.
+    pub listed: u64,
     /// Deleted paths.
     pub deletes: u64,
     /// Copies and renames.
@@ -224,6 +226,18 @@ impl<T: ObjectStore> FaultStore<T> {
         self.lock().put_paths.clone()
     }
 
+    /// Counts every object `listing` returns, as the caller reads it.
+    fn count_listed(&self, listing: BoxStream<'static, Result<ObjectMeta>>) -> BoxStream<'static, Result<ObjectMeta>> {
+        let this = self.clone();
+        listing
+            .inspect(move |item| {
+                if item.is_ok() {
+                    this.lock().counts.listed += 1;
+                }
+            })
+            .boxed()
+    }
+
     /// Counts one operation and fails it if the store or its process has crashed; returns the latency to add.
     fn op(&self, op: Op, place: &dyn fmt::Display) -> Result<Duration> {
         let mut faults = self.lock();
@@ -376,21 +390,23 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         match self.op(Op::List, &prefix.cloned().unwrap_or_default()) {
-            Ok(_) => self.inner.list(prefix),
+            Ok(_) => self.count_listed(self.inner.list(prefix)),
             Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
         }
     }
 
     fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, Result<ObjectMeta>> {
         match self.op(Op::List, &prefix.cloned().unwrap_or_default()) {
-            Ok(_) => self.inner.list_with_offset(prefix, offset),
+            Ok(_) => self.count_listed(self.inner.list_with_offset(prefix, offset)),
             Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
         }
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
         pause(self.op(Op::List, &prefix.cloned().unwrap_or_default())?).await;
-        self.inner.list_with_delimiter(prefix).await
+        let listed = self.inner.list_with_delimiter(prefix).await?;
+        self.lock().counts.listed += (listed.objects.len() + listed.common_prefixes.len()) as u64;
+        Ok(listed)
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {

@@ -7,9 +7,10 @@
 //! - [`WatermarkTable`]: a target that keeps only a watermark, like Delta's `txn`.
 //! - [`SplitMix64`]: the seeded generator behind every random schedule.
 //! - [`FaultStore`]: an object store wrapper that fails puts before or after they land, holds them at a gate,
-//!   adds latency, counts requests and bytes, and crashes at operation k.
+//!   adds latency, counts requests, bytes and listed objects, and crashes at operation k.
 //! - [`ManualClock`]: a clock that moves only when the test says so.
-//! - [`conformance`]: the suite an adapter author runs against their own [`crate::Target`].
+//! - [`conformance`]: the suite an adapter author runs against their own [`crate::Target`] (not a stable part of
+//!   the public API; may change in any release).
 //! - [`ProcessCrash`]: one simulated process's crash point, shared by a [`CrashBackend`], a [`FaultStore`] and
 //!   the crash-point runner's target wrapper, so a process dies at its k-th I/O operation whichever does it.
 //! - [`crash`]: the exhaustive crash-point runner: a scripted [`crash::Workload`] crashed at every I/O

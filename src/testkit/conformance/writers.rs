@@ -1,0 +1,358 @@
+//! The writer scenarios: more than one writer of a job reaching one target. Fencing cannot keep them apart at
+//! the table (a zombie paused mid-commit resumes whatever the mirror says), so only the target's key
+//! exclusivity can; these scenarios are what fails a target without it.
+//!
+//! - **race**: two writers, each with its own store and epoch, both begin key n from the same sealed set, and
+//!   both send it at the same moment;
+//! - **zombie**: a writer paused inside its commit of key n while a newer writer opens from its state, commits
+//!   key n and the next, and finishes; then the zombie's commit goes out.
+//!
+//! Each runs with 0 and 1 keys committed before. Exactly one commit per key may land: the target may answer
+//! `Committed` for a key to one writer (epoch) only, and no row may land twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{Barrier, Notify};
+
+use super::{
+    ATTEMPTS_MAX, GATE_WAIT_MS, Inspect, SuiteFailure, check_exactly_once, check_no_duplicate, finish, open, process,
+    retry,
+};
+use crate::commit::{CommitOutcome, CommitReport, Committer, ProbeOutcome, Target, TargetCommit};
+use crate::error::{ErrorKind, Result};
+use crate::store::Store;
+use crate::testkit::CrashBackend;
+use crate::types::{CommitKey, Epoch};
+
+/// The sealed set both writers commit has this many inputs.
+const RACING_INPUTS: usize = 2;
+
+#[derive(Clone, Copy, Debug)]
+enum Scenario {
+    Race,
+    Zombie,
+}
+
+/// Runs every scenario against a fresh target from `make`; returns how many ran.
+pub(super) async fn run_all<T: Inspect, F: Fn() -> T>(make: &F, seed: u64) -> std::result::Result<u32, SuiteFailure> {
+    let mut ran = 0;
+    for keys_before in [0, 1] {
+        for scenario in [Scenario::Race, Scenario::Zombie] {
+            let log = Log::default();
+            let (inputs, outcome) = run(scenario, &make(), &log, keys_before).await;
+            // The answers the writers got name the broken guarantee best, so they are checked first.
+            if let Err(message) = log.check_exclusive().and(outcome) {
+                let message = format!("{scenario:?} scenario with {keys_before} keys before: {message}");
+                return Err(SuiteFailure { seed, inputs, steps: Vec::new(), message, calls: log.calls() });
+            }
+            ran += 1;
+        }
+    }
+    Ok(ran)
+}
+
+/// Runs one scenario; returns its number of inputs and what it found.
+async fn run<T: Inspect>(
+    scenario: Scenario,
+    target: &T,
+    log: &Log,
+    keys_before: usize,
+) -> (usize, std::result::Result<(), String>) {
+    match scenario {
+        Scenario::Race => (keys_before + RACING_INPUTS, race(target, log, keys_before).await),
+        Scenario::Zombie => (keys_before + RACING_INPUTS + 1, zombie(target, log, keys_before).await),
+    }
+}
+
+/// Two writers begin key n from the same sealed set and send it at once; one is refused, the other finishes.
+async fn race<T: Inspect>(target: &T, log: &Log, keys_before: usize) -> std::result::Result<(), String> {
+    let inputs = keys_before + RACING_INPUTS;
+    let image = prepare(target, log, keys_before, inputs).await?;
+    let first = open(&image).await.map_err(|e| e.to_string())?;
+    let second = open(&image.crash_image()).await.map_err(|e| e.to_string())?;
+    let barrier = Arc::new(Barrier::new(2));
+    let first_view = View::new(target, log, Gate::Race(barrier.clone()));
+    let second_view = View::new(target, log, Gate::Race(barrier));
+    let (a, b) = tokio::join!(commit_until_sent(&first, &first_view), commit_until_sent(&second, &second_view));
+    log.note(format!("the race: first writer {a:?}, second writer {b:?}"));
+    check_no_duplicate(target, inputs, "after two writers sent one key").await?;
+    let a = finish(&first, &first_view, target, inputs).await;
+    let b = finish(&second, &second_view, target, inputs).await;
+    if let (Err(a), Err(b)) = (&a, &b) {
+        return Err(format!("neither writer finished: {a}; {b}"));
+    }
+    check_exactly_once(target, inputs).await
+}
+
+/// A zombie paused inside its commit of key n; a newer writer commits n, then the rest, and finishes; then the
+/// zombie's commit goes out.
+async fn zombie<T: Inspect>(target: &T, log: &Log, keys_before: usize) -> std::result::Result<(), String> {
+    let inputs = keys_before + RACING_INPUTS + 1;
+    let image = prepare(target, log, keys_before, inputs - 1).await?;
+    let zombie = open(&image).await.map_err(|e| e.to_string())?;
+    let (reached, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let zombie_view = View::new(target, log, Gate::Pause { reached: reached.clone(), release: release.clone() });
+    let newer_view = View::new(target, log, Gate::None);
+    let newer = async {
+        // A zombie that never gets to its commit leaves the newer writer alone after the wait.
+        let _ = tokio::time::timeout(Duration::from_millis(GATE_WAIT_MS), reached.notified()).await;
+        // The zombie's intent is durable (and would be in the mirror): the newer writer opens from it.
+        let finished = match open(&image.crash_image()).await {
+            Ok(newer) => finish(&newer, &newer_view, target, inputs).await,
+            Err(e) => Err(e.to_string()),
+        };
+        release.notify_one();
+        finished
+    };
+    let (late, finished) = tokio::join!(commit_until_sent(&zombie, &zombie_view), newer);
+    log.note(format!("the zombie's late commit: {late:?}"));
+    finished?;
+    check_exactly_once(target, inputs).await
+}
+
+/// A first writer commits `keys_before` keys of one input each, then seals inputs `keys_before..inputs` and dies;
+/// returns its crash image.
+async fn prepare<T: Inspect>(
+    target: &T,
+    log: &Log,
+    keys_before: usize,
+    inputs: usize,
+) -> std::result::Result<CrashBackend, String> {
+    let backend = CrashBackend::new();
+    let store = open(&backend).await.map_err(|e| e.to_string())?;
+    let view = View::new(target, log, Gate::None);
+    let committer = Committer::new(&store, &view);
+    for i in 0..inputs {
+        process(&store, target, i).await.map_err(|e| e.to_string())?;
+        if i < keys_before {
+            retry("a key before the scenario", || committer.commit_pending(false)).await?;
+        }
+    }
+    backend.kill();
+    drop(committer);
+    drop(store);
+    Ok(backend.crash_image())
+}
+
+/// Commits what is pending, again while a transient target failure keeps the writer from reaching its gate.
+async fn commit_until_sent<T: Target>(store: &Store, view: &View<'_, T>) -> Result<CommitReport> {
+    let committer = Committer::new(store, view);
+    let mut result = committer.commit_pending(false).await;
+    for _ in 1..ATTEMPTS_MAX {
+        let transient = matches!(&result, Err(e) if e.kind() == ErrorKind::Target);
+        if !transient || !view.armed.load(Ordering::SeqCst) {
+            break;
+        }
+        result = committer.commit_pending(false).await;
+    }
+    result
+}
+
+/// How a writer's first commit call is held.
+enum Gate {
+    /// No hold.
+    None,
+    /// Until every writer of the race reached its commit.
+    Race(Arc<Barrier>),
+    /// Until released; `reached` tells the driver the writer is paused.
+    Pause { reached: Arc<Notify>, release: Arc<Notify> },
+}
+
+/// Every target call of a scenario, and which writers (epochs) the target told a key landed.
+#[derive(Default)]
+struct Log {
+    calls: Mutex<Vec<String>>,
+    committed: Mutex<BTreeMap<u64, BTreeSet<Epoch>>>,
+}
+
+impl Log {
+    fn note(&self, line: String) {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn commit(&self, commit: &TargetCommit<'_>, outcome: &CommitOutcome) {
+        self.note(format!("epoch {} commits key {}: {outcome:?}", commit.epoch, commit.key.n));
+        if *outcome == CommitOutcome::Committed {
+            let mut committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+            committed.entry(commit.key.n).or_default().insert(commit.epoch);
+        }
+    }
+
+    /// A key the target said landed for two writers landed twice (or the target lied to one of them).
+    fn check_exclusive(&self) -> std::result::Result<(), String> {
+        let committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+        match committed.iter().find(|(_, epochs)| epochs.len() > 1) {
+            Some((n, epochs)) => Err(format!(
+                "the target answered Committed for key {n} to the writers of epochs {epochs:?}: a key landed \
+                 twice (the target lacks key exclusivity, guarantee 1 of Target)"
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One writer's view of the shared target: holds its first commit at the gate and logs every answer.
+struct View<'t, T> {
+    target: &'t T,
+    log: &'t Log,
+    gate: Gate,
+    armed: AtomicBool,
+}
+
+impl<'t, T: Target> View<'t, T> {
+    fn new(target: &'t T, log: &'t Log, gate: Gate) -> Self {
+        Self { target, log, gate, armed: AtomicBool::new(true) }
+    }
+
+    async fn hold(&self) {
+        let wait = async {
+            match &self.gate {
+                Gate::None => {}
+                Gate::Race(barrier) => {
+                    barrier.wait().await;
+                }
+                Gate::Pause { reached, release } => {
+                    reached.notify_one();
+                    release.notified().await;
+                }
+            }
+        };
+        // A peer that never arrives (its earlier call failed) must not hang the suite: go on alone.
+        let _ = tokio::time::timeout(Duration::from_millis(GATE_WAIT_MS), wait).await;
+    }
+}
+
+#[async_trait]
+impl<T: Target> Target for View<'_, T> {
+    async fn version(&self) -> Result<Option<u64>> {
+        self.target.version().await
+    }
+
+    async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.hold().await;
+        }
+        let outcome = self.target.commit(commit).await;
+        self.log.commit(commit, &outcome);
+        outcome
+    }
+
+    async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
+        let outcome = self.target.probe(key, prepared_version).await;
+        self.log.note(format!("probe key {}: {outcome:?}", key.n));
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+
+    use super::*;
+    use crate::target::DirTable;
+    use crate::testkit::WatermarkTable;
+    use crate::types::{CheckpointId, Format, WriteResult};
+
+    /// Every commit that landed: its key, ids and write results.
+    type Landed = Mutex<Vec<(CommitKey, Vec<CheckpointId>, Vec<WriteResult>)>>;
+
+    /// Honest probes, atomic commits, no key exclusivity: a commit lands beside (or over) the key's earlier one.
+    struct Loose {
+        overwrite: bool,
+        landed: Landed,
+    }
+
+    #[async_trait]
+    impl Target for Loose {
+        async fn version(&self) -> Result<Option<u64>> {
+            Ok(None)
+        }
+
+        async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+            let mut landed = self.landed.lock().unwrap();
+            if self.overwrite {
+                landed.retain(|(key, _, _)| key != commit.key);
+            }
+            landed.push((commit.key.clone(), commit.ids.to_vec(), commit.results.to_vec()));
+            CommitOutcome::Committed
+        }
+
+        async fn probe(&self, key: &CommitKey, _prepared_version: Option<u64>) -> ProbeOutcome {
+            match self.landed.lock().unwrap().iter().find(|(k, _, _)| k == key) {
+                Some((_, ids, _)) => ProbeOutcome::Committed { ids: Some(ids.clone()) },
+                None => ProbeOutcome::NotCommitted,
+            }
+        }
+    }
+
+    #[async_trait]
+    impl Inspect for Loose {
+        async fn write_rows(&self, _checkpoint: &CheckpointId, rows: &[u64]) -> Result<WriteResult> {
+            WriteResult::new(
+                Format::Other("rows".into()),
+                rows.iter().map(|r| r.to_le_bytes()).collect::<Vec<_>>().concat(),
+            )
+        }
+
+        async fn landed_rows(&self) -> Result<Vec<u64>> {
+            let landed = self.landed.lock().unwrap();
+            let bytes = landed.iter().flat_map(|(_, _, results)| results.iter().flat_map(|r| r.bytes().to_vec()));
+            let bytes: Vec<u8> = bytes.collect();
+            Ok(bytes.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect())
+        }
+    }
+
+    const ALL: [Scenario; 2] = [Scenario::Race, Scenario::Zombie];
+
+    #[tokio::test]
+    async fn each_scenario_alone_fails_a_target_without_key_exclusivity() {
+        for overwrite in [false, true] {
+            for scenario in ALL {
+                for keys_before in [0, 1] {
+                    let (log, target) = (Log::default(), Loose { overwrite, landed: Mutex::default() });
+                    let (_, outcome) = run(scenario, &target, &log, keys_before).await;
+                    let outcome = log.check_exclusive().and(outcome);
+                    assert!(outcome.is_err(), "{scenario:?}, {keys_before} keys before, overwrite {overwrite}");
+                }
+            }
+        }
+    }
+
+    /// The writers whose commit of key `n` reached the target, whatever it answered.
+    fn senders(log: &Log, n: u64) -> BTreeSet<String> {
+        let commits = format!(" commits key {n}:");
+        log.calls()
+            .iter()
+            .filter(|c| c.contains(&commits))
+            .filter_map(|c| c.split(' ').nth(1).map(String::from))
+            .collect()
+    }
+
+    /// The scenarios are not vacuous: in each, two writers' commits of one key reach a conforming target, which
+    /// lets one land and refuses the other.
+    #[tokio::test]
+    async fn in_each_scenario_two_writers_send_one_key_and_a_conforming_target_passes() {
+        for scenario in ALL {
+            for keys_before in [0, 1] {
+                let log = Log::default();
+                let table = DirTable::new(Arc::new(InMemory::new()), Path::from("t"));
+                let (_, outcome) = run(scenario, &table, &log, keys_before).await;
+                assert!(log.check_exclusive().and(outcome).is_ok(), "{scenario:?}: {:?}", log.calls());
+                assert_eq!(senders(&log, keys_before as u64).len(), 2, "{scenario:?}: {:?}", log.calls());
+                let log = Log::default();
+                let (_, outcome) = run(scenario, &WatermarkTable::new(), &log, keys_before).await;
+                assert!(log.check_exclusive().and(outcome).is_ok(), "{scenario:?}: {:?}", log.calls());
+                assert_eq!(senders(&log, keys_before as u64).len(), 2, "{scenario:?}: {:?}", log.calls());
+            }
+        }
+    }
+}
