@@ -522,3 +522,71 @@ async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
     assert_eq!(account(&table, 2).await, exactly_once(2));
     assert!(store.is_finished().unwrap());
 }
+
+/// Probes that never answer (the table's history expired): the first passes, for the key 0 check.
+fn probes_forever_unknown() -> Vec<ProbeFault> {
+    std::iter::once(ProbeFault::Pass).chain(std::iter::repeat_n(ProbeFault::Unknown, 64)).collect()
+}
+
+/// Commits inputs 0..2 under key 0 with the outcome `fault`, then leaves key 0 CommitUnknown: every probe is
+/// Unknown.
+async fn stuck_unknown(
+    backend: &CrashBackend,
+    fault: CommitFault,
+) -> (Store, FaultyTarget<sinkpoint::target::DirTable>) {
+    let target = FaultyTarget::scripted(memory_table(), vec![fault], probes_forever_unknown());
+    let store = open(backend).await;
+    run_inputs(&store, target.inner(), 0..2).await;
+    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target, "{err}");
+    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target, "still unknown: {err}");
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
+    (store, target)
+}
+
+#[tokio::test]
+async fn an_operators_not_committed_verdict_recommits_once_without_a_probe_even_after_a_crash() {
+    let backend = CrashBackend::new();
+    let (store, target) = stuck_unknown(&backend, CommitFault::UnknownNotLanded).await;
+    store.resolve(0, sinkpoint::Resolution::NotCommitted, "checked the table: key 0 is not there").await.unwrap();
+    // A crash between the verdict and the re-commit must not lose the verdict.
+    store.close();
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0], "{:?}", target.calls());
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}
+
+#[tokio::test]
+async fn an_operators_wrong_not_committed_verdict_does_not_duplicate_and_ends_committed() {
+    let backend = CrashBackend::new();
+    let (store, target) = stuck_unknown(&backend, CommitFault::LandThenLoseAck).await;
+    store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
+    let report = Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0], "{:?}", target.calls());
+    assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}
+
+#[tokio::test]
+async fn a_wrong_verdict_refused_by_the_target_after_a_reopen_is_dropped_and_the_probe_decides() {
+    let backend = CrashBackend::new();
+    // Two Unknown probes keep key 0 unknown; the probe after the refused re-send answers.
+    let probes = vec![ProbeFault::Pass, ProbeFault::Unknown, ProbeFault::Unknown];
+    let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], probes);
+    let store = open(&backend).await;
+    run_inputs(&store, target.inner(), 0..2).await;
+    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
+    assert!(store.commit_info(0).unwrap().unwrap().awaits_recommit());
+    store.close();
+    // A new epoch: the target refuses the re-send (key 0 holds the old epoch's commit), the probe finds it.
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &target).recover().await.unwrap();
+    assert_eq!(report.marked_landed, Some(0), "{:?}", target.calls());
+    assert!(!store.commit_info(0).unwrap().unwrap().awaits_recommit());
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}

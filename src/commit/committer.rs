@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
 use crate::state::CheckpointState;
-use crate::store::{PendingCheckpoint, Store};
+use crate::store::{CommitInfo, PendingCheckpoint, Store};
 use crate::types::{CheckpointId, CommitKey, WriteResult};
 
 /// The protocol's named crash points, in the order a commit passes them.
@@ -334,6 +334,9 @@ impl<'a> Committer<'a> {
     async fn resolve_in_flight(&self) -> Result<InFlight> {
         let Some(n) = self.store.in_flight_key()? else { return Ok(InFlight::None) };
         let (info, results) = self.store.commit_results(n)?;
+        if info.awaits_recommit() {
+            return self.recommit_on_verdict(n, &info, &results).await;
+        }
         match self.probe_key(n, &info.ids, info.target_version).await? {
             InFlight::None => {}
             other => return Ok(other),
@@ -341,6 +344,27 @@ impl<'a> Committer<'a> {
         // Not landed: re-commit the retained results under the same key.
         self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version, false).await?;
         Ok(InFlight::Recommitted(n))
+    }
+
+    /// An operator resolved key `n` NotCommitted: re-commit it once without probing first (its probe may never
+    /// answer again). If the operator was wrong, key exclusivity makes the target refuse the send; the verdict is
+    /// then dropped (back to plain Committing) and the probe decides, as for any refused re-commit.
+    async fn recommit_on_verdict(&self, n: u64, info: &CommitInfo, results: &[WriteResult]) -> Result<InFlight> {
+        let sent = self.commit_once(n, &info.ids, results, info.final_commit, info.target_version, false).await;
+        let error = match sent {
+            Ok(()) => return Ok(InFlight::Recommitted(n)),
+            Err(e) if e.kind() == ErrorKind::Target => e,
+            Err(e) => return Err(e),
+        };
+        // Only a refused send leaves the verdict standing (an unknown answer already replaced it).
+        if !self.store.commit_info(n)?.is_some_and(|c| c.awaits_recommit()) {
+            return Err(error);
+        }
+        self.store.mark_not_committed(n).await?;
+        match self.probe_key(n, &info.ids, info.target_version).await? {
+            InFlight::None => Err(error),
+            other => Ok(other),
+        }
     }
 }
 

@@ -12,8 +12,8 @@ use crate::types::{CheckpointId, Epoch, WriteResult};
 use crate::wal::frame;
 use crate::wal::record::{Record, Resolution, encode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValueRef, STATES, encode_meta,
-    read_checkpoint, read_commit, read_part_numbers, read_parts,
+    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValueRef,
+    STATES, encode_meta, read_checkpoint, read_commit, read_part_numbers, read_parts,
 };
 
 /// What an accepted record did.
@@ -366,10 +366,15 @@ impl<'txn> Tables<'txn> {
                 let state = CheckpointState::CommitUnknown { key: *key };
                 self.move_commit(meta, *key, &Event::MarkUnknown { key: *key }, state)?.map(written)
             }
-            Record::MarkNotCommitted { key } | Record::Resolve { key, resolution: Resolution::NotCommitted, .. } => {
+            Record::MarkNotCommitted { key } => {
                 let state = CheckpointState::Committing { key: *key };
                 self.move_commit(meta, *key, &Event::MarkNotCommitted { key: *key }, state)?.map(written)
             }
+            // The checkpoints go back to Committing as after a probe; the record keeps the operator's verdict, so
+            // the next run re-commits without probing (red-team finding 3).
+            Record::Resolve { key, resolution: Resolution::NotCommitted, .. } => self
+                .move_commit(meta, *key, &Event::MarkNotCommitted { key: *key }, COMMIT_AWAITS_RECOMMIT)?
+                .map(written),
             Record::Unbind { key, .. } => self.unbind(meta, *key)?.map(written),
             Record::Create { .. } | Record::Open { .. } => {
                 return Err(Error::bug("Create and Open are applied by the opener, not by execute"));

@@ -308,6 +308,8 @@ impl Image {
             let expected = match c.state {
                 CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } if key == *n => c.state,
                 CheckpointState::Committed { key: Some(key) } if key == *n => c.state,
+                // An operator's NotCommitted verdict, waiting for its re-commit: the checkpoints are Committing.
+                _ if c.awaits_recommit() => CheckpointState::Committing { key: *n },
                 other => return Err(format!("commit {n} is in state {other:?}")),
             };
             for id in &c.ids {
