@@ -608,6 +608,13 @@ impl Store {
         self.call(record, CallDurability::Immediate).await.map(drop)
     }
 
+    /// Records the job's end durably, so that every rerun's `recover` reports `finished` (the fast path).
+    /// Refused with [`TransitionError::Unfinished`] or [`TransitionError::CommitInFlight`] while anything waits for
+    /// the target; a no-op once recorded. A Staged checkpoint does not block it: restart or abort orphans first. The committer's [`crate::Committer::finish`] commits everything first.
+    pub async fn mark_finished(&self) -> Result<()> {
+        self.call(Record::Finish, CallDurability::Immediate).await.map(drop)
+    }
+
     /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.
     pub(crate) fn in_flight_key(&self) -> Result<Option<u64>> {
         self.shared.check()?;

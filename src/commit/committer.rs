@@ -158,9 +158,27 @@ impl<'a> Committer<'a> {
     }
 
     /// Commits everything pending: first the in-flight key (probing before any re-commit), then every Sealed
-    /// checkpoint under the next keys, the last one flagged final if `final_commit`. An unknown outcome or a
+    /// checkpoint under the next keys. `commit_pending(true)` is [`Committer::finish`]. An unknown outcome or a
     /// mismatch is an error of kind [`crate::ErrorKind::Target`] or [`crate::ErrorKind::CommitMismatch`].
     pub async fn commit_pending(&self, final_commit: bool) -> Result<CommitReport> {
+        if final_commit { self.finish().await } else { self.commit_all(false).await }
+    }
+
+    /// Ends the job: commits everything pending (the last key flagged final, if there is one), then records the
+    /// job's end durably if that key did not (no key was left to flag: a periodic commit took every checkpoint,
+    /// the checkpoints carried no results, or a crash interrupted an earlier final commit), so that every rerun's
+    /// [`Committer::recover`] reports `finished`. Call it once the job has sealed its last checkpoint: a
+    /// checkpoint still Staged does not stop it (its keys are not processed, but a rerun that takes the fast path
+    /// will not read its input again), so seal, restart or abort orphans first.
+    pub async fn finish(&self) -> Result<CommitReport> {
+        let report = self.commit_all(true).await?;
+        if !self.store.is_finished()? {
+            self.store.mark_finished().await?;
+        }
+        Ok(report)
+    }
+
+    async fn commit_all(&self, final_commit: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
         match self.resolve_in_flight().await? {
             InFlight::None => {}
