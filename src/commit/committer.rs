@@ -203,7 +203,7 @@ impl<'a> Committer<'a> {
     /// target does not hold key 0.
     async fn commit_sealed(&self, final_commit: bool, key0_checked: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
-        let pending = self.store.pending()?;
+        let pending = self.store.pending_off_runtime().await?;
         let sealed: Vec<&PendingCheckpoint> =
             pending.checkpoints.iter().filter(|c| c.info.state == CheckpointState::Sealed).collect();
         let (empty, full): (Vec<&PendingCheckpoint>, Vec<&PendingCheckpoint>) =
