@@ -653,6 +653,21 @@ impl Store {
         self.call(Record::Finish, CallDurability::Immediate).await.map(drop)
     }
 
+    /// The oldest table version a probe may still need, for table maintenance: **never expire (vacuum, compact
+    /// away) table versions at or after this one**. It is the version the key in flight (Committing or
+    /// CommitUnknown; at most one at a time) was prepared against, whose probe looks at the versions since;
+    /// `None` when no key is in flight (or the target gave no version), so nothing constrains maintenance.
+    /// Expiring a version a probe needs turns its answer into Unknown, which only an operator can settle.
+    pub fn retention_watermark(&self) -> Result<Option<u64>> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
+        let Some(key) = meta.seq.in_flight else { return Ok(None) };
+        let commit = read_commit(&txn.open_table(COMMITS)?, key)?
+            .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
+        Ok(commit.target_version)
+    }
+
     /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.
     pub(crate) fn in_flight_key(&self) -> Result<Option<u64>> {
         self.shared.check()?;

@@ -684,3 +684,17 @@ async fn the_end_of_a_job_is_refused_while_a_key_is_in_flight_and_recorded_once_
     assert!(finished_on_rerun(&backend, store, &table).await);
     assert_eq!(account(&table, 2).await, exactly_once(2));
 }
+
+#[tokio::test]
+async fn the_retention_watermark_is_the_prepared_version_of_the_key_in_flight_and_none_otherwise() {
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    assert_eq!(store.retention_watermark().unwrap(), None, "nothing in flight");
+    run_inputs(&store, &table, 0..2).await;
+    store.begin_commit(0, &[input_id(0), input_id(1)], Some(7), false).await.unwrap();
+    assert_eq!(store.retention_watermark().unwrap(), Some(7), "key 0 in flight, prepared against version 7");
+    store.mark_unknown(0, "timeout").await.unwrap();
+    assert_eq!(store.retention_watermark().unwrap(), Some(7), "an unknown key still needs its probe");
+    store.resolve(0, sinkpoint::Resolution::Committed, "checked by hand").await.unwrap();
+    assert_eq!(store.retention_watermark().unwrap(), None, "committed: nothing in flight");
+}
