@@ -29,7 +29,7 @@ async fn main() -> sinkpoint::Result<()> {
         store.stage(&id, 0, 0, vec![key], vec![result]).await?; // attempt 0, part 0
         store.seal(&id, 1).await?; // one part: the keys are now processed
     }
-    let report = committer.commit_pending(true).await?; // one atomic table commit, flagged final
+    let report = committer.finish().await?; // one atomic table commit, then the job's end recorded: reruns skip it all
     println!("committed keys {:?}", report.committed_keys);
     Ok(())
 }

@@ -277,7 +277,8 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
                 committer.commit_pending(false).await?;
             }
         }
-        let commit = committer.commit_pending(true).await?;
+        // Commits what is left and records the job's end, so every rerun takes the fast path.
+        let commit = committer.finish().await?;
         println!("inputs: {written} written, {skipped} already processed; committed keys {:?}", commit.committed_keys);
     }
 

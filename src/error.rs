@@ -227,6 +227,14 @@ pub enum TransitionError {
     /// A call named no checkpoint.
     #[error("the call names no checkpoint")]
     NoCheckpoints,
+    /// The job cannot be recorded finished while a checkpoint's results wait for the target.
+    #[error("checkpoint {id} is {state:?}: commit it before the job is finished")]
+    Unfinished {
+        /// The first such checkpoint.
+        id: CheckpointId,
+        /// Its state.
+        state: CheckpointState,
+    },
 }
 
 /// Malformed or oversized input, found at the boundary.

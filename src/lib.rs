@@ -34,6 +34,7 @@ pub use store::{
 };
 pub use types::{Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, TargetIdentity, WriteResult};
 pub use wal::record::Resolution;
+pub use wal::tables::COMMIT_AWAITS_RECOMMIT;
 pub use wal::writer::WriterStats;
 
 /// The README's examples, compiled as doctests so that they stay true.

@@ -382,5 +382,20 @@ pub(crate) fn check_begin(seq: &CommitSequence, key: u64) -> Result<(), Transiti
     Ok(())
 }
 
+/// Checks that the job may be recorded finished: no key in flight, and `unfinished` (the first checkpoint whose
+/// results wait for the target, if any) is none. Pure.
+pub(crate) fn check_finish(
+    seq: &CommitSequence,
+    unfinished: Option<(CheckpointId, CheckpointState)>,
+) -> Result<(), TransitionError> {
+    if let Some(key) = seq.in_flight {
+        return Err(TransitionError::CommitInFlight { key });
+    }
+    match unfinished {
+        Some((id, state)) => Err(TransitionError::Unfinished { id, state }),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -173,6 +173,44 @@ impl StoreBuilder {
     }
 }
 
+/// One consistent snapshot of everything pending, read from `db` (see [`Store::pending`]).
+fn read_pending(db: &Database) -> Result<Pending> {
+    let txn = db.begin_read()?;
+    let states = txn.open_table(STATES)?;
+    let checkpoints = txn.open_table(CHECKPOINTS)?;
+    let parts = txn.open_table(PARTS)?;
+    let commits = txn.open_table(COMMITS)?;
+    let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
+    let mut out = Vec::new();
+    let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
+    for entry in states.range((lo, "")..(hi + 1, ""))? {
+        let (k, _) = entry?;
+        let id = stored_id(k.value().1)?;
+        let record = read_checkpoint(&checkpoints, &id)?
+            .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
+        let results: Vec<WriteResult> =
+            read_parts(&parts, &id, record.attempt)?.into_iter().flat_map(|(_, p)| p.results).collect();
+        if results.len() != record.results as usize {
+            return Err(Error::corrupt(format!(
+                "checkpoint {id} records {} write results but {} are stored",
+                record.results,
+                results.len()
+            )));
+        }
+        out.push(PendingCheckpoint { info: CheckpointInfo::new(id, record), results });
+    }
+    out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+    let in_flight = match meta.seq.in_flight {
+        None => None,
+        Some(key) => Some((
+            key,
+            read_commit(&commits, key)?
+                .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?,
+        )),
+    };
+    Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
+}
+
 /// The default writer tag: unique per process and open. It only has to differ between writers (it resolves an
 /// ambiguous mirror put); tests inject their own with [`StoreBuilder::writer_tag`].
 #[expect(clippy::disallowed_methods, reason = "the default writer tag is the one place that wants real entropy")]
@@ -593,6 +631,28 @@ impl Store {
         self.call(record, CallDurability::Immediate).await.map(drop)
     }
 
+    /// Records the job's end durably, so that every rerun's `recover` reports `finished` (the fast path).
+    /// Refused with [`TransitionError::Unfinished`] or [`TransitionError::CommitInFlight`] while anything waits for
+    /// the target; a no-op once recorded. A Staged checkpoint does not block it: restart or abort orphans first. The committer's [`crate::Committer::finish`] commits everything first.
+    pub async fn mark_finished(&self) -> Result<()> {
+        self.call(Record::Finish, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// The oldest table version a probe may still need, for table maintenance: **never expire (vacuum, compact
+    /// away) table versions at or after this one**. It is the version the key in flight (Committing or
+    /// CommitUnknown; at most one at a time) was prepared against, whose probe looks at the versions since;
+    /// `None` when no key is in flight (or the target gave no version), so nothing constrains maintenance.
+    /// Expiring a version a probe needs turns its answer into Unknown, which only an operator can settle.
+    pub fn retention_watermark(&self) -> Result<Option<u64>> {
+        self.shared.check()?;
+        let txn = self.db.begin_read()?;
+        let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
+        let Some(key) = meta.seq.in_flight else { return Ok(None) };
+        let commit = read_commit(&txn.open_table(COMMITS)?, key)?
+            .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
+        Ok(commit.target_version)
+    }
+
     /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.
     pub(crate) fn in_flight_key(&self) -> Result<Option<u64>> {
         self.shared.check()?;
@@ -648,40 +708,17 @@ impl Store {
     /// and the commit sequence.
     pub fn pending(&self) -> Result<Pending> {
         self.shared.check()?;
-        let txn = self.db.begin_read()?;
-        let states = txn.open_table(STATES)?;
-        let checkpoints = txn.open_table(CHECKPOINTS)?;
-        let parts = txn.open_table(PARTS)?;
-        let commits = txn.open_table(COMMITS)?;
-        let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
-        let mut out = Vec::new();
-        let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
-        for entry in states.range((lo, "")..(hi + 1, ""))? {
-            let (k, _) = entry?;
-            let id = stored_id(k.value().1)?;
-            let record = read_checkpoint(&checkpoints, &id)?
-                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
-            let results: Vec<WriteResult> =
-                read_parts(&parts, &id, record.attempt)?.into_iter().flat_map(|(_, p)| p.results).collect();
-            if results.len() != record.results as usize {
-                return Err(Error::corrupt(format!(
-                    "checkpoint {id} records {} write results but {} are stored",
-                    record.results,
-                    results.len()
-                )));
-            }
-            out.push(PendingCheckpoint { info: CheckpointInfo::new(id, record), results });
-        }
-        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
-        let in_flight = match meta.seq.in_flight {
-            None => None,
-            Some(key) => Some((
-                key,
-                read_commit(&commits, key)?
-                    .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?,
-            )),
-        };
-        Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
+        read_pending(&self.db)
+    }
+
+    /// [`Store::pending`] on tokio's blocking pool: it decodes every pending checkpoint's write results, which
+    /// must not stall the caller's runtime threads (red-team finding 10).
+    pub(crate) async fn pending_off_runtime(&self) -> Result<Pending> {
+        self.shared.check()?;
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || read_pending(&db))
+            .await
+            .map_err(|e| Error::bug(format!("pending task: {e}")))?
     }
 
     /// The write results commit key `key` is bound to, read by id from one consistent snapshot, in the recorded

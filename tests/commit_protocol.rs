@@ -523,3 +523,179 @@ async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
     assert_eq!(account(&table, 2).await, exactly_once(2));
     assert!(store.is_finished().unwrap());
 }
+
+/// Probes that never answer (the table's history expired): the first passes, for the key 0 check.
+fn probes_forever_unknown() -> Vec<ProbeFault> {
+    std::iter::once(ProbeFault::Pass).chain(std::iter::repeat_n(ProbeFault::Unknown, 64)).collect()
+}
+
+/// Commits inputs 0..2 under key 0 with the outcome `fault`, then leaves key 0 CommitUnknown: every probe is
+/// Unknown.
+async fn stuck_unknown(
+    backend: &CrashBackend,
+    fault: CommitFault,
+) -> (Store, FaultyTarget<sinkpoint::target::DirTable>) {
+    let target = FaultyTarget::scripted(memory_table(), vec![fault], probes_forever_unknown());
+    let store = open(backend).await;
+    run_inputs(&store, target.inner(), 0..2).await;
+    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target, "{err}");
+    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target, "still unknown: {err}");
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
+    (store, target)
+}
+
+#[tokio::test]
+async fn an_operators_not_committed_verdict_recommits_once_without_a_probe_even_after_a_crash() {
+    let backend = CrashBackend::new();
+    let (store, target) = stuck_unknown(&backend, CommitFault::UnknownNotLanded).await;
+    store.resolve(0, sinkpoint::Resolution::NotCommitted, "checked the table: key 0 is not there").await.unwrap();
+    // A crash between the verdict and the re-commit must not lose the verdict.
+    store.close();
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0], "{:?}", target.calls());
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}
+
+#[tokio::test]
+async fn an_operators_wrong_not_committed_verdict_does_not_duplicate_and_ends_committed() {
+    let backend = CrashBackend::new();
+    let (store, target) = stuck_unknown(&backend, CommitFault::LandThenLoseAck).await;
+    store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
+    let report = Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    assert_eq!(report.committed_keys, vec![0], "{:?}", target.calls());
+    assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}
+
+#[tokio::test]
+async fn a_wrong_verdict_refused_by_the_target_after_a_reopen_is_dropped_and_the_probe_decides() {
+    let backend = CrashBackend::new();
+    // Two Unknown probes keep key 0 unknown; the probe after the refused re-send answers.
+    let probes = vec![ProbeFault::Pass, ProbeFault::Unknown, ProbeFault::Unknown];
+    let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], probes);
+    let store = open(&backend).await;
+    run_inputs(&store, target.inner(), 0..2).await;
+    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
+    assert!(store.commit_info(0).unwrap().unwrap().awaits_recommit());
+    store.close();
+    // A new epoch: the target refuses the re-send (key 0 holds the old epoch's commit), the probe finds it.
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &target).recover().await.unwrap();
+    assert_eq!(report.marked_landed, Some(0), "{:?}", target.calls());
+    assert!(!store.commit_info(0).unwrap().unwrap().awaits_recommit());
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}
+
+/// Two sealed checkpoints that need two commit keys (together over `COMMIT_RESULTS_MAX`).
+async fn two_keys_of_work(store: &Store) {
+    use sinkpoint::limits::{COMMIT_RESULTS_MAX, STAGE_RESULTS_MAX};
+    let parts = ((COMMIT_RESULTS_MAX / 2 + STAGE_RESULTS_MAX) / STAGE_RESULTS_MAX) as u32;
+    for i in 0..2 {
+        for part in 0..parts {
+            let results: Vec<WriteResult> = (0..STAGE_RESULTS_MAX)
+                .map(|r| WriteResult::new(sinkpoint::Format::Parquet, format!("{i}-{part}-{r}").into_bytes()).unwrap())
+                .collect();
+            store
+                .stage(&input_id(i), 0, part, vec![input_key(i)].into_iter().filter(|_| part == 0).collect(), results)
+                .await
+                .unwrap();
+        }
+        store.seal(&input_id(i), parts).await.unwrap();
+    }
+}
+
+/// Reopens the store and returns what a rerun's `recover` reports as `finished`.
+async fn finished_on_rerun(backend: &CrashBackend, store: Store, target: &dyn Target) -> bool {
+    store.close();
+    let store = open(backend).await;
+    let finished = Committer::new(&store, target).recover().await.unwrap().finished;
+    store.close();
+    finished
+}
+
+#[tokio::test]
+async fn the_fast_path_survives_a_crash_inside_a_multi_key_final_commit() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    two_keys_of_work(&store).await;
+    let err = Committer::new(&store, &table)
+        .with_crash_hook(crash_at(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK))
+        .commit_pending(true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    store.close();
+    let store = open(&backend).await;
+    let report = Committer::new(&store, &table).recover().await.unwrap();
+    assert_eq!((report.marked_landed, report.committed_keys.clone()), (Some(0), vec![1]), "{report:?}");
+    // The rerun ends the job as every run does.
+    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert!(finished_on_rerun(&backend, store, &table).await, "the job ended: the rerun must take the fast path");
+}
+
+#[tokio::test]
+async fn the_fast_path_holds_for_a_job_whose_checkpoints_carry_no_results() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    store.stage(&input_id(0), 0, 0, vec![input_key(0)], vec![]).await.unwrap();
+    store.seal(&input_id(0), 1).await.unwrap();
+    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert!(finished_on_rerun(&backend, store, &table).await);
+}
+
+#[tokio::test]
+async fn the_fast_path_holds_when_a_periodic_commit_took_every_sealed_checkpoint() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..3).await;
+    Committer::new(&store, &table).commit_pending(false).await.unwrap();
+    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    assert!(report.committed_keys.is_empty());
+    assert!(finished_on_rerun(&backend, store, &table).await);
+    assert_eq!(account(&table, 3).await, exactly_once(3));
+}
+
+#[tokio::test]
+async fn the_end_of_a_job_is_refused_while_a_key_is_in_flight_and_recorded_once_it_is_committed() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..2).await;
+    let err = store.mark_finished().await.unwrap_err();
+    assert!(matches!(err.transition(), Some(sinkpoint::TransitionError::Unfinished { .. })), "{err}");
+    let err = Committer::new(&store, &table)
+        .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
+        .finish()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    let err = store.mark_finished().await.unwrap_err();
+    assert!(matches!(err.transition(), Some(sinkpoint::TransitionError::CommitInFlight { key: 0 })), "{err}");
+    assert!(!store.is_finished().unwrap());
+    Committer::new(&store, &table).finish().await.unwrap();
+    assert!(finished_on_rerun(&backend, store, &table).await);
+    assert_eq!(account(&table, 2).await, exactly_once(2));
+}
+
+#[tokio::test]
+async fn the_retention_watermark_is_the_prepared_version_of_the_key_in_flight_and_none_otherwise() {
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    assert_eq!(store.retention_watermark().unwrap(), None, "nothing in flight");
+    run_inputs(&store, &table, 0..2).await;
+    store.begin_commit(0, &[input_id(0), input_id(1)], Some(7), false).await.unwrap();
+    assert_eq!(store.retention_watermark().unwrap(), Some(7), "key 0 in flight, prepared against version 7");
+    store.mark_unknown(0, "timeout").await.unwrap();
+    assert_eq!(store.retention_watermark().unwrap(), Some(7), "an unknown key still needs its probe");
+    store.resolve(0, sinkpoint::Resolution::Committed, "checked by hand").await.unwrap();
+    assert_eq!(store.retention_watermark().unwrap(), None, "committed: nothing in flight");
+}

@@ -16,8 +16,8 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state
 use sinkpoint::testkit::CrashBackend;
 use sinkpoint::testkit::RawProtocol;
 use sinkpoint::{
-    CheckpointId, CheckpointInfo, CheckpointState, CommitInfo, Error, ErrorKind, Format, JobId, PendingCheckpoint,
-    Resolution, StageOutcome, StateFilter, Store, TargetIdentity, TransitionError, WriteResult,
+    COMMIT_AWAITS_RECOMMIT, CheckpointId, CheckpointInfo, CheckpointState, CommitInfo, Error, ErrorKind, Format, JobId,
+    PendingCheckpoint, Resolution, StageOutcome, StateFilter, Store, TargetIdentity, TransitionError, WriteResult,
 };
 
 const IDS: [&str; 4] = ["a", "b", "c", "d"];
@@ -425,7 +425,9 @@ impl Model {
                 }
                 let to = match resolution {
                     Resolution::Committed => S::Committed { key: Some(*key) },
-                    Resolution::NotCommitted => S::Committing { key: *key },
+                    // The record keeps the operator's verdict (`COMMIT_AWAITS_RECOMMIT`); the checkpoints are
+                    // Committing, as after a probe (red-team finding 3).
+                    Resolution::NotCommitted => COMMIT_AWAITS_RECOMMIT,
                 };
                 self.move_commit(*key, to, true)
             }
@@ -460,9 +462,10 @@ impl Model {
         }
         commit.state = to;
         let committed = matches!(to, CheckpointState::Committed { .. });
+        let cp_state = if to == COMMIT_AWAITS_RECOMMIT { CheckpointState::Committing { key } } else { to };
         for id in &commit.ids {
             let cp = self.cps.get_mut(id).unwrap();
-            cp.state = to;
+            cp.state = cp_state;
             if committed {
                 cp.staged.clear();
             }

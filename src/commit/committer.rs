@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
 use crate::state::CheckpointState;
-use crate::store::{PendingCheckpoint, Store};
+use crate::store::{CommitInfo, PendingCheckpoint, Store};
 use crate::types::{CheckpointId, CommitKey, WriteResult};
 
 /// The protocol's named crash points, in the order a commit passes them.
@@ -161,9 +161,27 @@ impl<'a> Committer<'a> {
     }
 
     /// Commits everything pending: first the in-flight key (probing before any re-commit), then every Sealed
-    /// checkpoint under the next keys, the last one flagged final if `final_commit`. An unknown outcome or a
+    /// checkpoint under the next keys. `commit_pending(true)` is [`Committer::finish`]. An unknown outcome or a
     /// mismatch is an error of kind [`crate::ErrorKind::Target`] or [`crate::ErrorKind::CommitMismatch`].
     pub async fn commit_pending(&self, final_commit: bool) -> Result<CommitReport> {
+        if final_commit { self.finish().await } else { self.commit_all(false).await }
+    }
+
+    /// Ends the job: commits everything pending (the last key flagged final, if there is one), then records the
+    /// job's end durably if that key did not (no key was left to flag: a periodic commit took every checkpoint,
+    /// the checkpoints carried no results, or a crash interrupted an earlier final commit), so that every rerun's
+    /// [`Committer::recover`] reports `finished`. Call it once the job has sealed its last checkpoint: a
+    /// checkpoint still Staged does not stop it (its keys are not processed, but a rerun that takes the fast path
+    /// will not read its input again), so seal, restart or abort orphans first.
+    pub async fn finish(&self) -> Result<CommitReport> {
+        let report = self.commit_all(true).await?;
+        if !self.store.is_finished()? {
+            self.store.mark_finished().await?;
+        }
+        Ok(report)
+    }
+
+    async fn commit_all(&self, final_commit: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
         match self.resolve_in_flight().await? {
             InFlight::None => {}
@@ -188,7 +206,7 @@ impl<'a> Committer<'a> {
     /// target does not hold key 0.
     async fn commit_sealed(&self, final_commit: bool, key0_checked: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
-        let pending = self.store.pending()?;
+        let pending = self.store.pending_off_runtime().await?;
         let sealed: Vec<&PendingCheckpoint> =
             pending.checkpoints.iter().filter(|c| c.info.state == CheckpointState::Sealed).collect();
         let (empty, full): (Vec<&PendingCheckpoint>, Vec<&PendingCheckpoint>) =
@@ -337,6 +355,9 @@ impl<'a> Committer<'a> {
     async fn resolve_in_flight(&self) -> Result<InFlight> {
         let Some(n) = self.store.in_flight_key()? else { return Ok(InFlight::None) };
         let (info, results) = self.store.commit_results(n)?;
+        if info.awaits_recommit() {
+            return self.recommit_on_verdict(n, &info, &results).await;
+        }
         match self.probe_key(n, &info.ids, info.target_version).await? {
             InFlight::None => {}
             other => return Ok(other),
@@ -344,6 +365,27 @@ impl<'a> Committer<'a> {
         // Not landed: re-commit the retained results under the same key.
         self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version, false).await?;
         Ok(InFlight::Recommitted(n))
+    }
+
+    /// An operator resolved key `n` NotCommitted: re-commit it once without probing first (its probe may never
+    /// answer again). If the operator was wrong, key exclusivity makes the target refuse the send; the verdict is
+    /// then dropped (back to plain Committing) and the probe decides, as for any refused re-commit.
+    async fn recommit_on_verdict(&self, n: u64, info: &CommitInfo, results: &[WriteResult]) -> Result<InFlight> {
+        let sent = self.commit_once(n, &info.ids, results, info.final_commit, info.target_version, false).await;
+        let error = match sent {
+            Ok(()) => return Ok(InFlight::Recommitted(n)),
+            Err(e) if e.kind() == ErrorKind::Target => e,
+            Err(e) => return Err(e),
+        };
+        // Only a refused send leaves the verdict standing (an unknown answer already replaced it).
+        if !self.store.commit_info(n)?.is_some_and(|c| c.awaits_recommit()) {
+            return Err(error);
+        }
+        self.store.mark_not_committed(n).await?;
+        match self.probe_key(n, &info.ids, info.target_version).await? {
+            InFlight::None => Err(error),
+            other => Ok(other),
+        }
     }
 }
 

@@ -120,6 +120,9 @@ pub enum Record {
         /// Why.
         reason: String,
     },
+    /// The job ended: every checkpoint was committed or aborted and no key is in flight, so a rerun takes the
+    /// fast path (written by `Committer::finish` when no final key was there to flag).
+    Finish,
 }
 
 impl Record {
@@ -153,7 +156,8 @@ impl Record {
             | Record::MarkUnknown { .. }
             | Record::MarkNotCommitted { .. }
             | Record::Resolve { .. }
-            | Record::Unbind { .. } => &[],
+            | Record::Unbind { .. }
+            | Record::Finish => &[],
         };
         if let Some(bad) = ids.iter().find(|id| !id.is_valid()) {
             return Err(Error::corrupt(format!("{place}: record holds an invalid checkpoint id {bad:?}")));
@@ -254,6 +258,7 @@ mod tests {
             (Record::Resolve { key: 4, resolution: Resolution::NotCommitted, reason: "r".into() }, "0b04010172"),
             (Record::ForceAbort { ids: vec![id("a")], reason: "r".into() }, "0c0101610172"),
             (Record::Unbind { key: 4, reason: "r".into() }, "0d040172"),
+            (Record::Finish, "0e"),
         ];
         for (record, hex) in cases {
             let bytes = record.to_payload().unwrap();

@@ -80,8 +80,22 @@ pub struct CommitValue {
     pub final_commit: bool,
     /// The epoch that began it.
     pub epoch: Epoch,
-    /// Its state: Committing, CommitUnknown or Committed.
+    /// Its state: Committing, CommitUnknown or Committed; or [`COMMIT_AWAITS_RECOMMIT`] (`Sealed`) while an
+    /// operator's `resolve(key, NotCommitted)` waits for its re-commit (its checkpoints are then Committing).
     pub state: CheckpointState,
+}
+
+/// The state of a commit record between an operator's `resolve(key, NotCommitted)` and the re-commit it orders:
+/// the committer then re-commits the key once without probing first (a probe that stays Unknown forever would
+/// otherwise never let it move). `Sealed` is otherwise never a commit record's state, so the verdict is durable
+/// in the record itself without changing its encoding (red-team finding 3).
+pub const COMMIT_AWAITS_RECOMMIT: CheckpointState = CheckpointState::Sealed;
+
+impl CommitValue {
+    /// Whether an operator's NotCommitted verdict waits for its re-commit (see [`COMMIT_AWAITS_RECOMMIT`]).
+    pub fn awaits_recommit(&self) -> bool {
+        self.state == COMMIT_AWAITS_RECOMMIT
+    }
 }
 
 pub(crate) fn read_meta(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Option<Meta>, Error> {

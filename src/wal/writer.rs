@@ -40,7 +40,8 @@ fn is_commit_protocol(record: &Record) -> bool {
         | Record::Resolve { .. }
         | Record::CommitEmpty { .. }
         | Record::ForceAbort { .. }
-        | Record::Unbind { .. } => true,
+        | Record::Unbind { .. }
+        | Record::Finish => true,
         Record::Create { .. }
         | Record::Open { .. }
         | Record::Stage { .. }

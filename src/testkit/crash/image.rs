@@ -298,7 +298,8 @@ impl Image {
         }
         let finished =
             self.commits.values().any(|c| c.final_commit && matches!(c.state, CheckpointState::Committed { .. }));
-        if finished != self.meta.finished {
+        // A job may also be recorded finished without a final key (`Record::Finish`), never the other way.
+        if finished && !self.meta.finished {
             return Err(format!("finished is {} but the final commit landed: {finished}", self.meta.finished));
         }
         for (n, c) in &self.commits {
@@ -308,6 +309,8 @@ impl Image {
             let expected = match c.state {
                 CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } if key == *n => c.state,
                 CheckpointState::Committed { key: Some(key) } if key == *n => c.state,
+                // An operator's NotCommitted verdict, waiting for its re-commit: the checkpoints are Committing.
+                _ if c.awaits_recommit() => CheckpointState::Committing { key: *n },
                 other => return Err(format!("commit {n} is in state {other:?}")),
             };
             for id in &c.ids {
