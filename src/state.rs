@@ -150,12 +150,19 @@ pub(crate) enum PartMatch {
     Released,
 }
 
+/// The sizes a stage call is judged by: the offered part's stored bytes, what the attempt's parts already take
+/// (gathered only for a new part of the current attempt, 0 otherwise), and the limit on their sum.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct StageBytes {
+    pub part: u64,
+    pub attempt: u64,
+    pub max: u64,
+}
+
 /// One event offered to a checkpoint, with the facts the store gathered for it.
 #[derive(Clone, Debug)]
 pub(crate) enum Event<'a> {
-    /// `bytes` is the offered part's stored size, `attempt_bytes` what the attempt's parts already take (gathered
-    /// only for a new part of the current attempt, 0 otherwise), `bytes_max` the limit on their sum.
-    Stage { attempt: Attempt, part: Part, existing: PartMatch, results: u32, bytes: u64, attempt_bytes: u64, bytes_max: u64 },
+    Stage { attempt: Attempt, part: Part, existing: PartMatch, results: u32, bytes: StageBytes },
     Seal { parts: u32, present: &'a [Part], key_conflict: Option<(String, CheckpointId)> },
     Restart,
     Abort,
@@ -209,8 +216,8 @@ pub(crate) fn transition(
     let id_owned = || id.clone();
     let Some(cur) = current else {
         return match event {
-            Event::Stage { attempt: 0, results, bytes, bytes_max, .. } => {
-                check_attempt_bytes(id, 0, *bytes, *bytes_max)?;
+            Event::Stage { attempt: 0, results, bytes, .. } => {
+                check_attempt_bytes(id, 0, bytes.part, bytes.max)?;
                 Ok(Step {
                     next: CheckpointRecord { state: S::Staged, attempt: 0, epoch, parts: 0, results: *results },
                     effect: Effect::InsertPart,
@@ -227,7 +234,7 @@ pub(crate) fn transition(
         |state: CheckpointState, effect: Effect| Step { next: CheckpointRecord { state, ..cur.clone() }, effect };
     match (cur.state, event) {
         // Staging.
-        (S::Staged, Event::Stage { attempt, part, existing, results, bytes, attempt_bytes, bytes_max }) => {
+        (S::Staged, Event::Stage { attempt, part, existing, results, bytes }) => {
             if cur.epoch < epoch {
                 return Err(TransitionError::Orphaned { id: id_owned(), staged_epoch: cur.epoch, epoch });
             }
@@ -239,7 +246,7 @@ pub(crate) fn transition(
             }
             match existing {
                 PartMatch::Absent => {
-                    check_attempt_bytes(id, *attempt, attempt_bytes.saturating_add(*bytes), *bytes_max)?;
+                    check_attempt_bytes(id, *attempt, bytes.attempt.saturating_add(bytes.part), bytes.max)?;
                     Ok(Step {
                         next: CheckpointRecord { results: cur.results + results, ..cur.clone() },
                         effect: Effect::InsertPart,

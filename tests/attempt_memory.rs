@@ -62,7 +62,8 @@ async fn a_seal_of_a_large_attempt_holds_one_part_at_a_time() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "child: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let kib: usize = stdout.lines().find_map(|l| l.split_once("PEAK_GROWTH_KIB=").map(|(_, k)| k)).unwrap().trim().parse().unwrap();
+    let kib: usize =
+        stdout.lines().find_map(|l| l.split_once("PEAK_GROWTH_KIB=").map(|(_, k)| k)).unwrap().trim().parse().unwrap();
     let attempt_kib = PARTS as usize * PART_BYTES / 1024;
     println!("seal of {PARTS} parts of {PART_BYTES} bytes: peak resident growth {kib} KiB (attempt {attempt_kib} KiB)");
     assert!(kib < attempt_kib / 4, "seal held {kib} KiB at once of an attempt of {attempt_kib} KiB");

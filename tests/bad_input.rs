@@ -7,8 +7,8 @@ use std::path::Path;
 
 use redb::{ReadableTable, TableDefinition};
 use sinkpoint::limits::{
-    CHECKPOINT_BYTES_MAX, CHECKPOINT_ID_BYTES_MAX, COMMIT_CHECKPOINTS_MAX, REASON_BYTES_MAX, SEAL_PARTS_MAX, SOURCE_KEY_BYTES_MAX,
-    STAGE_BYTES_MAX, STAGE_KEYS_MAX, STAGE_RESULTS_MAX, WRITE_RESULT_BYTES_MAX,
+    CHECKPOINT_BYTES_MAX, CHECKPOINT_ID_BYTES_MAX, COMMIT_CHECKPOINTS_MAX, REASON_BYTES_MAX, SEAL_PARTS_MAX,
+    SOURCE_KEY_BYTES_MAX, STAGE_BYTES_MAX, STAGE_KEYS_MAX, STAGE_RESULTS_MAX, WRITE_RESULT_BYTES_MAX,
 };
 use sinkpoint::wal::frame::{self, decode_exact};
 use sinkpoint::wal::record::Record;
@@ -164,7 +164,10 @@ async fn a_stage_past_the_checkpoint_byte_limit_is_refused_and_writes_nothing() 
     assert_eq!(store.get(&a).unwrap().unwrap(), before);
 
     // The limit is on bytes, not parts: a small part still fits, and a retried part is still a no-op.
-    assert_eq!(store.stage(&a, 0, fitting, vec![b"k".to_vec()], vec![result("r")]).await.unwrap(), StageOutcome::Staged);
+    assert_eq!(
+        store.stage(&a, 0, fitting, vec![b"k".to_vec()], vec![result("r")]).await.unwrap(),
+        StageOutcome::Staged
+    );
     assert_eq!(store.stage(&a, 0, 0, vec![], full.clone()).await.unwrap(), StageOutcome::AlreadyStaged);
 
     let dropped = store.restart(&a).await.unwrap();

@@ -28,12 +28,19 @@ fn sealed(parts: u32, results: u32) -> CheckpointRecord {
 }
 
 fn stage(attempt: Attempt, part: Part, existing: PartMatch, results: u32) -> Event<'static> {
-    Event::Stage { attempt, part, existing, results, bytes: 1, attempt_bytes: 0, bytes_max: CHECKPOINT_BYTES_MAX }
+    Event::Stage {
+        attempt,
+        part,
+        existing,
+        results,
+        bytes: StageBytes { part: 1, attempt: 0, max: CHECKPOINT_BYTES_MAX },
+    }
 }
 
 /// A stage of a part of `bytes` into an attempt already holding `attempt_bytes`.
 fn stage_sized(attempt: Attempt, existing: PartMatch, bytes: u64, attempt_bytes: u64) -> Event<'static> {
-    Event::Stage { attempt, part: 7, existing, results: 1, bytes, attempt_bytes, bytes_max: CHECKPOINT_BYTES_MAX }
+    let bytes = StageBytes { part: bytes, attempt: attempt_bytes, max: CHECKPOINT_BYTES_MAX };
+    Event::Stage { attempt, part: 7, existing, results: 1, bytes }
 }
 
 fn seal(parts: u32, present: &[Part]) -> Event<'_> {

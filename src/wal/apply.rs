@@ -6,7 +6,8 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::error::{Error, TransitionError};
 use crate::limits::COMMIT_RESULTS_MAX;
 use crate::state::{
-    CheckpointRecord, CheckpointState, CommitSequence, Effect, Event, PartMatch, Step, check_begin, transition,
+    CheckpointRecord, CheckpointState, CommitSequence, Effect, Event, PartMatch, StageBytes, Step, check_begin,
+    transition,
 };
 use crate::types::{CheckpointId, Epoch, WriteResult};
 use crate::wal::frame;
@@ -302,9 +303,10 @@ impl<'txn> Tables<'txn> {
                 let results_count = u32::try_from(results.len()).map_err(|_| Error::bug("result count"))?;
                 // Only a new part of the current attempt can grow it: the scan is skipped for every other call.
                 let attempt_bytes = match &cur {
-                    Some(c) if c.state == CheckpointState::Staged
-                        && c.attempt == *attempt
-                        && existing == PartMatch::Absent =>
+                    Some(c)
+                        if c.state == CheckpointState::Staged
+                            && c.attempt == *attempt
+                            && existing == PartMatch::Absent =>
                     {
                         attempt_bytes(&self.parts, id, *attempt)?
                     }
@@ -315,9 +317,7 @@ impl<'txn> Tables<'txn> {
                     part: *part,
                     existing,
                     results: results_count,
-                    bytes: bytes.len() as u64,
-                    attempt_bytes,
-                    bytes_max: checkpoint_bytes_max,
+                    bytes: StageBytes { part: bytes.len() as u64, attempt: attempt_bytes, max: checkpoint_bytes_max },
                 };
                 match transition(id, cur.as_ref(), epoch, &event) {
                     Err(e) => Err(e),
