@@ -224,6 +224,22 @@ pub enum TransitionError {
         /// [`crate::limits::COMMIT_RESULTS_MAX`].
         max: u64,
     },
+    /// The part would take the attempt past [`crate::limits::CHECKPOINT_BYTES_MAX`]. Retrying fails the same way:
+    /// restart the checkpoint and split its input over more checkpoints.
+    #[error(
+        "checkpoint {id} attempt {attempt}: the part would bring it to {bytes} bytes; the limit is {limit} (over by {}): restart it and split its input over more checkpoints",
+        bytes.saturating_sub(*limit)
+    )]
+    CheckpointTooLarge {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The attempt.
+        attempt: u32,
+        /// The attempt's stored bytes with the offered part.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A call named no checkpoint.
     #[error("the call names no checkpoint")]
     NoCheckpoints,

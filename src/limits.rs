@@ -23,6 +23,14 @@ pub const STAGE_RESULTS_MAX: usize = 1_000;
 pub const STAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// The most parts one attempt of a checkpoint may be sealed with.
 pub const SEAL_PARTS_MAX: u32 = 100_000;
+/// The most bytes one attempt of a checkpoint may hold: the stored size of all its staged parts (their source
+/// keys and write results, plus a few bytes of encoding per key, per result and per part), checked at every
+/// `stage`. Without it an attempt could grow to [`SEAL_PARTS_MAX`] parts of [`STAGE_BYTES_MAX`] each, about
+/// 1.6 TB, more than a driver can hold when `pending` and the committer read its results, so it could be
+/// neither committed nor (with `restart`, which returns its results) dropped. 256 MiB is 15 stage calls at
+/// their limit, far more keys and file descriptions than one input holds in practice, and the size of a
+/// mirror read window ([`MIRROR_READ_WINDOW_BYTES_MAX`]): what this crate already expects a driver to hold.
+pub const CHECKPOINT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// The most checkpoints one target commit may cover.
 pub const COMMIT_CHECKPOINTS_MAX: usize = 10_000;
 /// The most write results one target commit may carry.
@@ -52,6 +60,10 @@ const _: () = assert!(STAGE_KEYS_MAX * SOURCE_KEY_BYTES_MAX / 4 <= STAGE_BYTES_M
 const _: () = assert!(WRITE_RESULT_BYTES_MAX <= STAGE_BYTES_MAX);
 const _: () = assert!(COMMIT_CHECKPOINTS_MAX * CHECKPOINT_ID_BYTES_MAX <= FRAME_PAYLOAD_BYTES_MAX);
 const _: () = assert!(GROUP_COMMIT_CALLS_MAX <= WRITER_QUEUE_CALLS_MAX);
+// One stage call at its limit, with its encoding (a few bytes per key and result), fits an empty attempt; and a
+// checkpoint stays far below what one commit may carry.
+const _: () = assert!(STAGE_BYTES_MAX as u64 + 1024 * 1024 <= CHECKPOINT_BYTES_MAX);
+const _: () = assert!(16 * CHECKPOINT_BYTES_MAX <= (COMMIT_RESULTS_MAX * WRITE_RESULT_BYTES_MAX) as u64);
 // Stage calls refuse parts at or past SEAL_PARTS_MAX, so a checkpoint's result count always fits its u32.
 const _: () = assert!((SEAL_PARTS_MAX as u64) * (STAGE_RESULTS_MAX as u64) <= u32::MAX as u64);
 

@@ -150,10 +150,19 @@ pub(crate) enum PartMatch {
     Released,
 }
 
+/// The sizes a stage call is judged by: the offered part's stored bytes, what the attempt's parts already take
+/// (gathered only for a new part of the current attempt, 0 otherwise), and the limit on their sum.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct StageBytes {
+    pub part: u64,
+    pub attempt: u64,
+    pub max: u64,
+}
+
 /// One event offered to a checkpoint, with the facts the store gathered for it.
 #[derive(Clone, Debug)]
 pub(crate) enum Event<'a> {
-    Stage { attempt: Attempt, part: Part, existing: PartMatch, results: u32 },
+    Stage { attempt: Attempt, part: Part, existing: PartMatch, results: u32, bytes: StageBytes },
     Seal { parts: u32, present: &'a [Part], key_conflict: Option<(String, CheckpointId)> },
     Restart,
     Abort,
@@ -207,10 +216,13 @@ pub(crate) fn transition(
     let id_owned = || id.clone();
     let Some(cur) = current else {
         return match event {
-            Event::Stage { attempt: 0, results, .. } => Ok(Step {
-                next: CheckpointRecord { state: S::Staged, attempt: 0, epoch, parts: 0, results: *results },
-                effect: Effect::InsertPart,
-            }),
+            Event::Stage { attempt: 0, results, bytes, .. } => {
+                check_attempt_bytes(id, 0, bytes.part, bytes.max)?;
+                Ok(Step {
+                    next: CheckpointRecord { state: S::Staged, attempt: 0, epoch, parts: 0, results: *results },
+                    effect: Effect::InsertPart,
+                })
+            }
             Event::Stage { attempt, .. } => {
                 Err(TransitionError::AttemptAhead { id: id_owned(), offered: *attempt, current: 0 })
             }
@@ -222,7 +234,7 @@ pub(crate) fn transition(
         |state: CheckpointState, effect: Effect| Step { next: CheckpointRecord { state, ..cur.clone() }, effect };
     match (cur.state, event) {
         // Staging.
-        (S::Staged, Event::Stage { attempt, part, existing, results }) => {
+        (S::Staged, Event::Stage { attempt, part, existing, results, bytes }) => {
             if cur.epoch < epoch {
                 return Err(TransitionError::Orphaned { id: id_owned(), staged_epoch: cur.epoch, epoch });
             }
@@ -233,10 +245,13 @@ pub(crate) fn transition(
                 return Err(TransitionError::AttemptAhead { id: id_owned(), offered: *attempt, current: cur.attempt });
             }
             match existing {
-                PartMatch::Absent => Ok(Step {
-                    next: CheckpointRecord { results: cur.results + results, ..cur.clone() },
-                    effect: Effect::InsertPart,
-                }),
+                PartMatch::Absent => {
+                    check_attempt_bytes(id, *attempt, bytes.attempt.saturating_add(bytes.part), bytes.max)?;
+                    Ok(Step {
+                        next: CheckpointRecord { results: cur.results + results, ..cur.clone() },
+                        effect: Effect::InsertPart,
+                    })
+                }
                 PartMatch::Same => Ok(same()),
                 PartMatch::Different | PartMatch::Released => {
                     Err(TransitionError::PartConflict { id: id_owned(), attempt: *attempt, part: *part })
@@ -360,6 +375,16 @@ pub(crate) fn transition(
             Err(TransitionError::CommitState { key: *key, state, what: "unbinding this checkpoint" })
         }
     }
+}
+
+/// Refuses a new part that would bring its attempt to `bytes`, over `bytes_max`
+/// ([`crate::limits::CHECKPOINT_BYTES_MAX`]): an attempt past what a driver can hold could be neither committed nor
+/// dropped. Pure.
+fn check_attempt_bytes(id: &CheckpointId, attempt: Attempt, bytes: u64, bytes_max: u64) -> Result<(), TransitionError> {
+    if bytes > bytes_max {
+        return Err(TransitionError::CheckpointTooLarge { id: id.clone(), attempt, bytes, limit: bytes_max });
+    }
+    Ok(())
 }
 
 /// The in-flight state of the job's commit sequence, kept in the store's meta.

@@ -7,14 +7,15 @@ use std::path::Path;
 
 use redb::{ReadableTable, TableDefinition};
 use sinkpoint::limits::{
-    CHECKPOINT_ID_BYTES_MAX, COMMIT_CHECKPOINTS_MAX, REASON_BYTES_MAX, SEAL_PARTS_MAX, SOURCE_KEY_BYTES_MAX,
-    STAGE_BYTES_MAX, STAGE_KEYS_MAX, STAGE_RESULTS_MAX, WRITE_RESULT_BYTES_MAX,
+    CHECKPOINT_BYTES_MAX, CHECKPOINT_ID_BYTES_MAX, COMMIT_CHECKPOINTS_MAX, REASON_BYTES_MAX, SEAL_PARTS_MAX,
+    SOURCE_KEY_BYTES_MAX, STAGE_BYTES_MAX, STAGE_KEYS_MAX, STAGE_RESULTS_MAX, WRITE_RESULT_BYTES_MAX,
 };
 use sinkpoint::testkit::RawProtocol;
 use sinkpoint::testkit::whitebox::Record;
 use sinkpoint::testkit::whitebox::frame::{self, decode_exact};
 use sinkpoint::{
-    CheckpointId, CheckpointState, Error, ErrorKind, Format, JobId, Resolution, Store, TargetIdentity, WriteResult,
+    CheckpointId, CheckpointState, Error, ErrorKind, Format, JobId, Resolution, StageOutcome, Store, TargetIdentity,
+    TransitionError, WriteResult,
 };
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -130,6 +131,51 @@ async fn oversized_calls_are_refused_and_write_nothing() {
     // recorded.
     store.mark_unknown(0, &long).await.unwrap();
     assert_eq!(store.get(&a).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
+    store.close();
+}
+
+/// Finding 6: an attempt's stored bytes are bounded at `stage`, inside the write transaction. Fifteen stage calls at
+/// their byte limit fit [`CHECKPOINT_BYTES_MAX`]; the sixteenth would pass it by its encoding overhead and is
+/// refused naming the checkpoint, the bytes and the limit, writing nothing; a small part still fits, a retried
+/// part is still a no-op, and the attempt next to the limit can still be restarted (returning every result), and
+/// the next attempt staged and sealed.
+#[tokio::test]
+async fn a_stage_past_the_checkpoint_byte_limit_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("s.redb")).await.unwrap();
+    let a = cid("input-a");
+    let whole = WriteResult::new(Format::Parquet, vec![1u8; WRITE_RESULT_BYTES_MAX]).unwrap();
+    let full = vec![whole; STAGE_BYTES_MAX / WRITE_RESULT_BYTES_MAX];
+    let fitting = (CHECKPOINT_BYTES_MAX / STAGE_BYTES_MAX as u64) as u32 - 1;
+    for part in 0..fitting {
+        store.stage(&a, 0, part, vec![], full.clone()).await.unwrap();
+    }
+    let before = store.get(&a).unwrap().unwrap();
+    let frames = store.log_frames().unwrap().len();
+
+    let err = store.stage(&a, 0, fitting, vec![], full.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::IllegalTransition, "{err}");
+    assert!(
+        matches!(err.transition(), Some(TransitionError::CheckpointTooLarge { id, attempt: 0, bytes, limit })
+            if *id == a && *bytes > CHECKPOINT_BYTES_MAX && *limit == CHECKPOINT_BYTES_MAX),
+        "{err}"
+    );
+    assert!(err.to_string().contains("restart it"), "{err}");
+    assert_eq!(store.log_frames().unwrap().len(), frames);
+    assert_eq!(store.get(&a).unwrap().unwrap(), before);
+
+    // The limit is on bytes, not parts: a small part still fits, and a retried part is still a no-op.
+    assert_eq!(
+        store.stage(&a, 0, fitting, vec![b"k".to_vec()], vec![result("r")]).await.unwrap(),
+        StageOutcome::Staged
+    );
+    assert_eq!(store.stage(&a, 0, 0, vec![], full.clone()).await.unwrap(), StageOutcome::AlreadyStaged);
+
+    let dropped = store.restart(&a).await.unwrap();
+    assert_eq!(dropped.len(), fitting as usize * full.len() + 1);
+    store.stage(&a, 1, 0, vec![], full.clone()).await.unwrap();
+    store.seal(&a, 1).await.unwrap();
+    assert_eq!(store.get(&a).unwrap().unwrap().state, CheckpointState::Sealed);
     store.close();
 }
 

@@ -381,7 +381,7 @@ impl<'a> Committer<'a> {
         if !self.store.commit_info(n)?.is_some_and(|c| c.awaits_recommit()) {
             return Err(error);
         }
-        self.store.mark_not_committed(n).await?;
+        self.store.protocol().mark_not_committed(n).await?;
         match self.probe_key(n, &info.ids, info.target_version).await? {
             InFlight::None => Err(error),
             other => Ok(other),

@@ -3,6 +3,7 @@
 //! mismatches, orphan seals, empty commits, marks on wrong keys), and [`check_begin`]. Each test is named after the row it covers.
 
 use super::*;
+use crate::limits::CHECKPOINT_BYTES_MAX;
 
 const EPOCH: Epoch = 3;
 
@@ -27,7 +28,19 @@ fn sealed(parts: u32, results: u32) -> CheckpointRecord {
 }
 
 fn stage(attempt: Attempt, part: Part, existing: PartMatch, results: u32) -> Event<'static> {
-    Event::Stage { attempt, part, existing, results }
+    Event::Stage {
+        attempt,
+        part,
+        existing,
+        results,
+        bytes: StageBytes { part: 1, attempt: 0, max: CHECKPOINT_BYTES_MAX },
+    }
+}
+
+/// A stage of a part of `bytes` into an attempt already holding `attempt_bytes`.
+fn stage_sized(attempt: Attempt, existing: PartMatch, bytes: u64, attempt_bytes: u64) -> Event<'static> {
+    let bytes = StageBytes { part: bytes, attempt: attempt_bytes, max: CHECKPOINT_BYTES_MAX };
+    Event::Stage { attempt, part: 7, existing, results: 1, bytes }
 }
 
 fn seal(parts: u32, present: &[Part]) -> Event<'_> {
@@ -109,6 +122,38 @@ fn staged_stage_of_a_new_part_adds_it_and_its_results() {
     let step = run(Some(&staged(1, 3)), &stage(1, 2, PartMatch::Absent, 4)).unwrap();
     assert_eq!(step.next, staged(1, 7));
     assert_eq!(step.effect, Effect::InsertPart);
+}
+
+// Row: Staged / absent | stage of a new part past CHECKPOINT_BYTES_MAX | CheckpointTooLarge, nothing written.
+
+#[test]
+fn staged_stage_of_a_new_part_up_to_the_byte_limit_is_accepted() {
+    let step = run(Some(&staged(1, 3)), &stage_sized(1, PartMatch::Absent, 10, CHECKPOINT_BYTES_MAX - 10)).unwrap();
+    assert_eq!(step, Step { next: staged(1, 4), effect: Effect::InsertPart });
+}
+
+#[test]
+fn staged_stage_of_a_new_part_past_the_byte_limit_is_checkpoint_too_large() {
+    let err = run(Some(&staged(1, 3)), &stage_sized(1, PartMatch::Absent, 11, CHECKPOINT_BYTES_MAX - 10)).unwrap_err();
+    let (bytes, limit) = (CHECKPOINT_BYTES_MAX + 1, CHECKPOINT_BYTES_MAX);
+    assert_eq!(err, TransitionError::CheckpointTooLarge { id: id(), attempt: 1, bytes, limit });
+    assert!(err.to_string().contains("over by 1"), "{err}");
+}
+
+#[test]
+fn absent_stage_of_a_first_part_past_the_byte_limit_is_checkpoint_too_large() {
+    let err = run(None, &stage_sized(0, PartMatch::Absent, CHECKPOINT_BYTES_MAX + 5, 0)).unwrap_err();
+    let (bytes, limit) = (CHECKPOINT_BYTES_MAX + 5, CHECKPOINT_BYTES_MAX);
+    assert_eq!(err, TransitionError::CheckpointTooLarge { id: id(), attempt: 0, bytes, limit });
+}
+
+/// A retried stage call after a lost ack stays a no-op (and a conflict stays a conflict) at the limit: the limit
+/// refuses growth only.
+#[test]
+fn staged_stage_of_a_stored_part_at_the_byte_limit_is_still_a_noop_or_a_conflict() {
+    assert_noop(&staged(1, 3), &stage_sized(1, PartMatch::Same, 10, CHECKPOINT_BYTES_MAX));
+    let err = run(Some(&staged(1, 3)), &stage_sized(1, PartMatch::Different, 10, CHECKPOINT_BYTES_MAX)).unwrap_err();
+    assert!(matches!(err, TransitionError::PartConflict { .. }), "{err}");
 }
 
 #[test]

@@ -6,15 +6,15 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::error::{Error, TransitionError};
 use crate::limits::COMMIT_RESULTS_MAX;
 use crate::state::{
-    CheckpointRecord, CheckpointState, CommitSequence, Effect, Event, PartMatch, Step, check_begin, check_finish,
-    transition,
+    CheckpointRecord, CheckpointState, CommitSequence, Effect, Event, PartMatch, StageBytes, Step, check_begin,
+    check_finish, transition,
 };
 use crate::types::{CheckpointId, Epoch, WriteResult};
 use crate::wal::frame;
-use crate::wal::record::{Record, Resolution, encode_value};
+use crate::wal::record::{Record, Resolution, decode_value, encode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValueRef,
-    STATES, encode_meta, read_checkpoint, read_commit, read_part_numbers, read_parts,
+    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValue,
+    PartValueRef, STATES, attempt_bytes, encode_meta, read_checkpoint, read_commit, read_part_numbers, visit_parts,
 };
 
 /// What an accepted record did.
@@ -98,9 +98,14 @@ impl<'txn> Tables<'txn> {
     }
 
     fn drop_parts(&mut self, id: &CheckpointId, attempt: u32, unclaim_keys: bool) -> Result<Vec<WriteResult>, Error> {
-        let parts = read_parts(&self.parts, id, attempt)?;
         let mut dropped = Vec::new();
-        for (part, value) in parts {
+        // Each part is removed as it is visited and decoded alone: memory stays at one part plus the results the
+        // caller gets back, whatever the attempt's size.
+        let range = (id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX);
+        for entry in self.parts.extract_from_if(range, |_, _| true)? {
+            let (k, v) = entry?;
+            let part = k.value().2;
+            let value: PartValue = decode_value(v.value(), &|| format!("table parts, ({id}, {attempt}, {part})"))?;
             if unclaim_keys {
                 for key in &value.keys {
                     let owned = self.keys.get(key.as_slice())?.map(|o| o.value() == id.as_str()).unwrap_or(false);
@@ -109,7 +114,6 @@ impl<'txn> Tables<'txn> {
                     }
                 }
             }
-            self.parts.remove((id.as_str(), attempt, part))?;
             dropped.extend(value.results);
         }
         Ok(dropped)
@@ -135,11 +139,13 @@ impl<'txn> Tables<'txn> {
             Effect::DropParts { attempt } => dropped = self.drop_parts(id, attempt, false)?,
             Effect::UnclaimKeysDropParts { attempt } => dropped = self.drop_parts(id, attempt, true)?,
             Effect::ClaimKeys => {
-                for (_, value) in read_parts(&self.parts, id, step.next.attempt)? {
+                let keys = &mut self.keys;
+                visit_parts(&self.parts, id, step.next.attempt, |value| {
                     for key in &value.keys {
-                        self.keys.insert(key.as_slice(), id.as_str())?;
+                        keys.insert(key.as_slice(), id.as_str())?;
                     }
-                }
+                    Ok(None::<()>)
+                })?;
             }
             Effect::ReleaseResults => {
                 // The keys stay processed; only the bytes of the results go.
@@ -178,7 +184,7 @@ impl<'txn> Tables<'txn> {
 
     /// The first source key of this attempt already owned by another checkpoint.
     fn key_conflict(&self, id: &CheckpointId, attempt: u32) -> Result<Option<(String, CheckpointId)>, Error> {
-        for (_, value) in read_parts(&self.parts, id, attempt)? {
+        visit_parts(&self.parts, id, attempt, |value| {
             for key in &value.keys {
                 if let Some(owner) = self.keys.get(key.as_slice())?
                     && owner.value() != id.as_str()
@@ -188,8 +194,8 @@ impl<'txn> Tables<'txn> {
                     return Ok(Some((String::from_utf8_lossy(key).into_owned(), owner)));
                 }
             }
-        }
-        Ok(None)
+            Ok(None)
+        })
     }
 
     fn commit(&self, key: u64) -> Result<Result<CommitValue, TransitionError>, Error> {
@@ -304,12 +310,14 @@ impl<'txn> Tables<'txn> {
 
     /// Validates `record` against the state (including the calls before it in this transaction) and, if it is
     /// legal, appends it to the log and applies it. The outer error is a storage failure that dooms the whole
-    /// transaction; the inner one rejects this record alone, with nothing written.
+    /// transaction; the inner one rejects this record alone, with nothing written. `checkpoint_bytes_max` bounds
+    /// an attempt's stored bytes ([`crate::limits::CHECKPOINT_BYTES_MAX`] for a new call).
     pub(crate) fn execute(
         &mut self,
         meta: &mut Meta,
         record: &Record,
         frames: &mut Vec<Vec<u8>>,
+        checkpoint_bytes_max: u64,
     ) -> Result<Result<Applied, TransitionError>, Error> {
         let epoch = meta.epoch;
         let outcome = match record {
@@ -320,7 +328,24 @@ impl<'txn> Tables<'txn> {
                 let bytes = encode_value(&PartValueRef { keys, results })?;
                 let existing = self.part_match(id, cur.as_ref(), *attempt, *part, &bytes)?;
                 let results_count = u32::try_from(results.len()).map_err(|_| Error::bug("result count"))?;
-                let event = Event::Stage { attempt: *attempt, part: *part, existing, results: results_count };
+                // Only a new part of the current attempt can grow it: the scan is skipped for every other call.
+                let attempt_bytes = match &cur {
+                    Some(c)
+                        if c.state == CheckpointState::Staged
+                            && c.attempt == *attempt
+                            && existing == PartMatch::Absent =>
+                    {
+                        attempt_bytes(&self.parts, id, *attempt)?
+                    }
+                    _ => 0,
+                };
+                let event = Event::Stage {
+                    attempt: *attempt,
+                    part: *part,
+                    existing,
+                    results: results_count,
+                    bytes: StageBytes { part: bytes.len() as u64, attempt: attempt_bytes, max: checkpoint_bytes_max },
+                };
                 match transition(id, cur.as_ref(), epoch, &event) {
                     Err(e) => Err(e),
                     Ok(step) if step.effect == Effect::None => Ok(Applied::default()),
@@ -468,7 +493,9 @@ impl<'txn> Tables<'txn> {
                     return Err(diverged(format!("a record of epoch {} within epoch {}", frame.epoch, m.epoch)));
                 }
                 let mut out = Vec::new();
-                if let Err(rejected) = self.execute(m, &record, &mut out)? {
+                // What a writer accepted stays accepted: a limit lowered since (or an 0.1 log staged before it
+                // existed) must not turn a mirror's log into a divergence.
+                if let Err(rejected) = self.execute(m, &record, &mut out, u64::MAX)? {
                     return Err(diverged(format!("the state rejects it: {rejected}")));
                 }
                 out

@@ -140,6 +140,38 @@ pub(crate) fn read_parts(
     Ok(out)
 }
 
+/// Decodes the parts of one attempt in part order, one at a time, and hands each to `visit` until it returns
+/// `Some`: memory stays at one part whatever the attempt's size.
+pub(crate) fn visit_parts<T>(
+    table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+    id: &CheckpointId,
+    attempt: u32,
+    mut visit: impl FnMut(PartValue) -> Result<Option<T>, Error>,
+) -> Result<Option<T>, Error> {
+    for entry in table.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
+        let (k, v) = entry?;
+        let part = k.value().2;
+        let value = decode_value(v.value(), &|| format!("table parts, ({id}, {attempt}, {part})"))?;
+        if let Some(found) = visit(value)? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// The stored bytes of one attempt's parts, summed without decoding them.
+pub(crate) fn attempt_bytes(
+    table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+    id: &CheckpointId,
+    attempt: u32,
+) -> Result<u64, Error> {
+    let mut bytes = 0u64;
+    for entry in table.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
+        bytes += entry?.1.value().len() as u64;
+    }
+    Ok(bytes)
+}
+
 /// The part numbers present for one attempt, in order, without decoding them.
 pub(crate) fn read_part_numbers(
     table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,

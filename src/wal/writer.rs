@@ -14,7 +14,7 @@ use redb::{Database, Durability};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result, TransitionError};
-use crate::limits::{GROUP_COMMIT_CALLS_MAX, LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX};
+use crate::limits::{CHECKPOINT_BYTES_MAX, GROUP_COMMIT_CALLS_MAX, LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX};
 use crate::wal::apply::{Applied, Tables};
 use crate::wal::record::Record;
 use crate::wal::tables::Meta;
@@ -287,7 +287,7 @@ fn commit_batch(
     {
         let mut tables = Tables::open(&txn)?;
         for call in batch {
-            results.push(tables.execute(&mut next, &call.record, &mut frames)?);
+            results.push(tables.execute(&mut next, &call.record, &mut frames, CHECKPOINT_BYTES_MAX)?);
         }
         if !frames.is_empty() {
             // Without a mirror the log is cut in steps of LOG_RECORDS_RETAINED_MAX records, once it holds twice that:
