@@ -434,6 +434,8 @@ pub(crate) fn check_snapshot_entries(entries: &[SnapshotEntry], place: &str) -> 
 }
 
 /// Decodes and checks a snapshot held whole in the object named by `place` (one chunk), which must hold `slot`.
+/// Restores stream chunks instead; this whole-object form serves the fuzz logic and the format's tests.
+#[cfg(any(test, feature = "testkit"))]
 pub(crate) fn decode_snapshot(
     bytes: &[u8],
     slot: u64,
