@@ -77,3 +77,77 @@ async fn wait_for(bucket: &Bucket, key: &str) {
     }
     panic!("{key} never appeared: {:?}", bucket.keys().await);
 }
+
+/// Red-team 1: a takeover whose claim stalls (after it read the log) while the old holder snapshots past the
+/// slot it read up to and collects everything below, must still fence the old holder. The claim is held, not
+/// the fence: the holder's collection lists the manifests before the claim exists, so only the new writer's
+/// re-list after its claim can notice the newer manifest and move its read and its fence past the collection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_stalled_past_collection_still_fences_the_old_writer() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-stalled-claim");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
+        let old = builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap();
+        // Slots 0–2 (Create + Open, stage, seal): a snapshot at slot 3, referenced by manifest update 1.
+        seal(&old, 0).await;
+        old.flush().await.unwrap();
+        wait_for(&bucket, "manifest/00000000000000000001.0000000001").await;
+
+        // The new writer reads manifest 1.1 and the log from slot 3 (nothing there yet); its claim is held.
+        let held = FaultStore::new(bucket.raw.clone());
+        held.hold_puts_under("/manifest/");
+        let opening = {
+            let builder = Store::builder(job(), target())
+                .path(dir.path().join("b.redb"))
+                .mirror(Arc::new(held.clone()), bucket.prefix.clone(), settings.clone())
+                .clock(Arc::new(clock.clone()));
+            tokio::spawn(async move { builder.open().await })
+        };
+        while held.held_puts() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The old writer fills slots 3–10 and snapshots at 7 and 11 (updates 2 and 3); then its collection falls
+        // due, finds no newer epoch (the claim is still held) and deletes every slot below 11, slot 3 included.
+        for n in 1..5 {
+            seal(&old, n).await;
+        }
+        wait_for(&bucket, "manifest/00000000000000000001.0000000003").await;
+        clock.advance(1_000);
+        seal(&old, 5).await;
+        old.flush().await.unwrap();
+        wait_gone(&bucket, "wal/00000000000000000003").await;
+
+        held.hold_puts(false);
+        let new = opening.await.unwrap().unwrap();
+        assert_eq!(new.epoch(), 2, "{kind:?}");
+        let fenced = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+        assert!(
+            matches!(&fenced, Err(e) if e.kind() == ErrorKind::Fenced),
+            "{kind:?}: the old writer was not fenced by the stalled takeover: {fenced:?}"
+        );
+        assert!(
+            (0..6).all(|n| new.is_processed(&key(n)).unwrap()),
+            "{kind:?}: the takeover lost seals the old writer acknowledged before it was fenced"
+        );
+        let state = digest(&new);
+        old.close();
+        new.close();
+        let restored = builder(&bucket, &dir.path().join("c.redb"), settings, &clock).open().await;
+        assert!(restored.is_ok(), "{kind:?}: the mirror can no longer be restored: {:?}", restored.err());
+        let restored = restored.unwrap();
+        assert_eq!(digest(&restored), state, "{kind:?}");
+        restored.close();
+    }
+}
+
+async fn wait_gone(bucket: &Bucket, key: &str) {
+    for _ in 0..2000 {
+        if !bucket.keys().await.iter().any(|k| k == key) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{key} was never collected: {:?}", bucket.keys().await);
+}
