@@ -122,6 +122,9 @@ async fn a_takeover_stalled_past_collection_still_fences_the_old_writer() {
         held.hold_puts(false);
         let new = opening.await.unwrap().unwrap();
         assert_eq!(new.epoch(), 2, "{kind:?}");
+        // The redone read is named by update 1 of the new epoch, so no reader starts at the collected slot 3.
+        let keys = bucket.keys().await;
+        assert!(keys.iter().any(|k| k == "manifest/00000000000000000002.0000000001"), "{kind:?}: {keys:?}");
         let fenced = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
         assert!(
             matches!(&fenced, Err(e) if e.kind() == ErrorKind::Fenced),

@@ -32,6 +32,35 @@ pub(crate) fn read_manifests(remote: &Remote) -> Result<Vec<(ManifestName, Manif
     Ok(Vec::new())
 }
 
+/// The newest of `names` (sorted, oldest first) that is still there, read and checked. A claim (update 0) whose
+/// base is below the newest manifest of the epochs before it copied a base superseded while its writer read (a
+/// crash before that writer's update named the newer one): the history of slots is linear, so the later
+/// snapshot supersedes the earlier one, and its base and history are used. That costs one more GET, for a claim.
+pub(crate) fn read_newest(remote: &Remote, names: &[ManifestName]) -> Result<Option<(ManifestName, ManifestBody)>> {
+    let Some((at, name, mut body)) = read_last(remote, names)? else { return Ok(None) };
+    if name.update == 0
+        && let Some((_, _, older)) = read_last(remote, &names[..at])?
+        && older.first_slot > body.first_slot
+    {
+        body.first_slot = older.first_slot;
+        body.snapshot = older.snapshot;
+        body.history = older.history;
+    }
+    Ok(Some((name, body)))
+}
+
+/// The last of `names` still there, with its index: one vanished since the listing was collected behind a newer
+/// one, so the one before it is read instead; a damaged one is corruption.
+fn read_last(remote: &Remote, names: &[ManifestName]) -> Result<Option<(usize, ManifestName, ManifestBody)>> {
+    for (at, name) in names.iter().enumerate().rev() {
+        let path = remote.layout.manifest(*name);
+        let Some(bytes) = remote.get(&path)? else { continue };
+        let body = decode_manifest(&bytes, name.epoch, name.update, &remote.describe(&path))?;
+        return Ok(Some((at, *name, body)));
+    }
+    Ok(None)
+}
+
 /// The names of every manifest, oldest first, without reading them.
 pub(crate) fn list_manifest_names(remote: &Remote) -> Result<Vec<ManifestName>> {
     let mut names: Vec<_> =
