@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use mirror_support::*;
 use sinkpoint::mirror::MirrorSettings;
-use sinkpoint::testkit::{FaultStore, ManualClock};
+use sinkpoint::testkit::{FaultStore, ManualClock, PutFault};
 use sinkpoint::{ErrorKind, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,36 +89,8 @@ async fn a_takeover_stalled_past_collection_still_fences_the_old_writer() {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);
         let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
-        let old = builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap();
-        // Slots 0–2 (Create + Open, stage, seal): a snapshot at slot 3, referenced by manifest update 1.
-        seal(&old, 0).await;
-        old.flush().await.unwrap();
-        wait_for(&bucket, "manifest/00000000000000000001.0000000001").await;
-
-        // The new writer reads manifest 1.1 and the log from slot 3 (nothing there yet); its claim is held.
         let held = FaultStore::new(bucket.raw.clone());
-        held.hold_puts_under("/manifest/");
-        let opening = {
-            let builder = Store::builder(job(), target())
-                .path(dir.path().join("b.redb"))
-                .mirror(Arc::new(held.clone()), bucket.prefix.clone(), settings.clone())
-                .clock(Arc::new(clock.clone()));
-            tokio::spawn(async move { builder.open().await })
-        };
-        while held.held_puts() == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        // The old writer fills slots 3–10 and snapshots at 7 and 11 (updates 2 and 3); then its collection falls
-        // due, finds no newer epoch (the claim is still held) and deletes every slot below 11, slot 3 included.
-        for n in 1..5 {
-            seal(&old, n).await;
-        }
-        wait_for(&bucket, "manifest/00000000000000000001.0000000003").await;
-        clock.advance(1_000);
-        seal(&old, 5).await;
-        old.flush().await.unwrap();
-        wait_gone(&bucket, "wal/00000000000000000003").await;
-
+        let (old, opening) = stall_claim_past_collection(&bucket, dir.path(), &settings, &clock, &held).await;
         held.hold_puts(false);
         let new = opening.await.unwrap().unwrap();
         assert_eq!(new.epoch(), 2, "{kind:?}");
@@ -140,6 +112,84 @@ async fn a_takeover_stalled_past_collection_still_fences_the_old_writer() {
         let restored = builder(&bucket, &dir.path().join("c.redb"), settings, &clock).open().await;
         assert!(restored.is_ok(), "{kind:?}: the mirror can no longer be restored: {:?}", restored.err());
         let restored = restored.unwrap();
+        assert_eq!(digest(&restored), state, "{kind:?}");
+        restored.close();
+    }
+}
+
+/// Opens the old writer, then a new one ("b.redb", through `held`) whose claim is held after it read the log
+/// from slot 3, while the old writer snapshots at 7 and 11 and collects every slot below 11. Returns the old
+/// writer (with checkpoints 0–5 sealed and acknowledged) and the held open.
+async fn stall_claim_past_collection(
+    bucket: &Bucket,
+    dir: &std::path::Path,
+    settings: &MirrorSettings,
+    clock: &ManualClock,
+    held: &FaultStore<Arc<dyn object_store::ObjectStore>>,
+) -> (Store, tokio::task::JoinHandle<sinkpoint::Result<Store>>) {
+    let old = builder(bucket, &dir.join("a.redb"), settings.clone(), clock).open().await.unwrap();
+    // Slots 0–2 (Create + Open, stage, seal): a snapshot at slot 3, referenced by manifest update 1.
+    seal(&old, 0).await;
+    old.flush().await.unwrap();
+    wait_for(bucket, "manifest/00000000000000000001.0000000001").await;
+
+    // The new writer reads manifest 1.1 and the log from slot 3 (nothing there yet); its claim is held.
+    held.hold_puts_under("/manifest/");
+    let opening = {
+        let builder = Store::builder(job(), target())
+            .path(dir.join("b.redb"))
+            .mirror(Arc::new(held.clone()), bucket.prefix.clone(), settings.clone())
+            .clock(Arc::new(clock.clone()));
+        tokio::spawn(async move { builder.open().await })
+    };
+    while held.held_puts() == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // The old writer fills slots 3–10 and snapshots at 7 and 11 (updates 2 and 3); then its collection falls
+    // due, finds no newer epoch (the claim is still held) and deletes every slot below 11, slot 3 included.
+    for n in 1..5 {
+        seal(&old, n).await;
+    }
+    wait_for(bucket, "manifest/00000000000000000001.0000000003").await;
+    clock.advance(1_000);
+    seal(&old, 5).await;
+    old.flush().await.unwrap();
+    wait_gone(bucket, "wal/00000000000000000003").await;
+    (old, opening)
+}
+
+/// Step 2 of the fix: a takeover that dies between its stale claim (base 3, collected) and the update naming
+/// the newer base leaves the claim as the newest manifest. Readers take the previous epoch's newer base instead
+/// (the history of slots is linear), so the next open restores, fences the old writer, and loses no ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_left_with_a_collected_base_by_a_crash_does_not_brick_the_mirror() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-stale-claim");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
+        let held = FaultStore::new(bucket.raw.clone());
+        // The update after the claim never lands: the takeover dies with its stale claim in the mirror.
+        held.fail_puts(PutFault::FailBefore, "manifest/00000000000000000002.", 1_000);
+        let (old, opening) = stall_claim_past_collection(&bucket, dir.path(), &settings, &clock, &held).await;
+        held.hold_puts(false);
+        let dead = opening.await.unwrap();
+        assert!(dead.is_err(), "{kind:?}: the takeover's update was meant to fail");
+        let keys = bucket.keys().await;
+        assert!(keys.iter().any(|k| k == "manifest/00000000000000000002"), "{kind:?}: {keys:?}");
+        assert!(!keys.iter().any(|k| k.starts_with("manifest/00000000000000000002.")), "{kind:?}: {keys:?}");
+
+        let next = builder(&bucket, &dir.path().join("c.redb"), settings.clone(), &clock).open().await;
+        assert!(next.is_ok(), "{kind:?}: a stale claim bricked the mirror: {:?}", next.err());
+        let next = next.unwrap();
+        assert_eq!(next.epoch(), 3, "{kind:?}");
+        let fenced = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+        assert!(matches!(&fenced, Err(e) if e.kind() == ErrorKind::Fenced), "{kind:?}: {fenced:?}");
+        assert!((0..6).all(|n| next.is_processed(&key(n)).unwrap()), "{kind:?}: acked seals lost");
+        let state = digest(&next);
+        old.close();
+        next.close();
+        let restored = builder(&bucket, &dir.path().join("d.redb"), settings, &clock).open().await.unwrap();
         assert_eq!(digest(&restored), state, "{kind:?}");
         restored.close();
     }
