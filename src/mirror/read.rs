@@ -14,7 +14,7 @@ use crate::mirror::remote::Remote;
 /// checked. Only the newest is read: a restore needs nothing else, so a damaged superseded manifest is ignored like
 /// a superseded slot, and an open costs one GET however many claims piled up. A manifest that vanished between
 /// the listing and the read was deleted by the newest holder's collection, so the one before it is read instead;
-/// a damaged newest one is corruption.
+/// a damaged newest one is corruption. A claim with a superseded base is read as [`read_newest`] says.
 pub(crate) fn read_manifests(remote: &Remote) -> Result<Vec<(ManifestName, ManifestBody)>> {
     let mut names = Vec::new();
     for meta in remote.list("manifest")? {
@@ -24,12 +24,7 @@ pub(crate) fn read_manifests(remote: &Remote) -> Result<Vec<(ManifestName, Manif
         names.push(name);
     }
     names.sort();
-    for name in names.into_iter().rev() {
-        let path = remote.layout.manifest(name);
-        let Some(bytes) = remote.get(&path)? else { continue };
-        return Ok(vec![(name, decode_manifest(&bytes, name.epoch, name.update, &remote.describe(&path))?)]);
-    }
-    Ok(Vec::new())
+    Ok(read_newest(remote, &names)?.into_iter().collect())
 }
 
 /// The newest of `names` (sorted, oldest first) that is still there, read and checked. A claim (update 0) whose
