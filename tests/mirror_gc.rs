@@ -117,6 +117,55 @@ async fn a_takeover_stalled_past_collection_still_fences_the_old_writer() {
     }
 }
 
+/// Defence in depth (red-team 1, step 3): an old holder whose collection finds a newer epoch's manifest stops
+/// with `Fenced` at once, before the new writer's fence reaches it (the fence is held here), so none of its
+/// later calls is acknowledged while it is no longer the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_holder_whose_collection_sees_a_newer_epoch_stops_fenced() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-sees-newer");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
+        let old = builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap();
+        seal(&old, 0).await;
+        old.flush().await.unwrap();
+        wait_for(&bucket, "manifest/00000000000000000001.0000000001").await;
+        let held = FaultStore::new(bucket.raw.clone());
+        held.hold_puts_under("/wal/");
+        let opening = {
+            let builder = Store::builder(job(), target())
+                .path(dir.path().join("b.redb"))
+                .mirror(Arc::new(held.clone()), bucket.prefix.clone(), settings.clone())
+                .clock(Arc::new(clock.clone()));
+            tokio::spawn(async move { builder.open().await })
+        };
+        while held.held_puts() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The claim of epoch 2 is in; its fence is held. The old writer's collection falls due and lists it.
+        clock.advance(1_000);
+        seal(&old, 1).await;
+        let mut late = Ok(sinkpoint::StageOutcome::Staged);
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            late = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+            if late.is_err() {
+                break;
+            }
+        }
+        held.hold_puts(false);
+        assert!(
+            matches!(&late, Err(e) if e.kind() == ErrorKind::Fenced),
+            "{kind:?}: the old writer went on after its collection saw epoch 2: {late:?}"
+        );
+        let new = opening.await.unwrap().unwrap();
+        assert!((0..2).all(|n| new.is_processed(&key(n)).unwrap()), "{kind:?}: acked seals lost");
+        old.close();
+        new.close();
+    }
+}
+
 /// Opens the old writer, then a new one ("b.redb", through `held`) whose claim is held after it read the log
 /// from slot 3, while the old writer snapshots at 7 and 11 and collects every slot below 11. Returns the old
 /// writer (with checkpoints 0–5 sealed and acknowledged) and the held open.
