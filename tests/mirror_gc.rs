@@ -44,10 +44,10 @@ async fn only_the_newest_epoch_deletes() {
         }
         wait_for(&bucket, "manifest/00000000000000000001.0000000002").await;
         let before = bucket.keys().await;
-        // Its collection falls due; one more group makes it run. A claim of epoch 2 exists: it deletes nothing.
+        // Its collection falls due; one more group makes it run. A claim of epoch 2 exists: it deletes nothing,
+        // and stops the old writer (fenced), so whether this stage is acknowledged is a race.
         clock.advance(1_000);
-        seal(&old, 3).await;
-        old.flush().await.unwrap();
+        let _ = old.stage(&id(3), 0, 0, vec![key(3)], vec![result(3)]).await;
         std::thread::sleep(std::time::Duration::from_millis(300));
         let after = bucket.keys().await;
         let lost: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
@@ -59,7 +59,7 @@ async fn only_the_newest_epoch_deletes() {
         let err = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Fenced, "{kind:?}: {err}");
         let state = digest(&new);
-        assert!((0..4).all(|n| new.is_processed(&key(n)).unwrap()), "{kind:?}: the takeover lost acked seals");
+        assert!((0..3).all(|n| new.is_processed(&key(n)).unwrap()), "{kind:?}: the takeover lost acked seals");
         old.close();
         new.close();
         let restored = builder(&bucket, &dir.path().join("c.redb"), settings, &clock).open().await.unwrap();
@@ -145,7 +145,6 @@ async fn an_old_holder_whose_collection_sees_a_newer_epoch_stops_fenced() {
         }
         // The claim of epoch 2 is in; its fence is held. The old writer's collection falls due and lists it.
         clock.advance(1_000);
-        seal(&old, 1).await;
         let mut late = Ok(sinkpoint::StageOutcome::Staged);
         for _ in 0..200 {
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -160,7 +159,7 @@ async fn an_old_holder_whose_collection_sees_a_newer_epoch_stops_fenced() {
             "{kind:?}: the old writer went on after its collection saw epoch 2: {late:?}"
         );
         let new = opening.await.unwrap().unwrap();
-        assert!((0..2).all(|n| new.is_processed(&key(n)).unwrap()), "{kind:?}: acked seals lost");
+        assert!(new.is_processed(&key(0)).unwrap(), "{kind:?}: an acked seal was lost");
         old.close();
         new.close();
     }

@@ -536,8 +536,7 @@ impl Maintainer {
             return Ok(());
         }
         let names = list_manifest_names(&self.remote)?;
-        if names.last().is_some_and(|n| n.epoch > self.epoch) {
-            self.newest = false;
+        if self.superseded(&names) {
             return Ok(());
         }
         for name in names.into_iter().filter(|n| *n < due.name) {
@@ -551,6 +550,25 @@ impl Maintainer {
             }
         }
         tracing::debug!(first_slot = due.first_slot, "sinkpoint mirror collected");
+        // A claim that landed during the deletes is found now rather than at this writer's next slot.
+        self.superseded(&list_manifest_names(&self.remote)?);
         Ok(())
+    }
+
+    /// Whether `names` show a newer epoch's manifest; if so this writer is fenced, and stops the store at once:
+    /// its next slot may lie beyond the newer writer's fence, so waiting for a slot to be taken is not enough.
+    fn superseded(&mut self, names: &[ManifestName]) -> bool {
+        let Some(newer) = names.last().filter(|n| n.epoch > self.epoch) else { return false };
+        self.newest = false;
+        self.progress.fail(Failure {
+            fenced: true,
+            message: format!(
+                "epoch {} claimed the mirror at {} after this writer (epoch {}): this writer is fenced; stop it",
+                newer.epoch,
+                self.remote.describe(self.remote.layout.prefix()),
+                self.epoch
+            ),
+        });
+        true
     }
 }
