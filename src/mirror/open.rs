@@ -301,14 +301,18 @@ fn read_and_reconcile(
             if let Some(next) = check_history(lm, &history, &location)?
                 && lm.next_seq > next.seq
             {
-                return Err(diverged(format!(
+                // Nothing is damaged: this file's writer was fenced, its tail never acknowledged in synchronous
+                // mode (red-team 21), so the advice is a fenced writer's, not a corrupt store's.
+                return Err(Error::fenced(format!(
                     "the local store holds records of epoch {} from seq {} to {} that the mirror at {location} \
-                     does not: epoch {} fenced them at {}",
+                     does not: epoch {} fenced them at {}; this local file was superseded by epoch {}, and nothing \
+                     is damaged: reopen with a new local path, or delete the local file to restore it from the mirror",
                     lm.epoch,
                     next.seq,
                     lm.next_seq - 1,
                     next.epoch,
-                    remote.describe(&remote.layout.wal(next.slot))
+                    remote.describe(&remote.layout.wal(next.slot)),
+                    next.epoch
                 )));
             }
             let log_table = txn.open_table(LOG)?;
