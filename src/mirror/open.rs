@@ -298,7 +298,7 @@ fn read_and_reconcile(
     let reload = match &local {
         None => true,
         Some(lm) => {
-            if let Some(next) = check_history(lm, &history, &location)?
+            if let Some(next) = check_history(lm, &history, location)?
                 && lm.next_seq > next.seq
             {
                 // Nothing is damaged: this file's writer was fenced, its tail never acknowledged in synchronous
@@ -359,11 +359,7 @@ fn read_and_reconcile(
 /// from. A collection deletes only below the base of a manifest its holder wrote before the listing that found
 /// no newer epoch, and that listing came before this claim landed (every later one sees it and deletes nothing),
 /// so this one listing shows every base a deletion can still use.
-fn superseded_read(
-    remote: &Remote,
-    epoch: Epoch,
-    read: &Reconciled,
-) -> Result<Option<(ManifestName, ManifestBody)>> {
+fn superseded_read(remote: &Remote, epoch: Epoch, read: &Reconciled) -> Result<Option<(ManifestName, ManifestBody)>> {
     let older: Vec<ManifestName> = list_manifest_names(remote)?.into_iter().filter(|n| n.epoch < epoch).collect();
     if older.last() == read.prior.as_ref().map(|p| &p.0) {
         return Ok(None);
