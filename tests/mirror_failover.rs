@@ -1,6 +1,7 @@
 //! Proves failover between machines on every backend: M1 → M2 → M1, each with its own local file, always ends
 //! in the mirror's state (a stale local file that is a prefix of the mirror's log takes the tail); a local tail
-//! that a newer epoch fenced is refused with an error naming the sequence number and slot where they diverge;
+//! that a newer epoch fenced is refused as `Fenced` (superseded, not damaged), naming the sequence number and
+//! slot where they diverge;
 //! a local tail no newer epoch fenced (an asynchronous writer that crashed) is re-shipped, not lost.
 
 mod mirror_support;
@@ -69,10 +70,12 @@ async fn a_local_tail_fenced_by_a_newer_epoch_is_refused_naming_where_they_diver
         old.close();
         new.close();
 
+        // Nothing is damaged (red-team 21): the local file was superseded, so the error is `Fenced`, never
+        // `Corrupt`, and says so.
         let err = builder(&bucket, &m1, sync_settings(), &clock).open().await.err().unwrap();
-        assert_eq!(err.kind(), ErrorKind::Corrupt, "{kind:?}: {err}");
+        assert_eq!(err.kind(), ErrorKind::Fenced, "{kind:?}: {err}");
         let message = err.to_string();
-        assert!(message.contains("diverged"), "{kind:?}: {message}");
+        assert!(message.contains("superseded by epoch 2"), "{kind:?}: {message}");
         assert!(message.contains("from seq 4"), "{kind:?}: {message}");
         assert!(message.contains("wal/00000000000000000003"), "{kind:?}: {message}");
         assert!(message.contains("delete the local file"), "{kind:?}: {message}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use mirror_support::*;
 use sinkpoint::mirror::MirrorSettings;
-use sinkpoint::testkit::{FaultStore, ManualClock};
+use sinkpoint::testkit::{FaultStore, ManualClock, PutFault};
 use sinkpoint::{ErrorKind, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,10 +44,10 @@ async fn only_the_newest_epoch_deletes() {
         }
         wait_for(&bucket, "manifest/00000000000000000001.0000000002").await;
         let before = bucket.keys().await;
-        // Its collection falls due; one more group makes it run. A claim of epoch 2 exists: it deletes nothing.
+        // Its collection falls due; one more group makes it run. A claim of epoch 2 exists: it deletes nothing,
+        // and stops the old writer (fenced), so whether this stage is acknowledged is a race.
         clock.advance(1_000);
-        seal(&old, 3).await;
-        old.flush().await.unwrap();
+        let _ = old.stage(&id(3), 0, 0, vec![key(3)], vec![result(3)]).await;
         std::thread::sleep(std::time::Duration::from_millis(300));
         let after = bucket.keys().await;
         let lost: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
@@ -59,7 +59,7 @@ async fn only_the_newest_epoch_deletes() {
         let err = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Fenced, "{kind:?}: {err}");
         let state = digest(&new);
-        assert!((0..4).all(|n| new.is_processed(&key(n)).unwrap()), "{kind:?}: the takeover lost acked seals");
+        assert!((0..3).all(|n| new.is_processed(&key(n)).unwrap()), "{kind:?}: the takeover lost acked seals");
         old.close();
         new.close();
         let restored = builder(&bucket, &dir.path().join("c.redb"), settings, &clock).open().await.unwrap();
@@ -76,4 +76,179 @@ async fn wait_for(bucket: &Bucket, key: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     panic!("{key} never appeared: {:?}", bucket.keys().await);
+}
+
+/// Red-team 1: a takeover whose claim stalls (after it read the log) while the old holder snapshots past the
+/// slot it read up to and collects everything below, must still fence the old holder. The claim is held, not
+/// the fence: the holder's collection lists the manifests before the claim exists, so only the new writer's
+/// re-list after its claim can notice the newer manifest and move its read and its fence past the collection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_stalled_past_collection_still_fences_the_old_writer() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-stalled-claim");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
+        let held = FaultStore::new(bucket.raw.clone());
+        let (old, opening) = stall_claim_past_collection(&bucket, dir.path(), &settings, &clock, &held).await;
+        held.hold_puts(false);
+        let new = opening.await.unwrap().unwrap();
+        assert_eq!(new.epoch(), 2, "{kind:?}");
+        // The redone read is named by update 1 of the new epoch, so no reader starts at the collected slot 3.
+        let keys = bucket.keys().await;
+        assert!(keys.iter().any(|k| k == "manifest/00000000000000000002.0000000001"), "{kind:?}: {keys:?}");
+        let fenced = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+        assert!(
+            matches!(&fenced, Err(e) if e.kind() == ErrorKind::Fenced),
+            "{kind:?}: the old writer was not fenced by the stalled takeover: {fenced:?}"
+        );
+        assert!(
+            (0..6).all(|n| new.is_processed(&key(n)).unwrap()),
+            "{kind:?}: the takeover lost seals the old writer acknowledged before it was fenced"
+        );
+        let state = digest(&new);
+        old.close();
+        new.close();
+        let restored = builder(&bucket, &dir.path().join("c.redb"), settings, &clock).open().await;
+        assert!(restored.is_ok(), "{kind:?}: the mirror can no longer be restored: {:?}", restored.err());
+        let restored = restored.unwrap();
+        assert_eq!(digest(&restored), state, "{kind:?}");
+        restored.close();
+    }
+}
+
+/// Defence in depth (red-team 1, step 3): an old holder whose collection finds a newer epoch's manifest stops
+/// with `Fenced` at once, before the new writer's fence reaches it (the fence is held here), so none of its
+/// later calls is acknowledged while it is no longer the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_holder_whose_collection_sees_a_newer_epoch_stops_fenced() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-sees-newer");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
+        let old = builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap();
+        seal(&old, 0).await;
+        old.flush().await.unwrap();
+        wait_for(&bucket, "manifest/00000000000000000001.0000000001").await;
+        let held = FaultStore::new(bucket.raw.clone());
+        held.hold_puts_under("/wal/");
+        let opening = {
+            let builder = Store::builder(job(), target())
+                .path(dir.path().join("b.redb"))
+                .mirror(Arc::new(held.clone()), bucket.prefix.clone(), settings.clone())
+                .clock(Arc::new(clock.clone()));
+            tokio::spawn(async move { builder.open().await })
+        };
+        while held.held_puts() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The claim of epoch 2 is in; its fence is held. The old writer's collection falls due and lists it.
+        clock.advance(1_000);
+        let mut late = Ok(sinkpoint::StageOutcome::Staged);
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            late = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+            if late.is_err() {
+                break;
+            }
+        }
+        held.hold_puts(false);
+        assert!(
+            matches!(&late, Err(e) if e.kind() == ErrorKind::Fenced),
+            "{kind:?}: the old writer went on after its collection saw epoch 2: {late:?}"
+        );
+        let new = opening.await.unwrap().unwrap();
+        assert!(new.is_processed(&key(0)).unwrap(), "{kind:?}: an acked seal was lost");
+        old.close();
+        new.close();
+    }
+}
+
+/// Opens the old writer, then a new one ("b.redb", through `held`) whose claim is held after it read the log
+/// from slot 3, while the old writer snapshots at 7 and 11 and collects every slot below 11. Returns the old
+/// writer (with checkpoints 0–5 sealed and acknowledged) and the held open.
+async fn stall_claim_past_collection(
+    bucket: &Bucket,
+    dir: &std::path::Path,
+    settings: &MirrorSettings,
+    clock: &ManualClock,
+    held: &FaultStore<Arc<dyn object_store::ObjectStore>>,
+) -> (Store, tokio::task::JoinHandle<sinkpoint::Result<Store>>) {
+    let old = builder(bucket, &dir.join("a.redb"), settings.clone(), clock).open().await.unwrap();
+    // Slots 0–2 (Create + Open, stage, seal): a snapshot at slot 3, referenced by manifest update 1.
+    seal(&old, 0).await;
+    old.flush().await.unwrap();
+    wait_for(bucket, "manifest/00000000000000000001.0000000001").await;
+
+    // The new writer reads manifest 1.1 and the log from slot 3 (nothing there yet); its claim is held.
+    held.hold_puts_under("/manifest/");
+    let opening = {
+        let builder = Store::builder(job(), target())
+            .path(dir.join("b.redb"))
+            .mirror(Arc::new(held.clone()), bucket.prefix.clone(), settings.clone())
+            .clock(Arc::new(clock.clone()));
+        tokio::spawn(async move { builder.open().await })
+    };
+    while held.held_puts() == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // The old writer fills slots 3–10 and snapshots at 7 and 11 (updates 2 and 3); then its collection falls
+    // due, finds no newer epoch (the claim is still held) and deletes every slot below 11, slot 3 included.
+    for n in 1..5 {
+        seal(&old, n).await;
+    }
+    wait_for(bucket, "manifest/00000000000000000001.0000000003").await;
+    clock.advance(1_000);
+    seal(&old, 5).await;
+    old.flush().await.unwrap();
+    wait_gone(bucket, "wal/00000000000000000003").await;
+    (old, opening)
+}
+
+/// Step 2 of the fix: a takeover that dies between its stale claim (base 3, collected) and the update naming
+/// the newer base leaves the claim as the newest manifest. Readers take the previous epoch's newer base instead
+/// (the history of slots is linear), so the next open restores, fences the old writer, and loses no ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_left_with_a_collected_base_by_a_crash_does_not_brick_the_mirror() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-stale-claim");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
+        let held = FaultStore::new(bucket.raw.clone());
+        // The update after the claim never lands: the takeover dies with its stale claim in the mirror.
+        held.fail_puts(PutFault::FailBefore, "manifest/00000000000000000002.", 1_000);
+        let (old, opening) = stall_claim_past_collection(&bucket, dir.path(), &settings, &clock, &held).await;
+        held.hold_puts(false);
+        let dead = opening.await.unwrap();
+        assert!(dead.is_err(), "{kind:?}: the takeover's update was meant to fail");
+        let keys = bucket.keys().await;
+        assert!(keys.iter().any(|k| k == "manifest/00000000000000000002"), "{kind:?}: {keys:?}");
+        assert!(!keys.iter().any(|k| k.starts_with("manifest/00000000000000000002.")), "{kind:?}: {keys:?}");
+
+        let next = builder(&bucket, &dir.path().join("c.redb"), settings.clone(), &clock).open().await;
+        assert!(next.is_ok(), "{kind:?}: a stale claim bricked the mirror: {:?}", next.err());
+        let next = next.unwrap();
+        assert_eq!(next.epoch(), 3, "{kind:?}");
+        let fenced = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+        assert!(matches!(&fenced, Err(e) if e.kind() == ErrorKind::Fenced), "{kind:?}: {fenced:?}");
+        assert!((0..6).all(|n| next.is_processed(&key(n)).unwrap()), "{kind:?}: acked seals lost");
+        let state = digest(&next);
+        old.close();
+        next.close();
+        let restored = builder(&bucket, &dir.path().join("d.redb"), settings, &clock).open().await.unwrap();
+        assert_eq!(digest(&restored), state, "{kind:?}");
+        restored.close();
+    }
+}
+
+async fn wait_gone(bucket: &Bucket, key: &str) {
+    for _ in 0..2000 {
+        if !bucket.keys().await.iter().any(|k| k == key) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{key} was never collected: {:?}", bucket.keys().await);
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use redb::{Database, ReadableTable as _};
+use redb::{Database, ReadableTable as _, WriteTransaction};
 
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_CLAIM_ATTEMPTS_MAX, MIRROR_FENCE_ATTEMPTS_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
@@ -17,7 +17,9 @@ use crate::mirror::format::{
     EpochOpen, ManifestBody, SegmentHeader, SegmentKind, decode_segment, encode_manifest, encode_segment,
 };
 use crate::mirror::layout::ManifestName;
-use crate::mirror::read::{MirrorLog, opens_in, read_log, read_manifests, read_snapshot};
+use crate::mirror::read::{
+    MirrorLog, list_manifest_names, opens_in, read_log, read_manifests, read_newest, read_snapshot,
+};
 use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart};
 use crate::mirror::{Mark, MirrorConfig, read_mark, snapshot, write_mark};
@@ -40,6 +42,24 @@ fn diverged(message: String) -> Error {
     Error::corrupt(format!("diverged: {message}; delete the local file to restore it from the mirror"))
 }
 
+/// What an open read from the mirror and reconciled with the local file, inside its write transaction.
+struct Reconciled {
+    /// The newest manifest read (its epoch, and what the claim copies); `None` for an empty mirror.
+    prior: Option<(ManifestName, ManifestBody)>,
+    /// The highest epoch seen, locally or in the mirror.
+    floor: Epoch,
+    has_snapshot: bool,
+    log: MirrorLog,
+    /// Every opening up to the log's end.
+    history: Vec<EpochOpen>,
+    start_seq: u64,
+    end_seq: u64,
+    /// Local records beyond the mirror's log, to re-ship before the fence.
+    local_tail: Vec<Vec<u8>>,
+    /// The state at the mirror's end, as replayed into the transaction.
+    meta: Option<Meta>,
+}
+
 /// Opens `db` through the mirror of `config` as a writer tagged `writer_tag`.
 pub(crate) fn open(
     db: &Arc<Database>,
@@ -50,143 +70,23 @@ pub(crate) fn open(
     let MirrorConfig { store, prefix, settings: mirror_settings, clock } = config;
     let remote = Arc::new(Remote::new(store, prefix, mirror_settings.request_timeout_ms)?);
     let location = remote.describe(remote.layout.prefix());
-    let txn = db.begin_write()?;
-    create_all(&txn)?;
-    let local = read_meta(&txn.open_table(META)?)?;
-    let mark = read_mark(&txn)?;
-    if let Some(m) = &local {
-        check_identity(m, settings)?;
+    let mut txn = db.begin_write()?;
+    let mut read = read_and_reconcile(&txn, settings, &remote, &location, read_manifests(&remote)?.pop())?;
+    // The claim copies what was read, after everything read was checked, so a refused open leaves no claim.
+    let mut claim =
+        claim(&remote, read.floor + 1, read.prior.as_ref().map(|p| &p.1), settings, writer_tag, clock.as_ref())?;
+    // A collection that listed the manifests before the claim landed may still delete below the base of a
+    // manifest written since the read: the read is redone from there, and named by an update of this epoch,
+    // before the fence (red-team 1; ARCHITECTURE, "Takeover and fencing").
+    if let Some(newer) = superseded_read(&remote, claim.epoch, &read)? {
+        txn.abort()?;
+        txn = db.begin_write()?;
+        read = read_and_reconcile(&txn, settings, &remote, &location, Some(newer))?;
+        claim = write_update(&remote, &claim, read.prior.as_ref().map(|p| &p.1), clock.as_ref())?;
     }
-
-    let manifests = read_manifests(&remote)?;
-    let prior = manifests.last().map(|(_, body)| body.clone());
-    match (&prior, &local) {
-        (None, Some(_)) if mark.is_some() => {
-            return Err(Error::wrong_store(format!(
-                "the mirror at {location} is missing (no manifest), though the local store was mirrored there: \
-                 the prefix was deleted or is wrong; refusing to start afresh"
-            )));
-        }
-        (None, Some(_)) => {
-            return Err(Error::wrong_store(format!(
-                "the local store was created without a mirror; attaching the empty mirror at {location} to it \
-                 is not supported"
-            )));
-        }
-        // No mark means this local store was never opened through any mirror, so a non-empty mirror holds
-        // another store's history: refusing must not advise deleting the local file, which holds data of its own.
-        (Some(_), Some(_)) if mark.is_none() => {
-            return Err(Error::wrong_store(format!(
-                "the local store was created without a mirror, so it is not the store mirrored at {location}: \
-                 open it without the mirror, or open the mirror with another local path"
-            )));
-        }
-        (None, None) if !settings.create_if_missing => {
-            return Err(Error::wrong_store(format!(
-                "the store is missing: no local store, and no manifest in the mirror at {location}"
-            )));
-        }
-        (Some(p), _) if p.job != settings.job || p.target != settings.target => {
-            return Err(Error::wrong_store(format!(
-                "the mirror at {location} belongs to job {} and target {}, not {} and {}",
-                p.job, p.target, settings.job, settings.target
-            )));
-        }
-        _ => {}
-    }
-    let floor = manifests
-        .iter()
-        .map(|(n, _)| n.epoch)
-        .chain(local.as_ref().map(|m| m.epoch))
-        .chain(mark.as_ref().map(|m| m.epoch))
-        .max()
-        .unwrap_or(0);
-    // What the newest manifest references; the claim below copies it, after everything read was checked, so a
-    // refused open leaves no claim behind.
-    let (first_slot, has_snapshot) = prior.as_ref().map_or((0, false), |p| (p.first_slot, p.snapshot));
-    let log = read_log(&remote, first_slot)?;
-    let mut history = prior.as_ref().map(|p| p.history.clone()).unwrap_or_default();
-    for segment in &log.segments {
-        history.extend(opens_in(segment));
-    }
-
-    // Reconcile: bring the local state to the mirror's end, or find that the local file holds a tail the mirror
-    // lacks (to re-ship, if no newer epoch fenced it) or a history it never had (refused).
-    let mut snap = None;
-    let start_seq = match (log.segments.first(), has_snapshot) {
-        (Some(s), _) => s.header.first_seq,
-        (None, false) => 0,
-        (None, true) => {
-            let s = read_snapshot(&remote, first_slot)?;
-            let seq = s.0.next_seq;
-            snap = Some(s);
-            seq
-        }
-    };
-    if !has_snapshot && start_seq != 0 {
-        return Err(Error::corrupt(format!(
-            "{} begins at seq {start_seq}, though no snapshot precedes it",
-            remote.describe(&remote.layout.wal(first_slot))
-        )));
-    }
-    let end_seq = log.segments.last().map_or(start_seq, |s| s.end_seq());
-    let mut local_tail: Vec<Vec<u8>> = Vec::new();
-    let reload = match &local {
-        None => true,
-        Some(lm) => {
-            if let Some(next) = check_history(lm, &history, &location)?
-                && lm.next_seq > next.seq
-            {
-                return Err(diverged(format!(
-                    "the local store holds records of epoch {} from seq {} to {} that the mirror at {location} \
-                     does not: epoch {} fenced them at {}",
-                    lm.epoch,
-                    next.seq,
-                    lm.next_seq - 1,
-                    next.epoch,
-                    remote.describe(&remote.layout.wal(next.slot))
-                )));
-            }
-            let log_table = txn.open_table(LOG)?;
-            compare_overlap(lm, &log, &log_table, &remote)?;
-            for seq in end_seq..lm.next_seq {
-                let f = log_table.get(seq)?.ok_or_else(|| {
-                    Error::corrupt(format!("the local log lacks seq {seq}, which the mirror lacks too"))
-                })?;
-                local_tail.push(f.value().to_vec());
-            }
-            lm.next_seq < start_seq
-        }
-    };
-    let mut meta: Option<Meta> = local.clone();
-    if reload && has_snapshot {
-        let (header, entries, place) = match snap.take() {
-            Some(s) => s,
-            None => read_snapshot(&remote, first_slot)?,
-        };
-        if header.next_seq != start_seq {
-            return Err(Error::corrupt(format!(
-                "{place}: at seq {}, but its first slot at seq {start_seq}",
-                header.next_seq
-            )));
-        }
-        meta = Some(snapshot::load(&txn, &header, &entries, &place)?);
-    } else if reload {
-        meta = None;
-    }
-    let mut tables = Tables::open(&txn)?;
-    let applied_to = meta.as_ref().map_or(0, |m| m.next_seq);
-    for segment in &log.segments {
-        let place = remote.describe(&remote.layout.wal(segment.header.slot));
-        for (i, f) in segment.frames.iter().enumerate() {
-            if segment.header.first_seq + i as u64 >= applied_to {
-                tables.replay(&mut meta, f, &place)?;
-            }
-        }
-    }
-
-    let claim = claim(&remote, floor + 1, prior.as_ref(), settings, writer_tag, clock.as_ref())?;
+    let Reconciled { has_snapshot, log, mut history, start_seq, end_seq, local_tail, mut meta, .. } = read;
     let epoch = claim.epoch;
+    let mut tables = Tables::open(&txn)?;
 
     // Fence: re-ship the local tail, then put this writer's Open in the next slot. A lower-epoch segment that
     // wins a slot first is replayed (or must equal the tail it races); an equal or higher one fences us.
@@ -306,6 +206,194 @@ pub(crate) fn open(
         keep_from,
     })?;
     Ok(Opened { meta, created, shipper, progress })
+}
+
+/// Reads the mirror's log from the base of `prior` (the newest manifest) and reconciles the local file with it
+/// inside `txn`: the local state brought to the mirror's end, or the local tail the mirror lacks found (to
+/// re-ship, if no newer epoch fenced it), or a history the mirror never had refused.
+fn read_and_reconcile(
+    txn: &WriteTransaction,
+    settings: &StoreSettings,
+    remote: &Remote,
+    location: &str,
+    prior: Option<(ManifestName, ManifestBody)>,
+) -> Result<Reconciled> {
+    create_all(txn)?;
+    let local = read_meta(&txn.open_table(META)?)?;
+    let mark = read_mark(txn)?;
+    if let Some(m) = &local {
+        check_identity(m, settings)?;
+    }
+
+    let prior_body = prior.as_ref().map(|(_, body)| body.clone());
+    match (&prior_body, &local) {
+        (None, Some(_)) if mark.is_some() => {
+            return Err(Error::wrong_store(format!(
+                "the mirror at {location} is missing (no manifest), though the local store was mirrored there: \
+                 the prefix was deleted or is wrong; refusing to start afresh"
+            )));
+        }
+        (None, Some(_)) => {
+            return Err(Error::wrong_store(format!(
+                "the local store was created without a mirror; attaching the empty mirror at {location} to it \
+                 is not supported"
+            )));
+        }
+        // No mark means this local store was never opened through any mirror, so a non-empty mirror holds
+        // another store's history: refusing must not advise deleting the local file, which holds data of its own.
+        (Some(_), Some(_)) if mark.is_none() => {
+            return Err(Error::wrong_store(format!(
+                "the local store was created without a mirror, so it is not the store mirrored at {location}: \
+                 open it without the mirror, or open the mirror with another local path"
+            )));
+        }
+        (None, None) if !settings.create_if_missing => {
+            return Err(Error::wrong_store(format!(
+                "the store is missing: no local store, and no manifest in the mirror at {location}"
+            )));
+        }
+        (Some(p), _) if p.job != settings.job || p.target != settings.target => {
+            return Err(Error::wrong_store(format!(
+                "the mirror at {location} belongs to job {} and target {}, not {} and {}",
+                p.job, p.target, settings.job, settings.target
+            )));
+        }
+        _ => {}
+    }
+    let floor = prior
+        .iter()
+        .map(|(n, _)| n.epoch)
+        .chain(local.as_ref().map(|m| m.epoch))
+        .chain(mark.as_ref().map(|m| m.epoch))
+        .max()
+        .unwrap_or(0);
+    let (first_slot, has_snapshot) = prior_body.as_ref().map_or((0, false), |p| (p.first_slot, p.snapshot));
+    let log = read_log(remote, first_slot)?;
+    let mut history = prior_body.as_ref().map(|p| p.history.clone()).unwrap_or_default();
+    for segment in &log.segments {
+        history.extend(opens_in(segment));
+    }
+
+    // Reconcile: bring the local state to the mirror's end, or find that the local file holds a tail the mirror
+    // lacks (to re-ship, if no newer epoch fenced it) or a history it never had (refused).
+    let mut snap = None;
+    let start_seq = match (log.segments.first(), has_snapshot) {
+        (Some(s), _) => s.header.first_seq,
+        (None, false) => 0,
+        (None, true) => {
+            let s = read_snapshot(remote, first_slot)?;
+            let seq = s.0.next_seq;
+            snap = Some(s);
+            seq
+        }
+    };
+    if !has_snapshot && start_seq != 0 {
+        return Err(Error::corrupt(format!(
+            "{} begins at seq {start_seq}, though no snapshot precedes it",
+            remote.describe(&remote.layout.wal(first_slot))
+        )));
+    }
+    let end_seq = log.segments.last().map_or(start_seq, |s| s.end_seq());
+    let mut local_tail: Vec<Vec<u8>> = Vec::new();
+    let reload = match &local {
+        None => true,
+        Some(lm) => {
+            if let Some(next) = check_history(lm, &history, location)?
+                && lm.next_seq > next.seq
+            {
+                // Nothing is damaged: this file's writer was fenced, its tail never acknowledged in synchronous
+                // mode (red-team 21), so the advice is a fenced writer's, not a corrupt store's.
+                return Err(Error::fenced(format!(
+                    "the local store holds records of epoch {} from seq {} to {} that the mirror at {location} \
+                     does not: epoch {} fenced them at {}; this local file was superseded by epoch {}, and nothing \
+                     is damaged: reopen with a new local path, or delete the local file to restore it from the mirror",
+                    lm.epoch,
+                    next.seq,
+                    lm.next_seq - 1,
+                    next.epoch,
+                    remote.describe(&remote.layout.wal(next.slot)),
+                    next.epoch
+                )));
+            }
+            let log_table = txn.open_table(LOG)?;
+            compare_overlap(lm, &log, &log_table, remote)?;
+            for seq in end_seq..lm.next_seq {
+                let f = log_table.get(seq)?.ok_or_else(|| {
+                    Error::corrupt(format!("the local log lacks seq {seq}, which the mirror lacks too"))
+                })?;
+                local_tail.push(f.value().to_vec());
+            }
+            lm.next_seq < start_seq
+        }
+    };
+    let mut meta: Option<Meta> = local.clone();
+    if reload && has_snapshot {
+        let (header, entries, place) = match snap.take() {
+            Some(s) => s,
+            None => read_snapshot(remote, first_slot)?,
+        };
+        if header.next_seq != start_seq {
+            return Err(Error::corrupt(format!(
+                "{place}: at seq {}, but its first slot at seq {start_seq}",
+                header.next_seq
+            )));
+        }
+        meta = Some(snapshot::load(txn, &header, &entries, &place)?);
+    } else if reload {
+        meta = None;
+    }
+    let mut tables = Tables::open(txn)?;
+    let applied_to = meta.as_ref().map_or(0, |m| m.next_seq);
+    for segment in &log.segments {
+        let place = remote.describe(&remote.layout.wal(segment.header.slot));
+        for (i, f) in segment.frames.iter().enumerate() {
+            if segment.header.first_seq + i as u64 >= applied_to {
+                tables.replay(&mut meta, f, &place)?;
+            }
+        }
+    }
+    Ok(Reconciled { prior, floor, has_snapshot, log, history, start_seq, end_seq, local_tail, meta })
+}
+
+/// After the claim landed: the newest manifest of an older epoch, if its base is above the one `read` started
+/// from. A collection deletes only below the base of a manifest its holder wrote before the listing that found
+/// no newer epoch, and that listing came before this claim landed (every later one sees it and deletes nothing),
+/// so this one listing shows every base a deletion can still use.
+fn superseded_read(remote: &Remote, epoch: Epoch, read: &Reconciled) -> Result<Option<(ManifestName, ManifestBody)>> {
+    let older: Vec<ManifestName> = list_manifest_names(remote)?.into_iter().filter(|n| n.epoch < epoch).collect();
+    if older.last() == read.prior.as_ref().map(|p| &p.0) {
+        return Ok(None);
+    }
+    let base = read.prior.as_ref().map_or(0, |p| p.1.first_slot);
+    Ok(read_newest(remote, &older)?.filter(|(_, body)| body.first_slot > base))
+}
+
+/// Writes this epoch's next manifest update naming `base`'s snapshot and history, so that a reader starts where
+/// the redone read did, never at the stale base the claim copied.
+fn write_update(
+    remote: &Remote,
+    claim: &ManifestBody,
+    base: Option<&ManifestBody>,
+    clock: &dyn Clock,
+) -> Result<ManifestBody> {
+    let base = base.ok_or_else(|| Error::bug("a takeover's read was redone without a manifest"))?;
+    let body = ManifestBody {
+        update: claim.update + 1,
+        first_slot: base.first_slot,
+        snapshot: base.snapshot,
+        history: base.history.clone(),
+        created_ms: clock.wall_ms(),
+        ..claim.clone()
+    };
+    let path = remote.layout.manifest(ManifestName { epoch: body.epoch, update: body.update });
+    match remote.put_settled(&path, &Bytes::from(encode_manifest(&body)?))? {
+        Settled::Landed => Ok(body),
+        Settled::Taken(_) => Err(Error::fenced(format!(
+            "{} was written by another writer of epoch {}: this writer's claim was taken over",
+            remote.describe(&path),
+            body.epoch
+        ))),
+    }
 }
 
 /// Claims the first free epoch from `first`: creating its manifest is the claim.

@@ -14,7 +14,7 @@ use crate::mirror::remote::Remote;
 /// checked. Only the newest is read: a restore needs nothing else, so a damaged superseded manifest is ignored like
 /// a superseded slot, and an open costs one GET however many claims piled up. A manifest that vanished between
 /// the listing and the read was deleted by the newest holder's collection, so the one before it is read instead;
-/// a damaged newest one is corruption.
+/// a damaged newest one is corruption. A claim with a superseded base is read as [`read_newest`] says.
 pub(crate) fn read_manifests(remote: &Remote) -> Result<Vec<(ManifestName, ManifestBody)>> {
     let mut names = Vec::new();
     for meta in remote.list("manifest")? {
@@ -24,12 +24,36 @@ pub(crate) fn read_manifests(remote: &Remote) -> Result<Vec<(ManifestName, Manif
         names.push(name);
     }
     names.sort();
-    for name in names.into_iter().rev() {
-        let path = remote.layout.manifest(name);
-        let Some(bytes) = remote.get(&path)? else { continue };
-        return Ok(vec![(name, decode_manifest(&bytes, name.epoch, name.update, &remote.describe(&path))?)]);
+    Ok(read_newest(remote, &names)?.into_iter().collect())
+}
+
+/// The newest of `names` (sorted, oldest first) that is still there, read and checked. A claim (update 0) whose
+/// base is below the newest manifest of the epochs before it copied a base superseded while its writer read (a
+/// crash before that writer's update named the newer one): the history of slots is linear, so the later
+/// snapshot supersedes the earlier one, and its base and history are used. That costs one more GET, for a claim.
+pub(crate) fn read_newest(remote: &Remote, names: &[ManifestName]) -> Result<Option<(ManifestName, ManifestBody)>> {
+    let Some((at, name, mut body)) = read_last(remote, names)? else { return Ok(None) };
+    if name.update == 0
+        && let Some((_, _, older)) = read_last(remote, &names[..at])?
+        && older.first_slot > body.first_slot
+    {
+        body.first_slot = older.first_slot;
+        body.snapshot = older.snapshot;
+        body.history = older.history;
     }
-    Ok(Vec::new())
+    Ok(Some((name, body)))
+}
+
+/// The last of `names` still there, with its index: one vanished since the listing was collected behind a newer
+/// one, so the one before it is read instead; a damaged one is corruption.
+fn read_last(remote: &Remote, names: &[ManifestName]) -> Result<Option<(usize, ManifestName, ManifestBody)>> {
+    for (at, name) in names.iter().enumerate().rev() {
+        let path = remote.layout.manifest(*name);
+        let Some(bytes) = remote.get(&path)? else { continue };
+        let body = decode_manifest(&bytes, name.epoch, name.update, &remote.describe(&path))?;
+        return Ok(Some((at, *name, body)));
+    }
+    Ok(None)
 }
 
 /// The names of every manifest, oldest first, without reading them.

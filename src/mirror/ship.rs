@@ -279,7 +279,8 @@ pub(crate) struct ShipperStart {
     pub records_since_snapshot: u64,
     /// Their frames' bytes (those the open read back from the mirror or re-shipped).
     pub bytes_since_snapshot: u64,
-    /// The claim: what it references, when it was written.
+    /// The newest manifest this writer wrote while opening (its claim, or the update after a redone read): what
+    /// it references.
     pub claim: ManifestBody,
     /// The lowest sequence number the local log must keep now.
     pub keep_from: u64,
@@ -334,13 +335,14 @@ impl MirrorShipper {
             job: start.job,
             target: start.target,
             history: start.history,
-            update: 0,
+            // A takeover that redid its read wrote update 1 after its claim: later updates follow it.
+            update: start.claim.update,
             pending: VecDeque::from([Collect {
                 // Aged from now on the monotonic clock, never from the claim's wall time: a little later than
                 // the claim, so only ever later to collect.
                 created_ms: start.clock.now_ms(),
                 first_slot: start.claim.first_slot,
-                name: ManifestName { epoch: start.epoch, update: 0 },
+                name: ManifestName { epoch: start.epoch, update: start.claim.update },
             }]),
             newest: true,
             object_bytes_max: MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
@@ -534,8 +536,7 @@ impl Maintainer {
             return Ok(());
         }
         let names = list_manifest_names(&self.remote)?;
-        if names.last().is_some_and(|n| n.epoch > self.epoch) {
-            self.newest = false;
+        if self.superseded(&names) {
             return Ok(());
         }
         for name in names.into_iter().filter(|n| *n < due.name) {
@@ -549,6 +550,25 @@ impl Maintainer {
             }
         }
         tracing::debug!(first_slot = due.first_slot, "sinkpoint mirror collected");
+        // A claim that landed during the deletes is found now rather than at this writer's next slot.
+        self.superseded(&list_manifest_names(&self.remote)?);
         Ok(())
+    }
+
+    /// Whether `names` show a newer epoch's manifest; if so this writer is fenced, and stops the store at once:
+    /// its next slot may lie beyond the newer writer's fence, so waiting for a slot to be taken is not enough.
+    fn superseded(&mut self, names: &[ManifestName]) -> bool {
+        let Some(newer) = names.last().filter(|n| n.epoch > self.epoch) else { return false };
+        self.newest = false;
+        self.progress.fail(Failure {
+            fenced: true,
+            message: format!(
+                "epoch {} claimed the mirror at {} after this writer (epoch {}): this writer is fenced; stop it",
+                newer.epoch,
+                self.remote.describe(self.remote.layout.prefix()),
+                self.epoch
+            ),
+        });
+        true
     }
 }
