@@ -1,5 +1,6 @@
-//! Opening a store through its mirror: claim the next epoch, read the mirror's log, reconcile the local file
-//! with it (restoring it when it is missing), and fence the slot after the log with this writer's `Open`.
+//! Opening a store through its mirror: read the mirror's log, reconcile the local file with it (restoring it
+//! when it is missing), claim the next epoch, re-list the manifests (redoing the read from a newer base a racing
+//! collection may use, named in update 1), and fence the slot after the log with this writer's `Open`.
 //!
 //! Everything local happens in one redb write transaction that commits only after the fence landed, so a
 //! failed open leaves the local file as it was. The mirror only gains immutable objects whose history is
