@@ -1,0 +1,5 @@
+//! The adapter's limits, checked where they apply.
+
+/// How many times one commit re-reads the table after a foreign commit took V + 1 before it gives up (and
+/// answers NotLanded: every attempt was refused before publishing anything).
+pub const FOREIGN_COMMIT_RETRIES_MAX: u32 = 32;

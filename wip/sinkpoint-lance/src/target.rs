@@ -1,0 +1,201 @@
+//! [`LanceTarget`]: the sinkpoint commit protocol over one Lance dataset.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lance::Dataset;
+use lance::dataset::CommitBuilder;
+use lance::dataset::transaction::{Operation, TransactionBuilder};
+use lance_table::io::commit::{CommitHandler, commit_handler_from_url};
+use sinkpoint::{CommitKey, CommitOutcome, ProbeOutcome, Target, TargetCommit};
+
+use crate::fence::{NextVersionOnly, Reached};
+use crate::limits::FOREIGN_COMMIT_RETRIES_MAX;
+use crate::props::{self, Recorded};
+use crate::results::decode_fragment;
+
+/// A sinkpoint [`Target`] over the Lance dataset at `uri` (which must exist: create it with its schema first).
+#[derive(Clone, Debug)]
+pub struct LanceTarget {
+    uri: String,
+    handler: Option<Arc<dyn CommitHandler>>,
+    fenced: bool,
+}
+
+/// What one fenced attempt ended in.
+enum Attempt {
+    Done(CommitOutcome),
+    /// A foreign commit took V + 1 first; nothing of ours was published.
+    Retry,
+}
+
+impl LanceTarget {
+    /// A target committing into the dataset at `uri` through Lance's own commit handler for that URI.
+    pub fn new(uri: impl Into<String>) -> Self {
+        Self { uri: uri.into(), handler: None, fenced: true }
+    }
+
+    /// Commits through `handler` (wrapped in the fence) instead of the URI's default: how tests inject a lost
+    /// acknowledgement or a failure before publishing.
+    #[must_use]
+    pub fn with_commit_handler(mut self, handler: Arc<dyn CommitHandler>) -> Self {
+        self.handler = Some(handler);
+        self
+    }
+
+    /// Drops the key check and the V + 1 fence: a plain rebasing `CommitBuilder` Append, as Lance does by
+    /// default. Only for the tests that show the duplicates this lets through; never use it for data.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn unfenced(mut self) -> Self {
+        self.fenced = false;
+        self
+    }
+
+    /// The dataset's URI.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    async fn inner_handler(&self) -> lance::Result<Arc<dyn CommitHandler>> {
+        match &self.handler {
+            Some(h) => Ok(h.clone()),
+            None => commit_handler_from_url(&self.uri, &None).await,
+        }
+    }
+
+    async fn attempt(&self, commit: &TargetCommit<'_>) -> Attempt {
+        let dataset = match Dataset::open(&self.uri).await {
+            Ok(d) => d,
+            Err(e) => return Attempt::Done(CommitOutcome::Unknown { reason: format!("opening the dataset: {e}") }),
+        };
+        let read_version = dataset.version().version;
+        // Unfenced is a plain Append: no key check either, exactly what Lance does by default.
+        match if self.fenced { key_check(&dataset, commit, read_version).await } else { Ok(None) } {
+            Ok(None) => {}
+            Ok(Some(outcome)) => return Attempt::Done(outcome),
+            Err(reason) => return Attempt::Done(CommitOutcome::Unknown { reason }),
+        }
+        let fragments = match commit.results.iter().map(decode_fragment).collect::<Result<Vec<_>, _>>() {
+            Ok(f) => f,
+            Err(reason) => return Attempt::Done(CommitOutcome::NotLanded { reason }),
+        };
+        // Properties go on the Transaction: CommitBuilder::with_transaction_properties is a no-op in 14.0.2.
+        let transaction = TransactionBuilder::new(read_version, Operation::Append { fragments })
+            .transaction_properties(Some(Arc::new(props::encode(commit))))
+            .build();
+        let inner = match self.inner_handler().await {
+            Ok(h) => h,
+            Err(e) => return Attempt::Done(CommitOutcome::NotLanded { reason: format!("no commit handler: {e}") }),
+        };
+        let fence = Arc::new(NextVersionOnly::new(inner.clone(), read_version + 1));
+        let handler: Arc<dyn CommitHandler> = if self.fenced { fence.clone() as Arc<dyn CommitHandler> } else { inner };
+        let result = CommitBuilder::new(Arc::new(dataset))
+            .with_commit_handler(handler)
+            .with_max_retries(0)
+            .execute(transaction)
+            .await;
+        classify(result.map(|_| ()), if self.fenced { fence.reached() } else { Reached::Failed })
+    }
+}
+
+/// The outcome of one attempt from how far the fence saw it get; Lance's error only words the reason.
+fn classify(result: lance::Result<()>, reached: Reached) -> Attempt {
+    match (result, reached) {
+        (Ok(()), _) | (Err(_), Reached::Published) => Attempt::Done(CommitOutcome::Committed),
+        (Err(_), Reached::Refused | Reached::Conflict) => Attempt::Retry,
+        (Err(e), Reached::NotCalled) if !e.is_commit_status_unknown() => {
+            Attempt::Done(CommitOutcome::NotLanded { reason: e.to_string() })
+        }
+        (Err(e), _) => Attempt::Done(CommitOutcome::Unknown { reason: e.to_string() }),
+    }
+}
+
+/// Checks, on the table as of `read_version`, that key n of the job is not there yet and no newer epoch
+/// wrote after the intent. `Ok(None)`: commit. Only versions after the prepared one are read: key n cannot
+/// land before its intent, which was recorded after the prepared version was read.
+async fn key_check(
+    dataset: &Dataset,
+    commit: &TargetCommit<'_>,
+    read_version: u64,
+) -> Result<Option<CommitOutcome>, String> {
+    let from = commit.prepared_version.map_or(1, |v| v + 1);
+    for recorded in job_commits(dataset, commit.key.job.as_str(), from, read_version).await? {
+        if recorded.n == commit.key.n {
+            let ours = recorded.epoch == commit.epoch && recorded.ids == commit.ids;
+            return Ok(Some(if ours {
+                // Our own earlier attempt landed (its answer was lost): the same commit, so it is committed.
+                CommitOutcome::Committed
+            } else {
+                CommitOutcome::NotLanded {
+                    reason: format!("key {} is taken by epoch {} for {:?}", recorded.n, recorded.epoch, recorded.ids),
+                }
+            }));
+        }
+        if recorded.n > commit.key.n || recorded.epoch > commit.epoch {
+            return Ok(Some(CommitOutcome::NotLanded {
+                reason: format!("fenced: key {} of epoch {} landed after the intent", recorded.n, recorded.epoch),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The job's sinkpoint commits in versions `from..=to`, oldest first. `Err` when a version's transaction
+/// cannot be read (cleaned up, or I/O): nothing can be concluded about that range then.
+async fn job_commits(dataset: &Dataset, job: &str, from: u64, to: u64) -> Result<Vec<Recorded>, String> {
+    let mut out = Vec::new();
+    for version in from..=to {
+        let transaction = match dataset.read_transaction_by_version(version).await {
+            Ok(Some(t)) => t,
+            Ok(None) => return Err(format!("version {version} has no transaction file")),
+            Err(e) => return Err(format!("version {version} cannot be read (cleaned up?): {e}")),
+        };
+        let Some(properties) = transaction.transaction_properties else { continue };
+        match props::decode(&properties)? {
+            Some(recorded) if recorded.job == job => out.push(recorded),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl Target for LanceTarget {
+    async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+        match Dataset::open(&self.uri).await {
+            Ok(dataset) => Ok(Some(dataset.version().version)),
+            // TODO(adapter-errors): a Target error built from outside the core; io::Error is all that is
+            // reachable today, and it reads as transient (Io), which an unreachable dataset is.
+            Err(e) => Err(std::io::Error::other(format!("reading the Lance dataset's version: {e}")).into()),
+        }
+    }
+
+    async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+        for _ in 0..=FOREIGN_COMMIT_RETRIES_MAX {
+            if let Attempt::Done(outcome) = self.attempt(commit).await {
+                return outcome;
+            }
+        }
+        CommitOutcome::NotLanded {
+            reason: format!("foreign commits took the next version {FOREIGN_COMMIT_RETRIES_MAX} times in a row"),
+        }
+    }
+
+    async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
+        let dataset = match Dataset::open(&self.uri).await {
+            Ok(d) => d,
+            Err(e) => return ProbeOutcome::Unknown { reason: format!("opening the dataset: {e}") },
+        };
+        let from = prepared_version.map_or(1, |v| v + 1);
+        match job_commits(&dataset, key.job.as_str(), from, dataset.version().version).await {
+            Ok(commits) => match commits.into_iter().find(|c| c.n == key.n) {
+                Some(c) => ProbeOutcome::Committed { ids: Some(c.ids) },
+                // Every version since the intent was read and none holds the key; a late attempt would have to
+                // land at a version after the latest, where the next commit's key check finds it first.
+                None => ProbeOutcome::NotCommitted,
+            },
+            Err(reason) => ProbeOutcome::Unknown { reason },
+        }
+    }
+}
