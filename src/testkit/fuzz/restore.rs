@@ -55,6 +55,7 @@ const PREFIX: &str = "mirror/restore-job";
 #[derive(Clone, Copy, Debug)]
 struct ManifestFacts {
     epoch: u64,
+    update: u32,
     first_slot: u64,
     snapshot: bool,
 }
@@ -185,7 +186,12 @@ async fn build() -> Result<Base, String> {
         let location = Path::from(path.as_str());
         if let Some(name) = layout.parse_manifest(&location) {
             let body = decode_manifest(bytes, name.epoch, name.update, path).map_err(fail)?;
-            let facts = ManifestFacts { epoch: name.epoch, first_slot: body.first_slot, snapshot: body.snapshot };
+            let facts = ManifestFacts {
+                epoch: name.epoch,
+                update: name.update,
+                first_slot: body.first_slot,
+                snapshot: body.snapshot,
+            };
             manifests.insert(path.clone(), facts);
         } else if let Some(slot) = layout.parse_slot(&location, "wal") {
             let segment = decode_segment(bytes, slot, path).map_err(fail)?;
@@ -290,10 +296,22 @@ fn predict(base: &Base, objects: &BTreeMap<String, Option<Vec<u8>>>, store: bool
     let present = |p: &String| objects.get(p).is_some_and(Option::is_some);
     let layout = layout();
     let manifests: Vec<(&String, &ManifestFacts)> = base.manifests.iter().filter(|(p, _)| present(p)).collect();
-    let mut reads: Vec<String> = manifests.iter().map(|(p, _)| (*p).clone()).collect();
     let refuse = |kind, reads| Prediction { outcome: Err(kind), reads };
-    // Manifest paths sort in (epoch, update) order: the newest is the last.
-    let Some((_, newest)) = manifests.last() else { return refuse(ErrorKind::WrongStore, reads) };
+    // Manifest paths sort in (epoch, update) order: the newest present one is read; for a claim (update 0), also
+    // the one before it, whose higher base replaces a stale claim's (`mirror::read::read_newest`). Superseded
+    // manifests are never read, so their damage changes nothing.
+    let Some((newest_path, newest)) = manifests.last() else { return refuse(ErrorKind::WrongStore, Vec::new()) };
+    let mut reads: Vec<String> = vec![(*newest_path).clone()];
+    let mut newest = **newest;
+    if newest.update == 0
+        && let Some((older_path, older)) = manifests.len().checked_sub(2).and_then(|i| manifests.get(i))
+    {
+        reads.push((*older_path).clone());
+        if older.first_slot > newest.first_slot {
+            newest.first_slot = older.first_slot;
+            newest.snapshot = older.snapshot;
+        }
+    }
     let floor = manifests.iter().map(|(_, m)| m.epoch).max().unwrap_or(0);
     let mut epoch = 0;
     if newest.snapshot {
