@@ -18,15 +18,16 @@
 //! from which objects are present:
 //!
 //! - no manifest: `WrongStore` (a missing mirror is never taken for an empty one);
-//! - the newest present manifest names a snapshot that is absent, or a slot is present past the first absent
+//! - the newest present manifest (with the base rule above) names a snapshot that is absent, or a slot is present past the first absent
 //!   one at or after the manifest's first slot (a gap): `Corrupt`;
 //! - the store (not the view) claims the epoch after the newest present manifest, so when the newest claims
 //!   were deleted but their slots are still there, its fence would repeat an epoch: `Corrupt`;
 //! - otherwise the state after the slots from the manifest's first slot up to the first absent one (a new,
 //!   empty store for the store when there are none and no snapshot).
 //!
-//! A damaged object (bytes changed, truncated, or another object's bytes: a swap) that the restore reads — any
-//! manifest, the snapshot it starts from, a slot it replays — must make it fail as `Corrupt`; one it does not
+//! A damaged object (bytes changed, truncated, or another object's bytes: a swap) that the restore reads — the
+//! newest present manifest (and, when that is a claim, the one before it, whose higher base replaces a stale
+//! claim's), the snapshot it starts from, a slot it replays — must make it fail as `Corrupt`; one it does not
 //! read may be ignored. So an `Ok` must always be exactly the predicted state, and never come from a read
 //! object that is damaged. Each object is CRC32-checked whole; a mutation that also forged the CRC32s would be
 //! outside this model (CRC32 is not a MAC), and is reported like any other acceptance of a damaged object.
