@@ -18,7 +18,7 @@
 //! from which objects are present:
 //!
 //! - no manifest: `WrongStore` (a missing mirror is never taken for an empty one);
-//! - the newest present manifest (with the base rule above) names a snapshot that is absent, or a slot is present past the first absent
+//! - the newest present manifest (with the claim rule below) names a snapshot that is absent, or a slot is present past the first absent
 //!   one at or after the manifest's first slot (a gap): `Corrupt`;
 //! - the store (not the view) claims the epoch after the newest present manifest, so when the newest claims
 //!   were deleted but their slots are still there, its fence would repeat an epoch: `Corrupt`;
