@@ -10,7 +10,7 @@ use std::io::Write as _;
 use std::time::Instant;
 
 use sinkpoint::mirror::MirrorMode;
-use sinkpoint::testkit::crash::{Op, OpOutcome, SNAPSHOTS_OFF, System, Workload, runtime};
+use sinkpoint::testkit::crash::{Op, OpOutcome, SNAPSHOTS_OFF, Stall, System, Workload, runtime};
 use sinkpoint::testkit::{CommitFault, ProbeFault};
 use sinkpoint::{CheckpointId, Format, WriteResult};
 
@@ -266,6 +266,28 @@ fn mirror_snapshots_disk_lost() -> Workload {
     Workload::new("mirror-snapshots-disk-lost", mirrored_ops()).with_system(system)
 }
 
+/// The stall class: the puts a crash stopped are delivered late, after the successor finished the job, as a
+/// request stuck in the network or a paused zombie's would be.
+fn mirror_sync_stall_after_end() -> Workload {
+    let system = System::mirrored(MirrorMode::Synchronous, SNAPSHOTS_OFF).stalling(Stall::AfterSuccessorEnd);
+    Workload::new("mirror-sync-stall-after-end", mirrored_ops()).with_system(system)
+}
+
+/// The stall class on a successor that lost its disk: the late puts land right after it restored and fenced,
+/// before it recovers and finishes.
+fn mirror_sync_disk_lost_stall_after_open() -> Workload {
+    let system = System::mirrored(MirrorMode::Synchronous, 5).losing_local_file().stalling(Stall::AfterSuccessorOpen);
+    Workload::new("mirror-sync-disk-lost-stall-after-open", mirrored_ops()).with_system(system)
+}
+
+/// The stall class on an asynchronous mirror with snapshots: the dead process's background uploads land after
+/// the successor opened.
+fn mirror_async_stall_after_open() -> Workload {
+    let mode = MirrorMode::Asynchronous { lag_batches_max: 2, lag_ms_max: u64::MAX };
+    let system = System::mirrored(mode, 6).stalling(Stall::AfterSuccessorOpen);
+    Workload::new("mirror-async-stall-after-open", mirrored_ops()).with_system(system)
+}
+
 fn class(o: &OpOutcome) -> &str {
     match o {
         Ok(()) => "ok",
@@ -313,13 +335,20 @@ fn every_crash_point_recovers() {
         mirror_sync_disk_lost(),
         mirror_async(),
         mirror_snapshots_disk_lost(),
+        mirror_sync_stall_after_end(),
+        mirror_sync_disk_lost_stall_after_open(),
+        mirror_async_stall_after_open(),
     ];
     for workload in workloads {
         let t = Instant::now();
         let report = workload.run_exhaustive().unwrap_or_else(|e| panic!("{e}"));
         let [local, mirror, target] = report.per_component;
+        let late = match report.late_delivered {
+            0 => String::new(),
+            n => format!(", {n} late puts delivered ({} landed)", report.late_landed),
+        };
         println!(
-            "{}: {} crash points (local {local}, mirror {mirror}, target {target}) over {} store calls in {:.1?}",
+            "{}: {} crash points (local {local}, mirror {mirror}, target {target}) over {} store calls in {:.1?}{late}",
             workload.name,
             report.crash_points,
             report.calls,
@@ -330,4 +359,21 @@ fn every_crash_point_recovers() {
     // Written to the stderr handle, which the test harness does not capture, so every CI log shows the count.
     writeln!(std::io::stderr(), "{total} crash points in {:.1?}", started.elapsed()).unwrap();
     assert!(total >= 1000, "only {total} crash points");
+}
+
+/// The stale-mirror class: the store restored from every prefix of the mirror's history, against the table the
+/// whole job left, either refuses (`WrongStore`, only when it is behind the table) or agrees with the table.
+#[test]
+fn every_stale_mirror_is_refused_or_agrees_with_the_table() {
+    let mut total = 0;
+    for workload in [mirror_sync(), mirror_async(), mirror_snapshots_disk_lost()] {
+        let report = workload.run_stale_mirror().unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "{}: {} mirror prefixes restored, {} refused as behind the table",
+            workload.name, report.prefixes, report.refused
+        );
+        assert!(report.refused > 0 && report.refused < report.prefixes, "{report:?}");
+        total += report.prefixes;
+    }
+    let _ = writeln!(std::io::stderr(), "{total} stale-mirror prefixes");
 }

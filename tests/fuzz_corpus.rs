@@ -6,7 +6,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
 
-use sinkpoint::testkit::crash::{Op, runtime};
+use sinkpoint::testkit::crash::{Op, Stall, runtime};
 use sinkpoint::testkit::fuzz::{
     crash_replay, crash_replay_seeds, decode_record, decode_record_seeds, restore_mirror, restore_mirror_seeds,
     workload_from_bytes,
@@ -114,7 +114,17 @@ fn crash_replay_seeds_play_what_they_describe() {
         assert_eq!(mirror > 0, w.system.as_ref().is_some_and(|s| s.mirror.is_some()), "seed {i}");
         assert!(w.ops.contains(&Op::CommitPending { final_commit: true }), "seed {i}: {:?}", w.ops);
     }
-    assert_eq!(traces.iter().filter(|(w, _)| w.system.as_ref().is_some_and(|s| s.mirror.is_some())).count(), 3);
+    assert_eq!(traces.iter().filter(|(w, _)| w.system.as_ref().is_some_and(|s| s.mirror.is_some())).count(), 6);
+    // The last three: two of the stall class, whose crash stops a mirror put that is then delivered late, and
+    // one of the stale-mirror class.
+    for (i, stall) in [(9, Stall::AfterSuccessorOpen), (10, Stall::AfterSuccessorEnd)] {
+        let (w, t) = &traces[i];
+        assert_eq!(w.system.as_ref().map(|s| s.stall), Some(stall), "seed {i}");
+        let point = u64::from(u16::from_le_bytes([seeds[i][1], seeds[i][2]]) & 0x3fff);
+        let late = w.crash_at(&rt, t, 1 + point % t.io_ops(), true).unwrap();
+        assert!(late.delivered > 0, "seed {i}: its crash stops no mirror put");
+    }
+    assert_eq!(seeds[11][2] >> 6, 3, "the stale-mirror seed");
     for (w, t) in &traces {
         assert!(t.io_ops() > 20, "{}: {} I/O operations", w.name, t.io_ops());
     }

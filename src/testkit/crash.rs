@@ -52,17 +52,20 @@
 mod driver;
 mod end;
 mod image;
+mod stale;
 mod system;
 mod system_run;
 
 use tokio::runtime::Runtime;
 
 pub use image::{Image, Logical};
-pub use system::{SNAPSHOTS_OFF, System};
+pub use stale::StaleReport;
+pub use system::{SNAPSHOTS_OFF, Stall, System};
 
 use crate::testkit::CrashBackend;
 use crate::types::{CheckpointId, Part, SourceKey, WriteResult};
 use driver::{CallRecord, Driver, Stop};
+pub use system_run::LatePuts;
 
 /// One caller operation of a workload. Attempts are not named: the driver stages into the checkpoint's current
 /// attempt, as a caller that reads it with `get` does.
@@ -184,6 +187,8 @@ pub struct Trace {
     end: Option<end::End>,
     /// With a system: the points per component (local, mirror, target).
     per_component: [u64; 3],
+    /// With a mirror: the mirror's history and the table the job left, for the stale-mirror class.
+    history: Option<stale::History>,
 }
 
 impl Trace {
@@ -217,6 +222,10 @@ pub struct Report {
     pub calls: usize,
     /// The crash points of the local file, the mirror and the target, in that order.
     pub per_component: [u64; 3],
+    /// With a [`Stall`]: the dead processes' puts delivered late, over every crash point.
+    pub late_delivered: u64,
+    /// Of those, how many landed (the others were refused by their conditions).
+    pub late_landed: u64,
 }
 
 /// A current-thread runtime for the runner (the store's writer is its own thread).
@@ -282,15 +291,17 @@ impl Workload {
             seq_states: std::collections::BTreeMap::new(),
             end: None,
             per_component: [backend.ops(), 0, 0],
+            history: None,
         })
     }
 
     /// Crashes the workload at I/O operation `k`, recovers, checks, and (with `finish`) finishes the workload and
     /// compares its end with the trace's. The error says what broke, at which call.
-    pub fn crash_at(&self, rt: &Runtime, trace: &Trace, k: u64, finish: bool) -> Result<(), String> {
+    /// Returns the late puts the crash delivered (with a [`Stall`]).
+    pub fn crash_at(&self, rt: &Runtime, trace: &Trace, k: u64, finish: bool) -> Result<LatePuts, String> {
         let result = match &self.system {
             Some(system) => self.crash_system(rt, trace, k, system),
-            None => self.crash_at_inner(rt, trace, k, finish),
+            None => self.crash_at_inner(rt, trace, k, finish).map(|()| LatePuts::default()),
         };
         result.map_err(|e| format!("{} crash point {k}: {e}", self.name))
     }
@@ -376,10 +387,19 @@ impl Workload {
     pub fn run_exhaustive(&self) -> Result<Report, String> {
         let rt = runtime()?;
         let trace = self.trace(&rt)?;
+        let (mut late_delivered, mut late_landed) = (0, 0);
         for k in 1..=trace.io_ops {
-            self.crash_at(&rt, &trace, k, true)?;
+            let late = self.crash_at(&rt, &trace, k, true)?;
+            late_delivered += late.delivered;
+            late_landed += late.landed;
         }
-        Ok(Report { crash_points: trace.io_ops, calls: trace.calls.len(), per_component: trace.per_component })
+        Ok(Report {
+            crash_points: trace.io_ops,
+            calls: trace.calls.len(),
+            per_component: trace.per_component,
+            late_delivered,
+            late_landed,
+        })
     }
 }
 
@@ -468,5 +488,26 @@ mod tests {
         let last = eager.images.last().cloned().flatten();
         eager.images.iter_mut().for_each(|i| *i = last.clone());
         assert!(failures(&eager) as u64 > trace.io_ops / 2);
+    }
+
+    /// The stall class only proves something if a late put that breaks the mirror is caught: delivered without
+    /// its conditions (by a store that ignores `If-None-Match`), the dead process's late puts overwrite what the
+    /// successor wrote, and the runner must fail; with them, every point passes and some late puts landed.
+    #[test]
+    fn the_stall_class_catches_late_puts_that_overwrite_the_successor() {
+        let rt = runtime().unwrap();
+        let mut w = system_workload();
+        let system = w.system.take().unwrap().stalling(Stall::AfterSuccessorEnd);
+        w = w.with_system(system.clone());
+        let report = w.run_exhaustive().unwrap();
+        assert!(report.late_delivered > 0, "{report:?}");
+
+        let mut unconditional = system;
+        unconditional.late_puts_unconditional = true;
+        let w = w.with_system(unconditional);
+        let trace = w.trace(&rt).unwrap();
+        let failed: Vec<String> = (1..=trace.io_ops).filter_map(|k| w.crash_at(&rt, &trace, k, true).err()).collect();
+        assert!(!failed.is_empty(), "no crash point failed with unconditional late puts");
+        println!("{} crash points failed, e.g.: {}", failed.len(), failed[0]);
     }
 }

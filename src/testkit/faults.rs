@@ -9,6 +9,11 @@
 //! It can also be part of a simulated process ([`FaultStore::attach`]): each request, and the moment a put has
 //! landed, is then one of the process's crash points, and once the process is dead every request fails at
 //! once with `NotSupported` (a dead process settles nothing, so its threads must not sit in retries).
+//!
+//! With a [`Journal`] it records, in order, every change that reached the inner store (so a test can rebuild
+//! the bucket as it stood after any prefix of its history: a stale replica, a rolled-back bucket) and every put
+//! a dead process tried but never sent (so a test can deliver it late, after other writers moved on: a stalled
+//! request).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -78,6 +83,108 @@ struct Faults {
     stale: Vec<(String, Duration, u32)>,
     /// The process this store's requests belong to.
     process: Option<ProcessCrash>,
+    /// Where changes and unsent puts are recorded.
+    journal: Option<Journal>,
+}
+
+/// One change to an object store, as a [`Journal`] keeps it.
+#[derive(Clone, Debug)]
+pub enum Mutation {
+    /// A put, with the options it was sent with (a conditional put stays conditional when replayed).
+    Put {
+        /// Where.
+        location: Path,
+        /// The bytes.
+        payload: PutPayload,
+        /// Its mode and attributes.
+        opts: PutOptions,
+    },
+    /// A delete.
+    Delete {
+        /// Where.
+        location: Path,
+    },
+}
+
+impl Mutation {
+    /// Applies the change to `store`: a put with its original options (so a conditional one may be refused), a
+    /// delete as it was.
+    ///
+    /// # Errors
+    ///
+    /// What the store answered, such as `AlreadyExists` or `Precondition` for a refused conditional put.
+    pub async fn apply(&self, store: &dyn ObjectStore) -> Result<()> {
+        match self {
+            Mutation::Put { location, payload, opts } => {
+                store.put_opts(location, payload.clone(), opts.clone()).await.map(drop)
+            }
+            Mutation::Delete { location } => {
+                let one = futures::stream::once(futures::future::ready(Ok(location.clone()))).boxed();
+                store.delete_stream(one).next().await.unwrap_or(Ok(location.clone())).map(drop)
+            }
+        }
+    }
+
+    /// The path it changes.
+    pub fn location(&self) -> &Path {
+        match self {
+            Mutation::Put { location, .. } | Mutation::Delete { location } => location,
+        }
+    }
+}
+
+/// The history of an object store as seen through the [`FaultStore`]s that share this journal: the changes that
+/// landed, in order, and the puts of dead processes that were never sent. Clones share one journal.
+#[derive(Clone, Debug, Default)]
+pub struct Journal {
+    inner: Arc<Mutex<JournalEntries>>,
+}
+
+#[derive(Debug, Default)]
+struct JournalEntries {
+    landed: Vec<Mutation>,
+    unsent: Vec<Mutation>,
+}
+
+impl Journal {
+    /// An empty journal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, JournalEntries> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every change that landed, in order.
+    pub fn landed(&self) -> Vec<Mutation> {
+        self.lock().landed.clone()
+    }
+
+    /// Takes the puts that dead processes tried and never sent, oldest first.
+    pub fn take_unsent(&self) -> Vec<Mutation> {
+        std::mem::take(&mut self.lock().unsent)
+    }
+
+    /// A new bucket holding what the journaled store held after its first `changes` changes (every put applied
+    /// unconditionally: the history already decided which landed).
+    ///
+    /// # Errors
+    ///
+    /// When the in-memory store refuses a change (it does not).
+    pub async fn replay(&self, changes: usize) -> Result<object_store::memory::InMemory> {
+        let bucket = object_store::memory::InMemory::new();
+        for change in self.landed().into_iter().take(changes) {
+            let change = match change {
+                Mutation::Put { location, payload, .. } => {
+                    Mutation::Put { location, payload, opts: PutOptions::default() }
+                }
+                delete => delete,
+            };
+            change.apply(&bucket).await?;
+        }
+        Ok(bucket)
+    }
 }
 
 #[derive(Debug)]
@@ -170,6 +277,18 @@ impl<T: ObjectStore> FaultStore<T> {
     /// Crashes now.
     pub fn crash(&self) {
         self.lock().crashed = true;
+    }
+
+    /// Records the store's changes and its dead process's unsent puts in `journal` (see the module docs).
+    pub fn journal(&self, journal: &Journal) {
+        self.lock().journal = Some(journal.clone());
+    }
+
+    fn record(&self, change: Mutation, landed: bool) {
+        if let Some(journal) = self.lock().journal.clone() {
+            let mut entries = journal.lock();
+            if landed { entries.landed.push(change) } else { entries.unsent.push(change) }
+        }
     }
 
     /// Makes the store's requests part of `process` (see the module docs).
@@ -297,7 +416,14 @@ async fn pause(latency: Duration) {
 #[deny(clippy::missing_trait_methods)]
 impl<T: ObjectStore> ObjectStore for FaultStore<T> {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
-        let latency = self.op(Op::Put, location)?;
+        let unsent = || Mutation::Put { location: location.clone(), payload: payload.clone(), opts: opts.clone() };
+        let dead = |e: object_store::Error| {
+            if matches!(e, object_store::Error::NotSupported { .. }) {
+                self.record(unsent(), false);
+            }
+            e
+        };
+        let latency = self.op(Op::Put, location).map_err(dead)?;
         pause(latency).await;
         self.pass_gate(location).await;
         {
@@ -307,7 +433,8 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
                 return Err(generic(format!("crashed while the put of {location} was held")));
             }
             if faults.process.as_ref().is_some_and(ProcessCrash::is_dead) {
-                return Err(process_dead(&format!("while the put of {location} was held")));
+                drop(faults);
+                return Err(dead(process_dead(&format!("while the put of {location} was held"))));
             }
             faults.counts.bytes_put += payload.content_length() as u64;
             faults.put_paths.push(location.to_string());
@@ -315,11 +442,13 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
         match self.take_fault(location, true).flatten() {
             Some(PutFault::FailBefore) => Err(generic(format!("injected failure before the put of {location}"))),
             Some(PutFault::FailAfter) => {
-                self.inner.put_opts(location, payload, opts).await?;
+                self.inner.put_opts(location, payload.clone(), opts.clone()).await?;
+                self.record(unsent(), true);
                 Err(generic(format!("injected failure after the put of {location} landed")))
             }
             None => {
-                let put = self.inner.put_opts(location, payload, opts).await?;
+                let put = self.inner.put_opts(location, payload.clone(), opts.clone()).await?;
+                self.record(unsent(), true);
                 // The put has landed; a process that dies now never learns it.
                 let process = self.lock().process.clone();
                 if let Some(process) = process
@@ -377,12 +506,17 @@ impl<T: ObjectStore> ObjectStore for FaultStore<T> {
                 async move {
                     let location = location?;
                     pause(this.op(Op::Delete, &location)?).await;
-                    let one = futures::stream::once(async move { Ok(location) }).boxed();
-                    this.inner
+                    let one = futures::stream::once(futures::future::ready(Ok(location.clone()))).boxed();
+                    let deleted = this
+                        .inner
                         .delete_stream(one)
                         .next()
                         .await
-                        .unwrap_or_else(|| Err(generic("the inner store answered no delete".into())))
+                        .unwrap_or_else(|| Err(generic("the inner store answered no delete".into())));
+                    if deleted.is_ok() {
+                        this.record(Mutation::Delete { location }, true);
+                    }
+                    deleted
                 }
             })
             .boxed()

@@ -11,7 +11,7 @@ pub use restore::{RESTORE_MIRROR_MUTATIONS_MAX, restore_mirror, restore_mirror_s
 
 use crate::mirror::MirrorMode;
 use crate::state::CheckpointRecord;
-use crate::testkit::crash::{Op, SNAPSHOTS_OFF, System, Workload, runtime};
+use crate::testkit::crash::{Op, SNAPSHOTS_OFF, Stall, System, Workload, runtime};
 use crate::testkit::{CommitFault, ProbeFault};
 use crate::types::{CheckpointId, Format, SourceKey, WriteResult};
 use crate::wal::frame::{self, FRAME_HEADER_BYTES, FRAME_TRAILER_BYTES};
@@ -163,8 +163,12 @@ fn system_from_byte(b: u8) -> Option<System> {
 /// land and lose the ack, unknown, land late); bit 7 a variant: the target's second probe is unknown, the local
 /// file is lost at the crash (synchronous mirror), or a snapshot every four records (asynchronous mirror).
 ///
-/// The next two bytes choose the crash point (modulo the run's I/O points, which with a system are those of
-/// the local file, the mirror and the target together). Then each operation is one byte choosing it (modulo
+/// The next two bytes, little-endian, choose the fault class in their top two bits and, in the other fourteen,
+/// the crash point (modulo the run's I/O points, which with a system are those of the local file, the mirror and
+/// the target together). With a mirror the class is: 0 a plain crash; 1 and 2 the stall class
+/// ([`Stall::AfterSuccessorOpen`], [`Stall::AfterSuccessorEnd`]: the puts the crash stopped land late); 3 the
+/// stale-mirror class (no crash: the fourteen bits choose the prefix of the mirror's history a rerun restores
+/// from, see [`Workload::run_stale_mirror`]). Without a mirror every class is a plain crash. Then each operation is one byte choosing it (modulo
 /// 11) followed by its argument bytes (missing bytes read as 0):
 ///
 /// | byte % 11 | operation | argument bytes |
@@ -179,7 +183,12 @@ fn system_from_byte(b: u8) -> Option<System> {
 ///
 /// With a system the workload begins with a recover, as a job does after it opened the store.
 pub fn workload_from_bytes(data: &[u8]) -> (u16, Workload) {
-    let system = system_from_byte(data.first().copied().unwrap_or(0));
+    let class = data.get(2).copied().unwrap_or(0) >> 6;
+    let system = system_from_byte(data.first().copied().unwrap_or(0)).map(|s| match (class, s.mirror.is_some()) {
+        (1, true) => s.stalling(Stall::AfterSuccessorOpen),
+        (2, true) => s.stalling(Stall::AfterSuccessorEnd),
+        _ => s,
+    });
     let selector = u16::from_le_bytes([data.get(1).copied().unwrap_or(0), data.get(2).copied().unwrap_or(0)]);
     let mut bytes = data.iter().copied().skip(3);
     let mut ops = Vec::new();
@@ -248,17 +257,24 @@ pub fn workload_from_bytes(data: &[u8]) -> (u16, Workload) {
 /// local file alone, the crash image is the state after the last acked call or the call in flight, every
 /// invariant holds, the reopened store answers as the image says, and finishing the workload ends where the
 /// crash-free run ended; with a system, the crash leaves a consistent local file and mirror, and recovery
-/// plus the rest of the job leaves every sealed checkpoint's results in the table exactly once.
+/// plus the rest of the job leaves every sealed checkpoint's results in the table exactly once (and, in the
+/// stall class, still does after the crashed process's late puts land). In the stale-mirror class, a rerun
+/// restored from a prefix of the mirror's history is refused as behind the table or agrees with it.
 ///
 /// # Panics
 ///
 /// When any of those checks fails, or the store panics.
 pub fn crash_replay(data: &[u8]) {
     let (selector, workload) = workload_from_bytes(data);
+    let stale = selector >> 14 == 3 && workload.system.as_ref().is_some_and(|s| s.mirror.is_some());
+    let point = selector & 0x3fff;
     let result = runtime().and_then(|rt| {
         let trace = workload.trace(&rt)?;
-        let k = 1 + u64::from(selector) % trace.io_ops().max(1);
-        workload.crash_at(&rt, &trace, k, true)
+        if stale {
+            return workload.stale_at(&rt, &trace, usize::from(point)).map(drop);
+        }
+        let k = 1 + u64::from(point) % trace.io_ops().max(1);
+        workload.crash_at(&rt, &trace, k, true).map(drop)
     });
     if let Err(e) = result {
         panic!("crash_replay: {e}\nsystem: {:?}\nworkload: {:#?}", workload.system, workload.ops);
@@ -320,7 +336,7 @@ pub fn decode_record_seeds() -> Vec<Vec<u8>> {
 /// alone: a checkpoint through a full commit, two checkpoints with a reopen (orphans), a restart and an abort,
 /// a commit whose outcome is unknown, and a key conflict. With a system: commits over two keys on the target
 /// with a lost ack; the same on a synchronous mirror; on a synchronous mirror with the local file lost; on an
-/// asynchronous mirror with snapshots and a reopen.
+/// asynchronous mirror with snapshots and a reopen; two of the stall class and one of the stale-mirror class.
 pub fn crash_replay_seeds() -> Vec<Vec<u8>> {
     // Operation bytes: stage 0, seal 3, restart 4, abort 5, begin 6, empty 7, marks 8/9/10, reopen 8 + 200;
     // with a system, 6 and 7 are commit_pending and 8 is recover.
@@ -361,5 +377,11 @@ pub fn crash_replay_seeds() -> Vec<Vec<u8>> {
     seeds.push(with(2 | 0x80, [33, 1]));
     // Asynchronous mirror with snapshots, the first commit landing late.
     seeds.push(with(3 | (4 << 2) | 0x80, [201, 0]));
+    // The stall class: a synchronous mirror, the puts stopped by the crash landing after the successor opened.
+    seeds.push(with(2, [10, 1 << 6]));
+    // The stall class on an asynchronous mirror, the late puts landing after the successor finished.
+    seeds.push(with(3, [13, 2 << 6]));
+    // The stale-mirror class: a rerun restored from the first 9 changes of a synchronous mirror's history.
+    seeds.push(with(2, [9, 3 << 6]));
     seeds
 }

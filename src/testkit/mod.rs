@@ -32,7 +32,7 @@ mod target;
 
 pub use backend::CrashBackend;
 pub use clock::ManualClock;
-pub use faults::{Counts, FaultStore, PutFault};
+pub use faults::{Counts, FaultStore, Journal, Mutation, PutFault};
 pub use process::{Component, ProcessCrash};
 pub use protocol::RawProtocol;
 pub use rng::SplitMix64;

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::mirror::{MirrorMode, MirrorSettings};
 use crate::target::DirTable;
 use crate::testkit::process::{Component, ProcessCrash};
-use crate::testkit::{CommitFault, FaultStore, FaultyTarget, ManualClock, ProbeFault};
+use crate::testkit::{CommitFault, FaultStore, FaultyTarget, Journal, ManualClock, ProbeFault};
 use crate::types::CommitKey;
 
 /// A snapshot interval that no workload reaches: the mirror makes no snapshots, so its background thread does
@@ -32,12 +32,40 @@ pub struct System {
     /// Whether the local file is lost with the process: every recovery restores it from the mirror alone
     /// (synchronous mode only, where the mirror holds every acknowledged call).
     pub lose_local_file: bool,
+    /// Whether the mirror puts the crash stopped are delivered late, and when (see [`Stall`]).
+    pub stall: Stall,
+    /// For the runner's own test: late puts are delivered without their conditions (as by a store that ignores
+    /// `If-None-Match`/`If-Match`), which the runner must catch.
+    pub(crate) late_puts_unconditional: bool,
+}
+
+/// The stall fault class: a crash that does not lose the dead process's mirror puts but delays them. Every put
+/// the process tried at and after its crash point (the request in flight, and those its threads still sent) is
+/// kept and delivered, in order and with its original conditions, once the successor has moved on; then the
+/// mirror must still restore to the successor's state and find nothing to do. It is how a paused zombie's
+/// requests, or a request stuck in the network, reach a bucket that other writers have moved on in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Stall {
+    /// Puts stopped by the crash are lost (a plain crash).
+    #[default]
+    Off,
+    /// Delivered right after the successor opened (fenced) and before it recovers and finishes.
+    AfterSuccessorOpen,
+    /// Delivered after the successor finished the job.
+    AfterSuccessorEnd,
 }
 
 impl System {
     /// A target without faults and no mirror.
     pub fn target() -> Self {
-        Self { mirror: None, commit_faults: Vec::new(), probe_faults: Vec::new(), lose_local_file: false }
+        Self {
+            mirror: None,
+            commit_faults: Vec::new(),
+            probe_faults: Vec::new(),
+            lose_local_file: false,
+            stall: Stall::Off,
+            late_puts_unconditional: false,
+        }
     }
 
     /// A target without faults and a mirror in `mode`, making a snapshot every `snapshot_interval_records`
@@ -67,6 +95,12 @@ impl System {
         self
     }
 
+    /// The same system, whose crashes delay the dead process's mirror puts (see [`Stall`]).
+    pub fn stalling(mut self, stall: Stall) -> Self {
+        self.stall = stall;
+        self
+    }
+
     /// Whether the local file's own operations are the same in every run: true unless the mirror makes
     /// snapshots (on a background thread, moving the local log's truncation point). An asynchronous mirror's
     /// uploads interleave differently with them from run to run, so a point k may fall on another operation,
@@ -82,19 +116,34 @@ pub(crate) struct World {
     pub system: System,
     pub bucket: Arc<InMemory>,
     pub target: Arc<FaultyTarget<DirTable>>,
+    /// The table's objects.
+    pub table_bucket: Arc<InMemory>,
     pub clock: ManualClock,
+    /// The mirror bucket's history and the dead processes' unsent puts.
+    pub journal: Journal,
 }
 
 impl World {
     pub(crate) fn new(system: &System) -> Self {
-        let table = DirTable::new(Arc::new(InMemory::new()), Path::from("table"));
+        Self::over(system, Arc::new(InMemory::new()), Arc::new(InMemory::new()))
+    }
+
+    /// A world over existing objects: a mirror bucket and a table's bucket.
+    pub(crate) fn over(system: &System, bucket: Arc<InMemory>, table_bucket: Arc<InMemory>) -> Self {
+        let table = DirTable::new(table_bucket.clone(), Self::table_prefix());
         let target = FaultyTarget::scripted(table, system.commit_faults.clone(), system.probe_faults.clone());
         Self {
             system: system.clone(),
-            bucket: Arc::new(InMemory::new()),
+            bucket,
             target: Arc::new(target),
+            table_bucket,
             clock: ManualClock::new(0),
+            journal: Journal::new(),
         }
+    }
+
+    fn table_prefix() -> Path {
+        Path::from("table")
     }
 
     /// The mirror's prefix in its bucket.
@@ -105,6 +154,7 @@ impl World {
     /// A view of the mirror's objects for one process (attached to it, when given).
     pub(crate) fn mirror_store(&self, process: Option<&ProcessCrash>) -> FaultStore<Arc<InMemory>> {
         let store = FaultStore::new(self.bucket.clone());
+        store.journal(&self.journal);
         if let Some(p) = process {
             store.attach(p);
         }

@@ -10,11 +10,12 @@ use tokio::runtime::Runtime;
 
 use super::driver::{Driver, Stop};
 use super::end::End;
+use super::stale::History;
 use super::system::World;
-use super::{Image, Logical, Op, OpOutcome, System, Trace, Workload, stopped};
+use super::{Image, Logical, Op, OpOutcome, Stall, System, Trace, Workload, stopped};
 use crate::error::ErrorKind;
 use crate::mirror::{MirrorMode, MirrorView};
-use crate::testkit::{Component, CrashBackend, ProcessCrash};
+use crate::testkit::{Component, CrashBackend, Mutation, ProcessCrash};
 use crate::types::SourceKey;
 
 /// Plays `ops[start..]` on an open store, then the job's last step, checks the end and closes.
@@ -63,13 +64,59 @@ fn universe(ops: &[Op]) -> BTreeSet<SourceKey> {
         .collect()
 }
 
+/// Delivers the puts the dead process never sent (the stall fault class, [`Stall`]), in order and with their
+/// original conditions; returns each with whether it landed.
+fn deliver_late_puts(rt: &Runtime, world: &World) -> Vec<(String, bool)> {
+    world
+        .journal
+        .take_unsent()
+        .into_iter()
+        .map(|mut put| {
+            if world.system.late_puts_unconditional
+                && let Mutation::Put { opts, .. } = &mut put
+            {
+                *opts = object_store::PutOptions::default();
+            }
+            let landed = rt.block_on(put.apply(world.bucket.as_ref())).is_ok();
+            (put.location().to_string(), landed)
+        })
+        .collect()
+}
+
+/// The puts a crash stopped and the stall class delivered late ([`Stall`]).
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
+pub struct LatePuts {
+    /// Delivered.
+    pub delivered: u64,
+    /// Of those, landed (the others were refused by their conditions).
+    pub landed: u64,
+}
+
+impl LatePuts {
+    fn of(delivered: &[(String, bool)]) -> Self {
+        Self {
+            delivered: delivered.len() as u64,
+            landed: delivered.iter().filter(|(_, landed)| *landed).count() as u64,
+        }
+    }
+}
+
+fn late_note(delivered: &[(String, bool)]) -> String {
+    if delivered.is_empty() {
+        return String::new();
+    }
+    let puts: Vec<String> =
+        delivered.iter().map(|(p, landed)| format!("{p} ({})", if *landed { "landed" } else { "refused" })).collect();
+    format!("\n  after the dead process's late puts: {}", puts.join(", "))
+}
+
 impl Workload {
     pub(super) fn trace_system(&self, rt: &Runtime, system: &System) -> Result<Trace, String> {
         let process = ProcessCrash::new();
         let backend = CrashBackend::new();
         backend.record_syncs();
         let world = Arc::new(World::new(system));
-        let mut driver = Driver::with_world(rt, backend.clone(), process.clone(), world, true)?;
+        let mut driver = Driver::with_world(rt, backend.clone(), process.clone(), world.clone(), true)?;
         let universe = universe(&self.ops);
         driver.at_op(0);
         let (outcomes, end) =
@@ -114,10 +161,20 @@ impl Workload {
             seq_states,
             end: Some(end),
             per_component,
+            history: system
+                .mirror
+                .is_some()
+                .then(|| History { journal: world.journal.clone(), table: world.table_bucket.clone() }),
         })
     }
 
-    pub(super) fn crash_system(&self, rt: &Runtime, trace: &Trace, k: u64, system: &System) -> Result<(), String> {
+    pub(super) fn crash_system(
+        &self,
+        rt: &Runtime,
+        trace: &Trace,
+        k: u64,
+        system: &System,
+    ) -> Result<LatePuts, String> {
         let process = ProcessCrash::new();
         process.crash_at(Some(k));
         let backend = CrashBackend::new();
@@ -133,7 +190,7 @@ impl Workload {
                 return if outcomes != trace.outcomes || want != Some(&end.summary) {
                     Err("a run without a crash differs from the trace".into())
                 } else {
-                    Ok(())
+                    Ok(LatePuts::default())
                 };
             }
             Err(Stop::Failed(message)) => return Err(message),
@@ -168,7 +225,7 @@ impl Workload {
         last: usize,
         resume: usize,
         universe: &BTreeSet<SourceKey>,
-    ) -> Result<(), String> {
+    ) -> Result<LatePuts, String> {
         let system = &world.system;
         // The local file: exactly the durable image the crash-free run had after as many local operations.
         let image = backend.crash_image();
@@ -217,6 +274,10 @@ impl Workload {
         let mut driver = driver.recover(if lost { CrashBackend::new() } else { image });
         driver.at_op(resume);
         driver.open().map_err(|e| format!("recovery open: {}", stopped(e)))?;
+        let delivered_early = match system.stall {
+            Stall::AfterSuccessorOpen => deliver_late_puts(rt, world),
+            Stall::Off | Stall::AfterSuccessorEnd => Vec::new(),
+        };
         let store = driver.store().ok_or("recovery open left no store")?;
         if system.mirror.is_some() {
             let expected = if lost { mirrored } else { local.as_ref().map(Image::logical).or(mirrored) };
@@ -242,9 +303,20 @@ impl Workload {
         }
         let want = &trace.end.as_ref().ok_or("the trace has no end")?.summary;
         if end.summary != *want {
-            return Err(format!("the job ended with\n  {:#?}\n  the crash-free run with {want:#?}", end.summary));
+            return Err(format!(
+                "the job ended with\n  {:#?}\n  the crash-free run with {want:#?}{}",
+                end.summary,
+                late_note(&delivered_early)
+            ));
         }
-        driver.restore_check(&end)
+        driver.restore_check(&end).map_err(|e| format!("{e}{}", late_note(&delivered_early)))?;
+        let mut late = LatePuts::of(&delivered_early);
+        if system.stall == Stall::AfterSuccessorEnd {
+            let delivered = deliver_late_puts(rt, world);
+            driver.restore_check(&end).map_err(|e| format!("{e}{}", late_note(&delivered)))?;
+            late = LatePuts::of(&delivered);
+        }
+        Ok(late)
     }
 
     /// With a mirror: what the mirror alone holds right after the crash must restore, be a state the local
