@@ -1,5 +1,6 @@
-//! Proves that reading a mirror's log holds a bounded window of segments, not the whole log: a `MirrorView`
-//! restored from a mirror of many large segments peaks below the log's size in resident memory. Each restore runs
+//! Proves that reading a mirror's log holds a bounded window of segments, not the whole log: a `MirrorView`, and
+//! a store restored through `Store::open`, from a mirror of many large segments peak below half the log's size
+//! in resident memory. Each restore runs
 //! in a child process (this test binary again), which reports its peak resident set (`VmHWM`) above what it held
 //! before the restore. Prints the figures `docs/ARCHITECTURE.md` quotes:
 //! `cargo test --all-features --test mirror_memory -- --nocapture`. Linux only (it reads `/proc/self/status`).
@@ -104,5 +105,10 @@ async fn a_restore_of_many_large_segments_holds_a_bounded_window_not_the_log() {
     assert!(
         view_mib < log_mib / 2,
         "MirrorView::open grew by {view_mib} MiB at its peak for a log of {log_mib} MiB: the whole log, not a window"
+    );
+    // The same bound for a restore through `Store::open` (red-team 14), which replays as it reads.
+    assert!(
+        open_mib < log_mib / 2,
+        "Store::open grew by {open_mib} MiB at its peak for a log of {log_mib} MiB: the whole log, not a window"
     );
 }

@@ -9,17 +9,18 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use redb::{Database, ReadableTable as _, WriteTransaction};
+use redb::{Database, WriteTransaction};
 
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_CLAIM_ATTEMPTS_MAX, MIRROR_FENCE_ATTEMPTS_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
-    EpochOpen, ManifestBody, SegmentHeader, SegmentKind, decode_segment, encode_manifest, encode_segment,
+    EpochOpen, ManifestBody, Segment, SegmentHeader, SegmentKind, SnapshotEntry, SnapshotHeader, decode_segment,
+    encode_manifest, encode_segment,
 };
 use crate::mirror::layout::ManifestName;
 use crate::mirror::read::{
-    MirrorLog, list_manifest_names, opens_in, read_log, read_manifests, read_newest, read_snapshot,
+    for_each_segment, list_manifest_names, opens_in, read_manifests, read_newest, read_snapshot,
 };
 use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart};
@@ -29,7 +30,7 @@ use crate::types::Epoch;
 use crate::wal::apply::Tables;
 use crate::wal::frame;
 use crate::wal::record::Record;
-use crate::wal::tables::{LOG, META, Meta, create_all, read_meta};
+use crate::wal::tables::{META, Meta, create_all, read_meta};
 
 /// A store opened through its mirror.
 pub(crate) struct Opened {
@@ -50,7 +51,10 @@ struct Reconciled {
     /// The highest epoch seen, locally or in the mirror.
     floor: Epoch,
     has_snapshot: bool,
-    log: MirrorLog,
+    /// The first absent slot of the log.
+    next_slot: u64,
+    /// The bytes of the log's frames from the base (what snapshots are paced by).
+    frame_bytes: u64,
     /// Every opening up to the log's end.
     history: Vec<EpochOpen>,
     start_seq: u64,
@@ -85,14 +89,16 @@ pub(crate) fn open(
         read = read_and_reconcile(&txn, settings, &remote, &location, Some(newer))?;
         claim = write_update(&remote, &claim, read.prior.as_ref().map(|p| &p.1), clock.as_ref())?;
     }
-    let Reconciled { has_snapshot, log, mut history, start_seq, end_seq, local_tail, mut meta, .. } = read;
+    let Reconciled {
+        has_snapshot, next_slot, frame_bytes, mut history, start_seq, end_seq, local_tail, mut meta, ..
+    } = read;
     let epoch = claim.epoch;
     let mut tables = Tables::open(&txn)?;
 
     // Fence: re-ship the local tail, then put this writer's Open in the next slot. A lower-epoch segment that
     // wins a slot first is replayed (or must equal the tail it races); an equal or higher one fences us.
     let mut shipped = end_seq;
-    let mut slot = log.next_slot;
+    let mut slot = next_slot;
     let mut created = false;
     let mut fence = None;
     for _ in 0..MIRROR_FENCE_ATTEMPTS_MAX {
@@ -202,7 +208,7 @@ pub(crate) fn open(
         history,
         fence_slot,
         records_since_snapshot,
-        bytes_since_snapshot: log.frame_bytes() + local_tail.iter().map(|f| f.len() as u64).sum::<u64>(),
+        bytes_since_snapshot: frame_bytes + local_tail.iter().map(|f| f.len() as u64).sum::<u64>(),
         claim,
         keep_from,
     })?;
@@ -269,37 +275,135 @@ fn read_and_reconcile(
         .max()
         .unwrap_or(0);
     let (first_slot, has_snapshot) = prior_body.as_ref().map_or((0, false), |p| (p.first_slot, p.snapshot));
-    let log = read_log(remote, first_slot)?;
-    let mut history = prior_body.as_ref().map(|p| p.history.clone()).unwrap_or_default();
-    for segment in &log.segments {
-        history.extend(opens_in(segment));
+    let history = prior_body.as_ref().map(|p| p.history.clone()).unwrap_or_default();
+    let mut stream = Stream {
+        txn,
+        remote,
+        local: local.as_ref(),
+        has_snapshot,
+        first_slot,
+        started: None,
+        history,
+        end_seq: None,
+        frame_bytes: 0,
+        mismatch: None,
+        replay_error: None,
+    };
+    // Each segment is compared and replayed as it arrives, so an open holds a window of the log, not all of it
+    // (red-team 14).
+    let next_slot = for_each_segment(remote, first_slot, |segment| stream.segment(&segment))?;
+    let streamed = stream.finish(location)?;
+    Ok(Reconciled { prior, floor, has_snapshot, next_slot, ..streamed })
+}
+
+/// The state of a streamed read of the mirror's log into the open's transaction. Errors that an earlier,
+/// all-at-once read reported only after the history check are held until [`Stream::finish`], so a fenced local
+/// tail is still reported as fenced, not as a mismatch (red-team 21).
+struct Stream<'t> {
+    txn: &'t WriteTransaction,
+    remote: &'t Remote,
+    local: Option<&'t Meta>,
+    has_snapshot: bool,
+    first_slot: u64,
+    /// Set at the first segment (or at the end of an empty log).
+    started: Option<Started<'t>>,
+    history: Vec<EpochOpen>,
+    end_seq: Option<u64>,
+    frame_bytes: u64,
+    /// The first local record that differs from the mirror's, or is missing.
+    mismatch: Option<Error>,
+    /// The first record that did not replay; later ones are not replayed.
+    replay_error: Option<Error>,
+}
+
+/// Where the replay starts: the mirror's first sequence number, and the state replayed into from there.
+struct Started<'t> {
+    start_seq: u64,
+    /// Records below this are already in `meta` (the local file's, or the snapshot's).
+    applied_to: u64,
+    meta: Option<Meta>,
+    tables: Tables<'t>,
+}
+
+impl<'t> Stream<'t> {
+    /// Decides where the state comes from, given the log's first sequence number: the local file when it
+    /// reaches the log, else the snapshot (`snap`, when already read) or nothing.
+    fn start(&mut self, start_seq: u64, snap: Option<(SnapshotHeader, Vec<SnapshotEntry>, String)>) -> Result<()> {
+        if !self.has_snapshot && start_seq != 0 {
+            return Err(Error::corrupt(format!(
+                "{} begins at seq {start_seq}, though no snapshot precedes it",
+                self.remote.describe(&self.remote.layout.wal(self.first_slot))
+            )));
+        }
+        let reload = self.local.is_none_or(|lm| lm.next_seq < start_seq);
+        let meta = match (reload, self.has_snapshot) {
+            (false, _) => self.local.cloned(),
+            (true, false) => None,
+            (true, true) => {
+                let (header, entries, place) = match snap {
+                    Some(s) => s,
+                    None => read_snapshot(self.remote, self.first_slot)?,
+                };
+                if header.next_seq != start_seq {
+                    return Err(Error::corrupt(format!(
+                        "{place}: at seq {}, but its first slot at seq {start_seq}",
+                        header.next_seq
+                    )));
+                }
+                Some(snapshot::load(self.txn, &header, &entries, &place)?)
+            }
+        };
+        let applied_to = meta.as_ref().map_or(0, |m| m.next_seq);
+        self.started = Some(Started { start_seq, applied_to, meta, tables: Tables::open(self.txn)? });
+        Ok(())
     }
 
-    // Reconcile: bring the local state to the mirror's end, or find that the local file holds a tail the mirror
-    // lacks (to re-ship, if no newer epoch fenced it) or a history it never had (refused).
-    let mut snap = None;
-    let start_seq = match (log.segments.first(), has_snapshot) {
-        (Some(s), _) => s.header.first_seq,
-        (None, false) => 0,
-        (None, true) => {
-            let s = read_snapshot(remote, first_slot)?;
-            let seq = s.0.next_seq;
-            snap = Some(s);
-            seq
+    /// Compares one checked segment with the local log where they overlap, and replays what the state lacks.
+    fn segment(&mut self, segment: &Segment) -> Result<()> {
+        if self.started.is_none() {
+            self.start(segment.header.first_seq, None)?;
         }
-    };
-    if !has_snapshot && start_seq != 0 {
-        return Err(Error::corrupt(format!(
-            "{} begins at seq {start_seq}, though no snapshot precedes it",
-            remote.describe(&remote.layout.wal(first_slot))
-        )));
+        let started = self.started.as_mut().ok_or_else(|| Error::bug("the stream was not started"))?;
+        self.history.extend(opens_in(segment));
+        let place = self.remote.describe(&self.remote.layout.wal(segment.header.slot));
+        for (i, f) in segment.frames.iter().enumerate() {
+            let seq = segment.header.first_seq + i as u64;
+            self.frame_bytes += f.len() as u64;
+            if let Some(lm) = self.local
+                && self.mismatch.is_none()
+                && (lm.log_start..lm.next_seq).contains(&seq)
+            {
+                self.mismatch = match started.tables.log_frame(seq)? {
+                    None => {
+                        Some(Error::corrupt(format!("the local log lacks seq {seq} (it keeps {} on)", lm.log_start)))
+                    }
+                    Some(mine) if mine != *f => {
+                        Some(diverged(format!("the local record at seq {seq} differs from the mirror's at {place}")))
+                    }
+                    Some(_) => None,
+                };
+            }
+            if seq >= started.applied_to && self.mismatch.is_none() && self.replay_error.is_none() {
+                self.replay_error = started.tables.replay(&mut started.meta, f, &place).err();
+            }
+        }
+        self.end_seq = Some(segment.end_seq());
+        Ok(())
     }
-    let end_seq = log.segments.last().map_or(start_seq, |s| s.end_seq());
-    let mut local_tail: Vec<Vec<u8>> = Vec::new();
-    let reload = match &local {
-        None => true,
-        Some(lm) => {
-            if let Some(next) = check_history(lm, &history, location)?
+
+    /// After the last segment: the history check, then any mismatch, the local tail the mirror lacks, and any
+    /// replay error, in that order.
+    fn finish(mut self, location: &str) -> Result<Reconciled> {
+        if self.started.is_none() {
+            let snap = if self.has_snapshot { Some(read_snapshot(self.remote, self.first_slot)?) } else { None };
+            let start_seq = snap.as_ref().map_or(0, |s| s.0.next_seq);
+            self.start(start_seq, snap)?;
+        }
+        let started = self.started.take().ok_or_else(|| Error::bug("the stream was not started"))?;
+        let end_seq = self.end_seq.unwrap_or(started.start_seq);
+        let mut local_tail: Vec<Vec<u8>> = Vec::new();
+        if let Some(lm) = self.local {
+            if let Some(next) = check_history(lm, &self.history, location)?
                 && lm.next_seq > next.seq
             {
                 // Nothing is damaged: this file's writer was fenced, its tail never acknowledged in synchronous
@@ -312,48 +416,36 @@ fn read_and_reconcile(
                     next.seq,
                     lm.next_seq - 1,
                     next.epoch,
-                    remote.describe(&remote.layout.wal(next.slot)),
+                    self.remote.describe(&self.remote.layout.wal(next.slot)),
                     next.epoch
                 )));
             }
-            let log_table = txn.open_table(LOG)?;
-            compare_overlap(lm, &log, &log_table, remote)?;
+            if let Some(e) = self.mismatch {
+                return Err(e);
+            }
             for seq in end_seq..lm.next_seq {
-                let f = log_table.get(seq)?.ok_or_else(|| {
+                let f = started.tables.log_frame(seq)?.ok_or_else(|| {
                     Error::corrupt(format!("the local log lacks seq {seq}, which the mirror lacks too"))
                 })?;
-                local_tail.push(f.value().to_vec());
-            }
-            lm.next_seq < start_seq
-        }
-    };
-    let mut meta: Option<Meta> = local.clone();
-    if reload && has_snapshot {
-        let (header, entries, place) = match snap.take() {
-            Some(s) => s,
-            None => read_snapshot(remote, first_slot)?,
-        };
-        if header.next_seq != start_seq {
-            return Err(Error::corrupt(format!(
-                "{place}: at seq {}, but its first slot at seq {start_seq}",
-                header.next_seq
-            )));
-        }
-        meta = Some(snapshot::load(txn, &header, &entries, &place)?);
-    } else if reload {
-        meta = None;
-    }
-    let mut tables = Tables::open(txn)?;
-    let applied_to = meta.as_ref().map_or(0, |m| m.next_seq);
-    for segment in &log.segments {
-        let place = remote.describe(&remote.layout.wal(segment.header.slot));
-        for (i, f) in segment.frames.iter().enumerate() {
-            if segment.header.first_seq + i as u64 >= applied_to {
-                tables.replay(&mut meta, f, &place)?;
+                local_tail.push(f);
             }
         }
+        if let Some(e) = self.replay_error {
+            return Err(e);
+        }
+        Ok(Reconciled {
+            prior: None,
+            floor: 0,
+            has_snapshot: self.has_snapshot,
+            next_slot: 0,
+            frame_bytes: self.frame_bytes,
+            history: self.history,
+            start_seq: started.start_seq,
+            end_seq,
+            local_tail,
+            meta: started.meta,
+        })
     }
-    Ok(Reconciled { prior, floor, has_snapshot, log, history, start_seq, end_seq, local_tail, meta })
 }
 
 /// After the claim landed: the newest manifest of an older epoch, if its base is above the one `read` started
@@ -456,31 +548,4 @@ fn check_history(local: &Meta, history: &[EpochOpen], location: &str) -> Result<
         )));
     }
     Ok(history.get(i + 1).copied())
-}
-
-/// Compares every frame held both locally and in the read slots, byte for byte.
-fn compare_overlap(
-    local: &Meta,
-    log: &MirrorLog,
-    log_table: &redb::Table<'_, u64, &'static [u8]>,
-    remote: &Remote,
-) -> Result<()> {
-    for segment in &log.segments {
-        for (i, f) in segment.frames.iter().enumerate() {
-            let seq = segment.header.first_seq + i as u64;
-            if seq < local.log_start || seq >= local.next_seq {
-                continue;
-            }
-            let mine = log_table.get(seq)?.ok_or_else(|| {
-                Error::corrupt(format!("the local log lacks seq {seq} (it keeps {} on)", local.log_start))
-            })?;
-            if mine.value() != f.as_slice() {
-                return Err(diverged(format!(
-                    "the local record at seq {seq} differs from the mirror's at {}",
-                    remote.describe(&remote.layout.wal(segment.header.slot))
-                )));
-            }
-        }
-    }
-    Ok(())
 }

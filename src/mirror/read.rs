@@ -64,36 +64,9 @@ pub(crate) fn list_manifest_names(remote: &Remote) -> Result<Vec<ManifestName>> 
     Ok(names)
 }
 
-/// The slots of the mirror's log from `first_slot` on.
-#[derive(Debug)]
-pub(crate) struct MirrorLog {
-    /// The segments, in slot order, each continuing the previous one's sequence numbers.
-    pub segments: Vec<Segment>,
-    /// The first absent slot.
-    pub next_slot: u64,
-}
-
-impl MirrorLog {
-    /// The bytes of every frame of the log (what snapshots are paced by).
-    pub(crate) fn frame_bytes(&self) -> u64 {
-        self.segments.iter().flat_map(|s| &s.frames).map(|f| f.len() as u64).sum()
-    }
-}
-
 /// Reads `wal/{first_slot}`, `wal/{first_slot + 1}`… up to the first absent slot, checking each segment and
-/// that each continues the previous one's sequence numbers. Holds the whole log: a reader that can replay as it
-/// reads uses [`for_each_segment`] instead.
-pub(crate) fn read_log(remote: &Remote, first_slot: u64) -> Result<MirrorLog> {
-    let mut segments = Vec::new();
-    let next_slot = for_each_segment(remote, first_slot, |segment| {
-        segments.push(segment);
-        Ok(())
-    })?;
-    Ok(MirrorLog { segments, next_slot })
-}
-
-/// Reads the log as [`read_log`] does, handing each checked segment to `each` in slot order as it arrives, and
-/// returns the first absent slot. At most a window of segments is held at once (fetched, not yet handed
+/// that each continues the previous one's sequence numbers, handing each to `each` in slot order as it arrives,
+/// and returns the first absent slot. At most a window of segments is held at once (fetched, not yet handed
 /// over): [`MIRROR_READS_CONCURRENT_MAX`] of them, and no more than [`MIRROR_READ_WINDOW_BYTES_MAX`] by the
 /// listing's sizes unless one segment alone is larger. An error of `each` stops the reading.
 pub(crate) fn for_each_segment(

@@ -50,6 +50,11 @@ impl<'txn> Tables<'txn> {
         })
     }
 
+    /// The local log's frame at `seq`, if it keeps it.
+    pub(crate) fn log_frame(&self, seq: u64) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.log.get(seq)?.map(|f| f.value().to_vec()))
+    }
+
     pub(crate) fn read_meta(&self) -> Result<Option<Meta>, Error> {
         crate::wal::tables::read_meta(&self.meta)
     }
