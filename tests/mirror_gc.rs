@@ -252,3 +252,49 @@ async fn wait_gone(bucket: &Bucket, key: &str) {
     }
     panic!("{key} was never collected: {:?}", bucket.keys().await);
 }
+
+/// Red-team 17: every short-lived writer (gone before its own collection falls due) used to leave its claim
+/// manifest behind, so listings grew forever. A writer now deletes older epochs' manifests superseded at least
+/// `gc_age_ms_min` ago by the store's own timestamps (each writer here lives no time at all on its own clock,
+/// so its own collection never falls due); younger ones stay, and the mirror still restores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_lived_writers_do_not_pile_up_manifests() {
+    const WRITERS: u32 = 4;
+    for kind in kinds() {
+        for (gc_age_ms_min, kept_max) in [(1_000, 2), (3_600_000, WRITERS as usize)] {
+            let bucket = Bucket::new(kind, &format!("gc-claims-{gc_age_ms_min}"));
+            let dir = tempfile::tempdir().unwrap();
+            let clock = ManualClock::new(0);
+            let settings = MirrorSettings { gc_age_ms_min, ..sync_settings() };
+            for n in 0..WRITERS {
+                if n > 0 {
+                    // Real time, which the store's timestamps see (S3 keeps them to the second).
+                    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+                }
+                // Each run of the job on a new machine: a new local file, restored from the mirror.
+                let file = dir.path().join(format!("{n}.redb"));
+                let store = builder(&bucket, &file, settings.clone(), &clock).open().await.unwrap();
+                seal(&store, n).await;
+                store.flush().await.unwrap();
+                store.close();
+            }
+            let manifests = bucket.keys().await.into_iter().filter(|k| k.starts_with("manifest/")).count();
+            assert!(
+                manifests <= kept_max,
+                "{kind:?}, gc_age_ms_min {gc_age_ms_min}: {manifests} manifests after {WRITERS} short-lived writers"
+            );
+            if gc_age_ms_min > 1_000 {
+                assert_eq!(
+                    manifests, WRITERS as usize,
+                    "{kind:?}: a manifest younger than the minimum age was deleted"
+                );
+            }
+            let file = dir.path().join("restored.redb");
+            let restored = builder(&bucket, &file, settings.clone(), &clock).open().await.unwrap();
+            for n in 0..WRITERS {
+                assert!(restored.is_processed(&key(n)).unwrap(), "{kind:?}: key {n} lost");
+            }
+            restored.close();
+        }
+    }
+}

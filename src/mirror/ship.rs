@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
+use object_store::ObjectMeta;
 use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
@@ -346,6 +347,7 @@ impl MirrorShipper {
             }]),
             newest: true,
             object_bytes_max: MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
+            predecessors_collected: false,
         };
         threads.push(std::thread::Builder::new().name("sinkpoint-mirror-maintenance".into()).spawn(move || {
             for job in maint_rx {
@@ -454,6 +456,8 @@ struct Maintainer {
     newest: bool,
     /// The largest snapshot object put (a chunk): below what every reader accepts.
     object_bytes_max: u64,
+    /// Whether this writer has collected its predecessors' superseded manifests (once, on its first run).
+    predecessors_collected: bool,
 }
 
 impl Maintainer {
@@ -467,6 +471,47 @@ impl Maintainer {
         if let Err(e) = self.collect_due() {
             tracing::warn!(error = %e, "sinkpoint mirror collection failed");
         }
+        if !self.predecessors_collected {
+            self.predecessors_collected = true;
+            if let Err(e) = self.collect_predecessors() {
+                tracing::warn!(error = %e, "sinkpoint mirror: collecting older epochs' manifests failed");
+            }
+        }
+    }
+
+    /// Deletes older epochs' manifests that were superseded at least `gc_age_ms_min` ago (red-team 17): a
+    /// manifest is superseded when the next one is written, and the listing's server times say when that was,
+    /// measured against the newest manifest's (this writer's own, just written), so no clock of this machine
+    /// is compared with the store's. A reader that could still use such a manifest listed it more than the
+    /// minimum age ago, which the collection of slots already rules out. Without this, every short-lived
+    /// writer (gone before its own collection is due) leaves its claim behind, and listings grow forever.
+    fn collect_predecessors(&mut self) -> Result<()> {
+        if !self.newest {
+            return Ok(());
+        }
+        let mut listed: Vec<(ManifestName, ObjectMeta)> = self
+            .remote
+            .list("manifest")?
+            .into_iter()
+            .filter_map(|m| self.remote.layout.parse_manifest(&m.location).map(|n| (n, m)))
+            .collect();
+        listed.sort_by_key(|(name, _)| *name);
+        let names: Vec<ManifestName> = listed.iter().map(|(n, _)| *n).collect();
+        if self.superseded(&names) {
+            return Ok(());
+        }
+        let Some(now) = listed.iter().map(|(_, m)| m.last_modified).max() else { return Ok(()) };
+        let age_min = i64::try_from(self.gc_age_ms_min).unwrap_or(i64::MAX);
+        let mut deleted = 0;
+        for pair in listed.windows(2) {
+            let [(name, meta), (_, next)] = pair else { continue };
+            if name.epoch < self.epoch && (now - next.last_modified).num_milliseconds() >= age_min {
+                self.remote.delete(&meta.location)?;
+                deleted += 1;
+            }
+        }
+        tracing::debug!(deleted, "sinkpoint mirror: older epochs' superseded manifests collected");
+        Ok(())
     }
 
     fn snapshot(&mut self, slot: u64, next_seq: u64, txn: &ReadTransaction) -> Result<()> {
