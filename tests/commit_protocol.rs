@@ -446,6 +446,56 @@ async fn without_a_mirror_a_zombies_key_0_landing_after_the_probe_is_not_marked_
     assert_eq!(table.results().len(), 1, "only driver 1's key 0 landed");
 }
 
+/// Red-team 13, the rest: after an unknown outcome whose probe proves our key did not land, another driver's
+/// commit of that key landing before we send it again must not be taken for ours either (a watermark target's
+/// probe cannot tell them apart): the key is sent again at once, and the refusal is another writer's.
+#[tokio::test]
+async fn a_zombies_key_landing_after_a_not_committed_probe_is_not_marked_as_ours() {
+    /// Driver 2's view of the shared table: its first commit's outcome is lost (nothing lands), and right after
+    /// the probe that proves it, driver 1 commits key 0.
+    struct Race<'a> {
+        table: &'a WatermarkTable,
+        commits: AtomicUsize,
+        zombie: std::sync::Mutex<Option<Store>>,
+    }
+    #[async_trait::async_trait]
+    impl Target for Race<'_> {
+        async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+            self.table.version().await
+        }
+        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::commit::CommitOutcome {
+            if self.commits.fetch_add(1, Ordering::SeqCst) == 0 {
+                return sinkpoint::commit::CommitOutcome::Unknown { reason: "timed out".into() };
+            }
+            self.table.commit(commit).await
+        }
+        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::commit::ProbeOutcome {
+            let answer = self.table.probe(key, v).await;
+            let zombie = (self.commits.load(Ordering::SeqCst) > 0).then(|| self.zombie.lock().unwrap().take());
+            if let Some(Some(zombie)) = zombie {
+                Committer::new(&zombie, self.table).commit_pending(false).await.unwrap();
+                zombie.close();
+            }
+            answer
+        }
+    }
+    let table = WatermarkTable::new();
+    let driver1 = open(&CrashBackend::new()).await;
+    run_inputs_on(&driver1, &table, 0..1).await;
+    let driver2 = open(&CrashBackend::new()).await;
+    let race = Race { table: &table, commits: AtomicUsize::new(0), zombie: std::sync::Mutex::new(Some(driver1)) };
+    run_inputs_on(&driver2, &table, 0..2).await;
+    for _ in 0..3 {
+        let err = Committer::new(&driver2, &race).commit_pending(false).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+    }
+    for i in 0..2 {
+        let state = driver2.get(&input_id(i)).unwrap().unwrap().state;
+        assert!(!matches!(state, CheckpointState::Committed { .. }), "input {i} marked committed: {state:?}");
+    }
+    assert_eq!(table.results().len(), 1, "only driver 1's key 0 landed");
+}
+
 /// A probe may return the landed ids in any order (an adapter that keeps them as a set, or in the table's
 /// order): the committer compares them as sets.
 #[tokio::test]

@@ -75,6 +75,14 @@ pub struct RecoveryReport {
     pub finished: bool,
 }
 
+/// How one send of a recorded key ended, when it did not fail.
+enum Sent {
+    /// Its outcome is marked (committed).
+    Marked,
+    /// The outcome was unknown, and the probe after it proved the send did not land (the error says so).
+    ProvenNotLanded(Error),
+}
+
 enum InFlight {
     None,
     Landed(u64),
@@ -236,7 +244,8 @@ impl<'a> Committer<'a> {
             // The results bound to the key now, not the ones read before: a checkpoint force-aborted and
             // re-sealed in between must send its sealed attempt (red-team finding 4).
             let (info, results) = self.store.commit_results(n)?;
-            self.commit_once(n, &info.ids, &results, is_final, version, true).await?;
+            // Never sent before, so a refusal means another writer's commit holds the key.
+            self.send(n, &info.ids, &results, is_final, version, true).await?;
             report.committed_keys.push(n);
         }
         Ok(report)
@@ -282,6 +291,30 @@ impl<'a> Committer<'a> {
         ))
     }
 
+    /// Commits a recorded key, and sends it once more right away when the probe after an unknown outcome
+    /// proves it did not land: waiting for the next call would leave a window in which another writer's commit
+    /// of the key lands and the next probe takes it for ours (red-team 13). `ours_cannot_land`: no earlier send
+    /// of this key can still land (it was never sent, or a probe proved it), so a refusal is another writer's.
+    async fn send(
+        &self,
+        n: u64,
+        ids: &[CheckpointId],
+        results: &[WriteResult],
+        final_commit: bool,
+        prepared_version: Option<u64>,
+        ours_cannot_land: bool,
+    ) -> Result<()> {
+        match self.commit_once(n, ids, results, final_commit, prepared_version, ours_cannot_land).await? {
+            Sent::Marked => Ok(()),
+            Sent::ProvenNotLanded(_) => {
+                match self.commit_once(n, ids, results, final_commit, prepared_version, true).await? {
+                    Sent::Marked => Ok(()),
+                    Sent::ProvenNotLanded(error) => Err(error),
+                }
+            }
+        }
+    }
+
     /// One target commit under a recorded key, and the marking of its outcome.
     async fn commit_once(
         &self,
@@ -290,29 +323,29 @@ impl<'a> Committer<'a> {
         results: &[WriteResult],
         final_commit: bool,
         prepared_version: Option<u64>,
-        first_send: bool,
-    ) -> Result<()> {
+        ours_cannot_land: bool,
+    ) -> Result<Sent> {
         let key = self.key(n);
         let commit =
             TargetCommit { key: &key, ids, epoch: self.store.epoch(), results, final_commit, prepared_version };
         match self.target.commit(&commit).await {
             CommitOutcome::Committed => {
                 self.crash_point(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK)?;
-                self.store.protocol().mark_committed(n).await
+                self.store.protocol().mark_committed(n).await.map(|()| Sent::Marked)
             }
             CommitOutcome::NotLanded { reason } => {
                 let error = Error::target(format!(
                     "commit key {key} did not land ({reason}); it stays recorded and is probed, then re-committed \
                      under the same key, on the next call"
                 ));
-                if first_send { Err(self.refuse_foreign_key(n, error).await) } else { Err(error) }
+                if ours_cannot_land { Err(self.refuse_foreign_key(n, error).await) } else { Err(error) }
             }
             CommitOutcome::Unknown { reason } => {
                 self.store.protocol().mark_unknown(n, &reason).await?;
                 self.crash_point(crash_points::AFTER_MARK_UNKNOWN)?;
                 // One probe right away: most unknown outcomes are resolved by it.
                 match self.probe_key(n, ids, prepared_version).await? {
-                    InFlight::Landed(_) => Ok(()),
+                    InFlight::Landed(_) => Ok(Sent::Marked),
                     InFlight::Blocked(Blocked::Mismatch { key, recorded, landed }) => {
                         Err(mismatch_error(&self.key(key), &recorded, &landed))
                     }
@@ -320,10 +353,10 @@ impl<'a> Committer<'a> {
                         "commit key {key} has an unknown outcome ({reason}; probe: {why}); it is re-probed, never \
                          re-committed blindly"
                     ))),
-                    InFlight::None | InFlight::Recommitted(_) => Err(Error::target(format!(
+                    InFlight::None | InFlight::Recommitted(_) => Ok(Sent::ProvenNotLanded(Error::target(format!(
                         "commit key {key} did not land ({reason}); it is re-committed under the same key on the \
                          next call"
-                    ))),
+                    )))),
                 }
             }
         }
@@ -362,8 +395,9 @@ impl<'a> Committer<'a> {
             InFlight::None => {}
             other => return Ok(other),
         }
-        // Not landed: re-commit the retained results under the same key.
-        self.commit_once(n, &info.ids, &results, info.final_commit, info.target_version, false).await?;
+        // Not landed, and the probe proved no earlier send can land: re-commit the retained results under the
+        // same key; a refusal means another writer's commit holds it.
+        self.send(n, &info.ids, &results, info.final_commit, info.target_version, true).await?;
         Ok(InFlight::Recommitted(n))
     }
 
@@ -371,7 +405,7 @@ impl<'a> Committer<'a> {
     /// answer again). If the operator was wrong, key exclusivity makes the target refuse the send; the verdict is
     /// then dropped (back to plain Committing) and the probe decides, as for any refused re-commit.
     async fn recommit_on_verdict(&self, n: u64, info: &CommitInfo, results: &[WriteResult]) -> Result<InFlight> {
-        let sent = self.commit_once(n, &info.ids, results, info.final_commit, info.target_version, false).await;
+        let sent = self.send(n, &info.ids, results, info.final_commit, info.target_version, false).await;
         let error = match sent {
             Ok(()) => return Ok(InFlight::Recommitted(n)),
             Err(e) if e.kind() == ErrorKind::Target => e,
