@@ -21,6 +21,7 @@ use sinkpoint::testkit::SplitMix64;
 use sinkpoint::{StagingDurability, Store};
 
 use common::{Goal, Op, Report, cid, fmt_dur, fmt_rate, key, small_result};
+use sinkpoint::{Attempt, Part, StagePart};
 
 /// The raw baseline's table: a stage's key as the key, its write result's bytes as the value.
 const RAW: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bench");
@@ -247,7 +248,15 @@ fn stage_op<'a>(name: &'static str, rt: &'a tokio::runtime::Runtime, store: &'a 
         rt.block_on(async {
             for _ in 0..iters {
                 let (id, part) = id_part(prefix, next);
-                store.stage(&id, 0, part, vec![key(next)], vec![small_result(next)]).await.expect("stage");
+                store
+                    .stage(
+                        &id,
+                        StagePart::new(Attempt::FIRST, Part::new(part))
+                            .keys(vec![key(next)])
+                            .results(vec![small_result(next)]),
+                    )
+                    .await
+                    .expect("stage");
                 next += 1;
             }
         });
@@ -310,7 +319,15 @@ async fn stager(store: &Store, n: usize, t: usize, counter: &AtomicU64, calls: u
         let (id, part) = id_part(&prefix, i);
         // Keys and results differ per stager so that no call is a no-op retry.
         let unique = (t as u64) << 40 | (n as u64) << 32 | i;
-        store.stage(&id, 0, part, vec![key(unique)], vec![small_result(unique)]).await.expect("stage");
+        store
+            .stage(
+                &id,
+                StagePart::new(Attempt::FIRST, Part::new(part))
+                    .keys(vec![key(unique)])
+                    .results(vec![small_result(unique)]),
+            )
+            .await
+            .expect("stage");
     }
 }
 
@@ -376,7 +393,7 @@ async fn lookup_store(dir: &Path, keys: u64) -> Store {
     for (n, start) in (0..keys).step_by(BUILD_KEYS_PER_STAGE as usize).enumerate() {
         let id = cid(&format!("lookup-{n}"));
         let batch: Vec<Vec<u8>> = (start..(start + BUILD_KEYS_PER_STAGE).min(keys)).map(key).collect();
-        store.stage(&id, 0, 0, batch, Vec::new()).await.expect("stage keys");
+        store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(batch)).await.expect("stage keys");
         store.seal(&id, 1).await.expect("seal");
     }
     store

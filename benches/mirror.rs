@@ -29,8 +29,8 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::throttle::{ThrottleConfig, ThrottledStore};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use sinkpoint::DirTable;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};
-use sinkpoint::target::DirTable;
 use sinkpoint::{
     CheckpointId, CommitKey, CommitOutcome, Committer, StageOutcome, StagingDurability, Store, Target, TargetCommit,
     WriteResult,
@@ -38,6 +38,7 @@ use sinkpoint::{
 
 use common::counting::{CountingStore, Counts, Tally};
 use common::{Goal, Report, cid, fmt_dur, key, small_result};
+use sinkpoint::{Attempt, Part, StagePart};
 
 /// The areas (first path segment) of an object store.
 const SP_TABLE_AREA: &str = "sinkpoint-table";
@@ -421,7 +422,10 @@ impl Sinkpoint {
         let id = input(c);
         let stage = |part: u32| {
             let i = stage_item(c, part);
-            self.store.stage(&id, 0, part, vec![key(i)], vec![small_result(i)])
+            self.store.stage(
+                &id,
+                StagePart::new(Attempt::FIRST, Part::new(part)).keys(vec![key(i)]).results(vec![small_result(i)]),
+            )
         };
         if concurrent {
             for outcome in join_all((0..STAGES).map(stage)).await {
@@ -439,7 +443,7 @@ impl Sinkpoint {
     async fn job(&self, checkpoints: std::ops::Range<u64>, shape: Shape) {
         for wave in waves(checkpoints, shape.workers) {
             join_all(wave.iter().map(|&c| self.checkpoint(c, shape.concurrent_stages))).await;
-            let done = Committer::new(&self.store, &self.table).commit_pending(false).await.expect("commit");
+            let done = Committer::new(&self.store, &self.table).commit_pending().await.expect("commit");
             assert_eq!(done.committed_keys.len(), 1, "one target commit per wave");
         }
         self.store.flush().await.expect("flush");

@@ -24,6 +24,7 @@ use sinkpoint::testkit::RawProtocol;
 use sinkpoint::{StagingDurability, Store};
 
 use common::{Goal, Op, Report, cid, fmt_dur, key, small_result};
+use sinkpoint::{Attempt, Part, StagePart};
 
 /// sinkpoint's key index, read raw by the baseline scan (the table's name and types are the store's own).
 const KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
@@ -241,7 +242,13 @@ fn build(path: &Path, keys: u64) {
                         let id = cid(&format!("input-{c:06}"));
                         let batch: Vec<Vec<u8>> =
                             (c * KEYS_PER_CHECKPOINT..(c + 1) * KEYS_PER_CHECKPOINT).map(key).collect();
-                        store.stage(&id, 0, 0, batch, vec![small_result(c)]).await.expect("stage");
+                        store
+                            .stage(
+                                &id,
+                                StagePart::new(Attempt::FIRST, Part::FIRST).keys(batch).results(vec![small_result(c)]),
+                            )
+                            .await
+                            .expect("stage");
                         if c < checkpoints - STAGED_AT_CRASH {
                             store.seal(&id, 1).await.expect("seal");
                         }

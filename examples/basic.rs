@@ -4,9 +4,9 @@
 //! cargo run --example basic
 //! ```
 
+use sinkpoint::DirTable;
 use sinkpoint::commit::Committer;
-use sinkpoint::target::DirTable;
-use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
+use sinkpoint::{Attempt, CheckpointId, JobId, Part, StagePart, Store, TargetIdentity};
 
 #[tokio::main]
 async fn main() -> sinkpoint::Result<()> {
@@ -26,7 +26,9 @@ async fn main() -> sinkpoint::Result<()> {
         }
         let id = CheckpointId::new(input)?; // deterministic: a retried task maps to the same checkpoint
         let result = table.write_data_file(&format!("{input}.rows"), b"rows".to_vec()).await?;
-        store.stage(&id, 0, 0, vec![key], vec![result]).await?; // attempt 0, part 0
+        // One stage call: part 0 of the first attempt, with the input's key and its data file.
+        let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key]).results(vec![result]);
+        store.stage(&id, part).await?;
         store.seal(&id, 1).await?; // one part: the keys are now processed
     }
     let report = committer.finish().await?; // one atomic table commit, then the job's end recorded: reruns skip it all

@@ -21,9 +21,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use sinkpoint::DirTable;
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
-use sinkpoint::target::DirTable;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{
     CheckpointId, CommitKey, CommitOutcome, JobId, ProbeOutcome, Store, Target, TargetCommit, TargetIdentity,
 };
@@ -158,11 +159,11 @@ async fn work(
     }
     let id = input_id(i);
     let attempt = match store.get(&id)? {
-        None => 0,
+        None => Attempt::FIRST,
         // A task of a dead attempt (an older epoch) never mixes its rows with ours: begin a new attempt.
         Some(info) if store.orphans().contains(&id) || info.state == sinkpoint::CheckpointState::Aborted => {
             store.restart(&id).await?;
-            info.attempt + 1
+            info.attempt.next()
         }
         Some(info) => info.attempt,
     };
@@ -174,7 +175,7 @@ async fn work(
     // Like Lance fragments, data file names are unique per writer: a zombie never overwrites a live file.
     let name = format!("input-{i:05}-e{}-a{attempt}.rows", store.epoch());
     let result = table.write_data_file(&name, data.into_bytes()).await?;
-    store.stage(&id, attempt, 0, vec![input_key(i)], vec![result]).await?;
+    store.stage(&id, StagePart::new(attempt, Part::FIRST).keys(vec![input_key(i)]).results(vec![result])).await?;
     if crash_at == Some("after-stage") {
         crash("after-stage");
     }
@@ -274,7 +275,7 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
             if args.commit_every > 0
                 && (wave[0] / args.commit_every) != ((wave[wave.len() - 1] + 1) / args.commit_every)
             {
-                committer.commit_pending(false).await?;
+                committer.commit_pending().await?;
             }
         }
         // Commits what is left and records the job's end, so every rerun takes the fast path.

@@ -12,18 +12,19 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod commit;
+mod dir_table;
 pub mod error;
 pub mod limits;
 pub mod mirror;
 pub mod state;
 mod store;
-pub mod target;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod types;
 pub(crate) mod wal;
 
 pub use commit::{CommitOutcome, Committer, ProbeOutcome, Target, TargetCommit};
+pub use dir_table::{DirCommitRecord, DirTable};
 pub use error::{Error, ErrorKind, Result, TransitionError};
 pub use state::{CheckpointState, StateFilter};
 #[cfg(any(test, feature = "testkit"))]
@@ -32,9 +33,10 @@ pub use store::{
     CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome, StagingDurability, Store,
     StoreBuilder, StoreSettings,
 };
-pub use types::{Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, TargetIdentity, WriteResult};
+pub use types::{
+    Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, StagePart, TargetIdentity, WriteResult,
+};
 pub use wal::record::Resolution;
-pub use wal::tables::COMMIT_AWAITS_RECOMMIT;
 pub use wal::writer::WriterStats;
 
 /// The README's examples, compiled as doctests so that they stay true.

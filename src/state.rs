@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::TransitionError;
-use crate::types::{Attempt, CheckpointId, Epoch, Part};
+use crate::types::{CheckpointId, Epoch};
 
 /// The state of one checkpoint id.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
@@ -128,7 +128,7 @@ pub(crate) struct CheckpointRecord {
     /// Its state.
     pub state: CheckpointState,
     /// Its current attempt.
-    pub attempt: Attempt,
+    pub attempt: u32,
     /// The epoch that began (or first staged into) the current attempt.
     pub epoch: Epoch,
     /// The sealed part count; 0 before sealing.
@@ -162,8 +162,8 @@ pub(crate) struct StageBytes {
 /// One event offered to a checkpoint, with the facts the store gathered for it.
 #[derive(Clone, Debug)]
 pub(crate) enum Event<'a> {
-    Stage { attempt: Attempt, part: Part, existing: PartMatch, results: u32, bytes: StageBytes },
-    Seal { parts: u32, present: &'a [Part], key_conflict: Option<(String, CheckpointId)> },
+    Stage { attempt: u32, part: u32, existing: PartMatch, results: u32, bytes: StageBytes },
+    Seal { parts: u32, present: &'a [u32], key_conflict: Option<(String, CheckpointId)> },
     Restart,
     Abort,
     ForceAbort,
@@ -183,11 +183,11 @@ pub(crate) enum Effect {
     /// Store the offered part.
     InsertPart,
     /// Drop every part of the given attempt and return their write results.
-    DropParts { attempt: Attempt },
+    DropParts { attempt: u32 },
     /// Mark the current attempt's source keys processed, owned by this checkpoint.
     ClaimKeys,
     /// Un-process the current attempt's source keys and drop its parts (returning their results).
-    UnclaimKeysDropParts { attempt: Attempt },
+    UnclaimKeysDropParts { attempt: u32 },
     /// Release the write results of the current attempt (the keys stay processed).
     ReleaseResults,
 }
@@ -271,7 +271,7 @@ pub(crate) fn transition(
 
         // Sealing. An orphaned checkpoint that is complete may be sealed: its parts are all durable.
         (S::Staged, Event::Seal { parts, present, key_conflict }) => {
-            let missing: Vec<Part> = (0..*parts).filter(|p| present.binary_search(p).is_err()).collect();
+            let missing: Vec<u32> = (0..*parts).filter(|p| present.binary_search(p).is_err()).collect();
             if !missing.is_empty() {
                 return Err(TransitionError::MissingParts {
                     id: id_owned(),
@@ -281,7 +281,7 @@ pub(crate) fn transition(
                     first: missing.into_iter().take(LIST_PREVIEW_MAX).collect(),
                 });
             }
-            let extra: Vec<Part> = present.iter().copied().filter(|p| p >= parts).take(LIST_PREVIEW_MAX).collect();
+            let extra: Vec<u32> = present.iter().copied().filter(|p| p >= parts).take(LIST_PREVIEW_MAX).collect();
             if !extra.is_empty() {
                 return Err(TransitionError::UnexpectedParts {
                     id: id_owned(),
@@ -380,7 +380,7 @@ pub(crate) fn transition(
 /// Refuses a new part that would bring its attempt to `bytes`, over `bytes_max`
 /// ([`crate::limits::CHECKPOINT_BYTES_MAX`]): an attempt past what a driver can hold could be neither committed nor
 /// dropped. Pure.
-fn check_attempt_bytes(id: &CheckpointId, attempt: Attempt, bytes: u64, bytes_max: u64) -> Result<(), TransitionError> {
+fn check_attempt_bytes(id: &CheckpointId, attempt: u32, bytes: u64, bytes_max: u64) -> Result<(), TransitionError> {
     if bytes > bytes_max {
         return Err(TransitionError::CheckpointTooLarge { id: id.clone(), attempt, bytes, limit: bytes_max });
     }

@@ -39,7 +39,7 @@ use crate::limits::{
 use crate::mirror::{Clock, MirrorConfig, MirrorLag, MirrorSettings, Progress, SystemClock};
 use crate::state::{CheckpointRecord, CheckpointState, StateFilter};
 use crate::types::{
-    Attempt, CheckpointId, Epoch, JobId, Part, SourceKey, TargetIdentity, WriteResult, check_source_key,
+    Attempt, CheckpointId, Epoch, JobId, Part, SourceKey, StagePart, TargetIdentity, WriteResult, check_source_key,
 };
 use crate::wal::apply::{Applied, Tables};
 use crate::wal::record::{Record, Resolution};
@@ -202,11 +202,11 @@ fn read_pending(db: &Database) -> Result<Pending> {
     out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
     let in_flight = match meta.seq.in_flight {
         None => None,
-        Some(key) => Some((
-            key,
-            read_commit(&commits, key)?
-                .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?,
-        )),
+        Some(key) => {
+            let value = read_commit(&commits, key)?
+                .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
+            Some((key, CommitInfo::from_value(key, value)))
+        }
     };
     Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
 }
@@ -417,7 +417,14 @@ pub struct CheckpointInfo {
 
 impl CheckpointInfo {
     fn new(id: CheckpointId, r: CheckpointRecord) -> Self {
-        Self { id, state: r.state, attempt: r.attempt, epoch: r.epoch, parts: r.parts, results: r.results }
+        Self {
+            id,
+            state: r.state,
+            attempt: Attempt::new(r.attempt),
+            epoch: r.epoch,
+            parts: r.parts,
+            results: r.results,
+        }
     }
 }
 
@@ -443,8 +450,37 @@ pub struct Pending {
     pub finished: bool,
 }
 
-/// A commit key's record.
-pub type CommitInfo = CommitValue;
+/// One commit key's record, as [`Store::commit_info`] and [`Pending::in_flight`] show it: a read type, not the
+/// stored value (whose encoding is the log's business).
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct CommitInfo {
+    /// The checkpoints it covers, sorted: bound to the key forever.
+    pub ids: Vec<CheckpointId>,
+    /// The target version the key was prepared against (read before its intent was recorded), from which its
+    /// probe looks; `None` when the target gave none.
+    pub prepared_version: Option<u64>,
+    /// Whether it is the job's last commit.
+    pub final_commit: bool,
+    /// The epoch that began it.
+    pub epoch: Epoch,
+    /// The state its checkpoints are in: Committing, CommitUnknown or Committed.
+    pub state: CheckpointState,
+    /// Whether an operator's [`Resolution::NotCommitted`] verdict waits for its re-commit: the committer then
+    /// commits the key again once, without probing first.
+    pub awaits_recommit: bool,
+}
+
+impl CommitInfo {
+    /// Key `key`'s stored record as callers see it.
+    pub(crate) fn from_value(key: u64, value: CommitValue) -> Self {
+        let awaits_recommit = value.awaits_recommit();
+        let CommitValue { ids, target_version, final_commit, epoch, state } = value;
+        // The stored state of an awaited re-commit is a marker; its checkpoints are Committing.
+        let state = if awaits_recommit { CheckpointState::Committing { key } } else { state };
+        Self { ids, prepared_version: target_version, final_commit, epoch, state, awaits_recommit }
+    }
+}
 
 /// Whether a stage call wrote its part or found it already there.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -460,7 +496,7 @@ pub enum StageOutcome {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), sinkpoint::Error> {
-/// use sinkpoint::{CheckpointId, CheckpointState, Format, JobId, Store, TargetIdentity, WriteResult};
+/// use sinkpoint::{Attempt, CheckpointId, CheckpointState, Format, JobId, Part, StagePart, Store, TargetIdentity, WriteResult};
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let store = Store::builder(JobId::new("job-1")?, TargetIdentity::new("file:///tables/t")?)
@@ -469,7 +505,7 @@ pub enum StageOutcome {
 ///     .await?;
 /// let id = CheckpointId::new("input-0017")?;
 /// let result = WriteResult::new(Format::Parquet, b"part-0017.parquet".to_vec())?;
-/// store.stage(&id, 0, 0, vec![b"s3://in/0017.csv".to_vec()], vec![result]).await?;
+/// store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"s3://in/0017.csv".to_vec()]).results(vec![result])).await?;
 /// store.seal(&id, 1).await?;
 /// assert!(store.is_processed(b"s3://in/0017.csv")?);
 /// assert_eq!(store.get(&id)?.unwrap().state, CheckpointState::Sealed);
@@ -550,21 +586,15 @@ impl Store {
     /// Re-staging the same part with the same bytes is a no-op ([`StageOutcome::AlreadyStaged`]); other bytes
     /// are a [`TransitionError::PartConflict`]. `part` must be below [`SEAL_PARTS_MAX`], the most parts an
     /// attempt can be sealed with.
-    pub async fn stage(
-        &self,
-        id: &CheckpointId,
-        attempt: Attempt,
-        part: Part,
-        keys: Vec<SourceKey>,
-        results: Vec<WriteResult>,
-    ) -> Result<StageOutcome> {
+    pub async fn stage(&self, id: &CheckpointId, part: StagePart) -> Result<StageOutcome> {
         id.check()?;
+        let StagePart { attempt, part, keys, results } = part;
         check_stage(part, &keys, &results)?;
         let durability = match self.settings.staging_durability {
             StagingDurability::Immediate => CallDurability::Immediate,
             StagingDurability::None => CallDurability::None,
         };
-        let record = Record::Stage { id: id.clone(), attempt, part, keys, results };
+        let record = Record::Stage { id: id.clone(), attempt: attempt.get(), part: part.get(), keys, results };
         let applied = self.call(record, durability).await?;
         Ok(if applied.written { StageOutcome::Staged } else { StageOutcome::AlreadyStaged })
     }
@@ -725,7 +755,7 @@ impl Store {
     /// checkpoint then part order: what the committer sends after `begin_commit`, so a checkpoint re-sealed
     /// between its own read and the intent can never send a dropped attempt (red-team finding 4). Each id must
     /// be Committing or CommitUnknown under `key`; anything else is `Corrupt`.
-    pub(crate) fn commit_results(&self, key: u64) -> Result<(CommitInfo, Vec<WriteResult>)> {
+    pub(crate) fn commit_results(&self, key: u64) -> Result<(CommitValue, Vec<WriteResult>)> {
         self.shared.check()?;
         let txn = self.db.begin_read()?;
         let info = read_commit(&txn.open_table(COMMITS)?, key)?
@@ -758,6 +788,11 @@ impl Store {
 
     /// The record of commit key `key`, if it was begun.
     pub fn commit_info(&self, key: u64) -> Result<Option<CommitInfo>> {
+        self.commit_value(key).map(|c| c.map(|value| CommitInfo::from_value(key, value)))
+    }
+
+    /// The stored record of commit key `key`, if it was begun.
+    pub(crate) fn commit_value(&self, key: u64) -> Result<Option<CommitValue>> {
         self.shared.check()?;
         let txn = self.db.begin_read()?;
         read_commit(&txn.open_table(COMMITS)?, key)
@@ -926,6 +961,7 @@ impl Iterator for ProcessedKeys {
 fn check_stage(part: Part, keys: &[SourceKey], results: &[WriteResult]) -> Result<()> {
     // A part at or beyond the seal limit could never be sealed; refusing it here also bounds a checkpoint's
     // result count well inside its u32.
+    let part = part.get();
     if part >= SEAL_PARTS_MAX {
         let (value, max) = (u64::from(part), u64::from(SEAL_PARTS_MAX - 1));
         return Err(InvalidInput::Range { what: "part index", value, min: 0, max }.into());
@@ -1067,7 +1103,7 @@ mod boundary_tests {
         let frames = store.log_frames().unwrap().len();
         for bad in ["", "..", "a/b", "a\0b"] {
             let id = CheckpointId::unchecked(bad);
-            let staged = store.stage(&id, 0, 0, vec![b"k".to_vec()], Vec::new()).await;
+            let staged = store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k".to_vec()])).await;
             assert_eq!(staged.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
             assert_eq!(store.seal(&id, 1).await.unwrap_err().kind(), ErrorKind::InvalidInput, "{bad:?}");
             assert_eq!(

@@ -196,11 +196,107 @@ impl fmt::Display for TargetIdentity {
     }
 }
 
-/// A checkpoint's generation. `restart` begins the next one and drops every part of the current one.
-pub type Attempt = u32;
+/// A checkpoint's generation: 0 for the first; `restart` begins the next one and drops every part of the
+/// current one. A newtype, so that it cannot be swapped with a [`Part`] at a call site.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
+pub struct Attempt(u32);
 
-/// The caller's index of one stage call within an attempt: 0, 1, 2…
-pub type Part = u32;
+impl Attempt {
+    /// The first attempt of every checkpoint.
+    pub const FIRST: Self = Self(0);
+
+    /// Attempt number `n`.
+    pub const fn new(n: u32) -> Self {
+        Self(n)
+    }
+
+    /// Its number.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The attempt a [`crate::Store::restart`] of this one begins.
+    #[must_use]
+    pub const fn next(self) -> Self {
+        // Saturating: an attempt past the last number is refused by the store as not the current one.
+        Self(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The caller's index of one stage call within an attempt: 0, 1, 2…, below [`crate::limits::SEAL_PARTS_MAX`]
+/// (checked by [`crate::Store::stage`]). A seal with `parts` = p takes parts `0..p`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
+pub struct Part(u32);
+
+impl Part {
+    /// The first (and, for a checkpoint staged in one call, the only) part.
+    pub const FIRST: Self = Self(0);
+
+    /// Part number `n`.
+    pub const fn new(n: u32) -> Self {
+        Self(n)
+    }
+
+    /// Its number.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One call of [`crate::Store::stage`]: which part of which attempt, and the source keys and write results it
+/// carries (either may be empty, not both).
+///
+/// ```
+/// use sinkpoint::{Attempt, Format, Part, StagePart, WriteResult};
+/// let result = WriteResult::new(Format::Parquet, b"data/part-0.parquet".to_vec())?;
+/// let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"s3://in/0.csv".to_vec()]).results(vec![result]);
+/// assert_eq!(part.keys.len(), 1);
+/// # Ok::<(), sinkpoint::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct StagePart {
+    /// The checkpoint's current attempt (a stage call for another attempt is refused).
+    pub attempt: Attempt,
+    /// The part's index within the attempt.
+    pub part: Part,
+    /// The source keys it marks processed once the checkpoint is sealed.
+    pub keys: Vec<SourceKey>,
+    /// The write results it contributes to the commit.
+    pub results: Vec<WriteResult>,
+}
+
+impl StagePart {
+    /// Part `part` of attempt `attempt`, with no keys and no results yet.
+    pub fn new(attempt: Attempt, part: Part) -> Self {
+        Self { attempt, part, keys: Vec::new(), results: Vec::new() }
+    }
+
+    /// With these source keys.
+    #[must_use]
+    pub fn keys(mut self, keys: Vec<SourceKey>) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// With these write results.
+    #[must_use]
+    pub fn results(mut self, results: Vec<WriteResult>) -> Self {
+        self.results = results;
+        self
+    }
+}
 
 /// A writer's generation: bumped every time a writer opens the store, carried in every record, mirror object
 /// and commit, so that a zombie writer is refused.

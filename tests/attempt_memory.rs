@@ -5,6 +5,7 @@
 //! `/proc/self/status`).
 
 use sinkpoint::limits::STORE_CACHE_BYTES_MIN;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{CheckpointId, Format, JobId, Store, TargetIdentity, WriteResult};
 
 const PARTS: u32 = 64;
@@ -51,7 +52,15 @@ async fn a_seal_of_a_large_attempt_holds_one_part_at_a_time() {
     let store = open(&path).await;
     for part in 0..PARTS {
         let result = WriteResult::new(Format::Parquet, vec![part as u8; PART_BYTES]).unwrap();
-        store.stage(&id(), 0, part, vec![format!("key-{part}").into_bytes()], vec![result]).await.unwrap();
+        store
+            .stage(
+                &id(),
+                StagePart::new(Attempt::FIRST, Part::new(part))
+                    .keys(vec![format!("key-{part}").into_bytes()])
+                    .results(vec![result]),
+            )
+            .await
+            .unwrap();
     }
     store.close();
 

@@ -13,6 +13,7 @@ use sinkpoint::limits::{
 use sinkpoint::testkit::RawProtocol;
 use sinkpoint::testkit::whitebox::Record;
 use sinkpoint::testkit::whitebox::frame::{self, decode_exact};
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{
     CheckpointId, CheckpointState, Error, ErrorKind, Format, JobId, Resolution, StageOutcome, Store, TargetIdentity,
     TransitionError, WriteResult,
@@ -78,7 +79,10 @@ async fn oversized_calls_are_refused_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("s.redb")).await.unwrap();
     let a = cid("input-a");
-    store.stage(&a, 0, 0, vec![b"k".to_vec()], vec![result("r")]).await.unwrap();
+    store
+        .stage(&a, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k".to_vec()]).results(vec![result("r")]))
+        .await
+        .unwrap();
     store.seal(&a, 1).await.unwrap();
     store.begin_commit(0, std::slice::from_ref(&a), None, false).await.unwrap();
     let frames = store.log_frames().unwrap().len();
@@ -87,26 +91,31 @@ async fn oversized_calls_are_refused_and_write_nothing() {
 
     let key = |n: usize| vec![7u8; n];
     assert_invalid(
-        store.stage(&b, 0, 0, vec![key(SOURCE_KEY_BYTES_MAX + 3)], vec![]).await,
+        store.stage(&b, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(SOURCE_KEY_BYTES_MAX + 3)])).await,
         &["source key is 4099 bytes", "limit is 4096", "over by 3"],
     );
-    assert_invalid(store.stage(&b, 0, 0, vec![Vec::new()], vec![]).await, &["source key is empty"]);
     assert_invalid(
-        store.stage(&b, 0, 0, vec![key(1); STAGE_KEYS_MAX + 1], vec![]).await,
+        store.stage(&b, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![Vec::new()])).await,
+        &["source key is empty"],
+    );
+    assert_invalid(
+        store.stage(&b, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1); STAGE_KEYS_MAX + 1])).await,
         &["source keys in one stage call", "limit of 10000", "over by 1"],
     );
     assert_invalid(
-        store.stage(&b, 0, 0, vec![], vec![result("r"); STAGE_RESULTS_MAX + 2]).await,
+        store
+            .stage(&b, StagePart::new(Attempt::FIRST, Part::FIRST).results(vec![result("r"); STAGE_RESULTS_MAX + 2]))
+            .await,
         &["write results in one stage call", "limit of 1000", "over by 2"],
     );
     let whole = WriteResult::new(Format::Parquet, vec![1u8; WRITE_RESULT_BYTES_MAX]).unwrap();
     let n = STAGE_BYTES_MAX / WRITE_RESULT_BYTES_MAX + 1;
     assert_invalid(
-        store.stage(&b, 0, 0, vec![key(5)], vec![whole; n]).await,
+        store.stage(&b, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(5)]).results(vec![whole; n])).await,
         &["bytes in one stage call", &format!("{}", n * WRITE_RESULT_BYTES_MAX + 5), "over by 1048581"],
     );
     assert_invalid(
-        store.stage(&b, 0, SEAL_PARTS_MAX, vec![key(1)], vec![]).await,
+        store.stage(&b, StagePart::new(Attempt::FIRST, Part::new(SEAL_PARTS_MAX)).keys(vec![key(1)])).await,
         &["part index is 100000", "limit is 99999", "over by 1"],
     );
     assert_invalid(store.seal(&a, 0).await, &["sealed part count is 0", "minimum is 1", "under by 1"]);
@@ -148,12 +157,13 @@ async fn a_stage_past_the_checkpoint_byte_limit_is_refused_and_writes_nothing() 
     let full = vec![whole; STAGE_BYTES_MAX / WRITE_RESULT_BYTES_MAX];
     let fitting = (CHECKPOINT_BYTES_MAX / STAGE_BYTES_MAX as u64) as u32 - 1;
     for part in 0..fitting {
-        store.stage(&a, 0, part, vec![], full.clone()).await.unwrap();
+        store.stage(&a, StagePart::new(Attempt::FIRST, Part::new(part)).results(full.clone())).await.unwrap();
     }
     let before = store.get(&a).unwrap().unwrap();
     let frames = store.log_frames().unwrap().len();
 
-    let err = store.stage(&a, 0, fitting, vec![], full.clone()).await.unwrap_err();
+    let err =
+        store.stage(&a, StagePart::new(Attempt::FIRST, Part::new(fitting)).results(full.clone())).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::IllegalTransition, "{err}");
     assert!(
         matches!(err.transition(), Some(TransitionError::CheckpointTooLarge { id, attempt: 0, bytes, limit })
@@ -166,14 +176,23 @@ async fn a_stage_past_the_checkpoint_byte_limit_is_refused_and_writes_nothing() 
 
     // The limit is on bytes, not parts: a small part still fits, and a retried part is still a no-op.
     assert_eq!(
-        store.stage(&a, 0, fitting, vec![b"k".to_vec()], vec![result("r")]).await.unwrap(),
+        store
+            .stage(
+                &a,
+                StagePart::new(Attempt::FIRST, Part::new(fitting)).keys(vec![b"k".to_vec()]).results(vec![result("r")])
+            )
+            .await
+            .unwrap(),
         StageOutcome::Staged
     );
-    assert_eq!(store.stage(&a, 0, 0, vec![], full.clone()).await.unwrap(), StageOutcome::AlreadyStaged);
+    assert_eq!(
+        store.stage(&a, StagePart::new(Attempt::FIRST, Part::FIRST).results(full.clone())).await.unwrap(),
+        StageOutcome::AlreadyStaged
+    );
 
     let dropped = store.restart(&a).await.unwrap();
     assert_eq!(dropped.len(), fitting as usize * full.len() + 1);
-    store.stage(&a, 1, 0, vec![], full.clone()).await.unwrap();
+    store.stage(&a, StagePart::new(Attempt::new(1), Part::FIRST).results(full.clone())).await.unwrap();
     store.seal(&a, 1).await.unwrap();
     assert_eq!(store.get(&a).unwrap().unwrap().state, CheckpointState::Sealed);
     store.close();
@@ -184,7 +203,15 @@ async fn three_sealed(path: &Path) -> u64 {
     let store = open(path).await.unwrap();
     for (name, key) in [("input-a", "ka"), ("input-b", "kb"), ("input-c", "kc")] {
         let id = cid(name);
-        store.stage(&id, 0, 0, vec![key.as_bytes().to_vec()], vec![result(name)]).await.unwrap();
+        store
+            .stage(
+                &id,
+                StagePart::new(Attempt::FIRST, Part::FIRST)
+                    .keys(vec![key.as_bytes().to_vec()])
+                    .results(vec![result(name)]),
+            )
+            .await
+            .unwrap();
         store.seal(&id, 1).await.unwrap();
     }
     let seq = store
@@ -345,7 +372,7 @@ async fn a_damaged_staged_checkpoint_makes_open_fail_closed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     let store = open(&path).await.unwrap();
-    store.stage(&cid("input-s"), 0, 0, vec![b"k".to_vec()], vec![]).await.unwrap();
+    store.stage(&cid("input-s"), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k".to_vec()])).await.unwrap();
     store.close();
     tamper(&path, |txn| {
         let mut checkpoints = txn.open_table(CHECKPOINTS).unwrap();
@@ -392,7 +419,7 @@ async fn a_file_that_is_not_a_store_is_corrupt_naming_its_path() {
     let cut = dir.path().join("cut");
     for path in [&zeroed, &cut] {
         let store = open(path).await.unwrap();
-        store.stage(&cid("a"), 0, 0, vec![b"k".to_vec()], Vec::new()).await.unwrap();
+        store.stage(&cid("a"), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k".to_vec()])).await.unwrap();
         store.close();
     }
     let mut bytes = std::fs::read(&zeroed).unwrap();

@@ -11,6 +11,7 @@ use common::*;
 use sinkpoint::commit::{Blocked, Committer, CrashHook, crash_points};
 use sinkpoint::testkit::RawProtocol;
 use sinkpoint::testkit::{CommitFault, CrashBackend, FaultyTarget, ProbeFault, WatermarkTable};
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{CheckpointState, CommitKey, ErrorKind, Store, Target, TargetCommit, WriteResult};
 
 /// A hook that stops the committer the first time it reaches `point`.
@@ -49,7 +50,7 @@ async fn assume_landed(store: &Store) {
     }
 }
 
-async fn run_inputs(store: &Store, table: &sinkpoint::target::DirTable, range: std::ops::Range<usize>) {
+async fn run_inputs(store: &Store, table: &sinkpoint::DirTable, range: std::ops::Range<usize>) {
     for i in range {
         process(store, table, i).await;
     }
@@ -64,7 +65,7 @@ async fn f1_a_landed_commit_is_only_marked_on_recovery() {
         run_inputs(&store, &table, 0..3).await;
         let err = Committer::new(&store, &table)
             .with_crash_hook(crash_at(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK))
-            .commit_pending(true)
+            .finish()
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
@@ -93,7 +94,7 @@ async fn f2_a_failed_commit_is_recommitted_under_the_same_key() {
         let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::FailBeforeCommit], vec![]);
         let store = open(&backend).await;
         run_inputs(&store, target.inner(), 0..4).await;
-        let err = Committer::new(&store, &target).commit_pending(true).await.unwrap_err();
+        let err = Committer::new(&store, &target).finish().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Target, "{err}");
         store.close();
 
@@ -101,7 +102,7 @@ async fn f2_a_failed_commit_is_recommitted_under_the_same_key() {
         if naive {
             assume_landed(&store).await;
             run_inputs(&store, target.inner(), 0..4).await;
-            Committer::new(&store, &target).commit_pending(true).await.unwrap();
+            Committer::new(&store, &target).finish().await.unwrap();
             assert_eq!(
                 account(target.inner(), 4).await.missing,
                 4 * ROWS_PER_INPUT,
@@ -125,12 +126,12 @@ async fn u_an_unknown_outcome_that_landed_is_found_by_the_probe() {
         let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], probes);
         let store = open(&backend).await;
         run_inputs(&store, target.inner(), 0..2).await;
-        let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+        let err = Committer::new(&store, &target).commit_pending().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Target, "{err}");
         assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
         // No later key may begin while key 0 is unknown.
         run_inputs(&store, target.inner(), 2..3).await;
-        let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+        let err = Committer::new(&store, &target).commit_pending().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Target);
         assert_eq!(store.pending().unwrap().next_key, 1);
         store.close();
@@ -157,7 +158,7 @@ async fn u_an_unknown_outcome_that_did_not_land_is_recommitted_under_the_same_ke
         let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::UnknownNotLanded], probes);
         let store = open(&backend).await;
         run_inputs(&store, target.inner(), 0..2).await;
-        Committer::new(&store, &target).commit_pending(true).await.unwrap_err();
+        Committer::new(&store, &target).finish().await.unwrap_err();
         store.close();
 
         let store = open(&backend).await;
@@ -180,7 +181,7 @@ async fn a_commit_that_lands_late_after_an_unknown_answer_is_not_duplicated() {
     let store = open(&backend).await;
     run_inputs(&store, target.inner(), 0..3).await;
     // The immediate probe lands the late commit first, then finds it.
-    Committer::new(&store, &target).commit_pending(true).await.unwrap();
+    Committer::new(&store, &target).finish().await.unwrap();
     assert!(store.is_finished().unwrap());
     assert_eq!(account(target.inner(), 3).await, exactly_once(3));
 }
@@ -197,17 +198,17 @@ async fn a_watermark_target_never_sees_key_n_plus_1_while_key_n_is_unknown() {
     );
     let store = open(&backend).await;
     run_inputs(&store, &table, 0..2).await;
-    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    Committer::new(&store, &target).commit_pending().await.unwrap_err();
     // Later work arrives while key 0 is unknown; the committer must not begin key 1, or the watermark would
     // answer "version ≥ 0" for a key 0 that never landed.
     run_inputs(&store, &table, 2..4).await;
-    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    let err = Committer::new(&store, &target).commit_pending().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Target);
     let pending = store.pending().unwrap();
     assert_eq!((pending.next_key, pending.in_flight.map(|(k, _)| k)), (1, Some(0)));
     assert!(target.inner().results().is_empty());
     // The probe now answers NotCommitted: key 0 is re-committed, then key 1 covers the later work.
-    let report = Committer::new(&store, &target).commit_pending(true).await.unwrap();
+    let report = Committer::new(&store, &target).finish().await.unwrap();
     assert_eq!(report.committed_keys, vec![0, 1]);
     let mut names: Vec<_> =
         target.inner().results().iter().map(|r| String::from_utf8(r.bytes().to_vec()).unwrap()).collect();
@@ -224,7 +225,7 @@ async fn a_multi_key_job_crashed_after_its_third_key_skips_nothing() {
     let mut crashed = false;
     for round in 0..5 {
         run_inputs(&store, &table, round * 2..round * 2 + 2).await;
-        if let Err(e) = Committer::new(&store, &table).with_crash_hook(hook.clone()).commit_pending(false).await {
+        if let Err(e) = Committer::new(&store, &table).with_crash_hook(hook.clone()).commit_pending().await {
             assert_eq!(e.kind(), ErrorKind::Poisoned);
             crashed = true;
             break;
@@ -237,7 +238,7 @@ async fn a_multi_key_job_crashed_after_its_third_key_skips_nothing() {
     let report = Committer::new(&store, &table).recover().await.unwrap();
     assert_eq!(report.marked_landed, Some(2));
     run_inputs(&store, &table, 0..10).await; // The rerun visits every input; the processed ones are skipped.
-    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    Committer::new(&store, &table).finish().await.unwrap();
     assert_eq!(account(&table, 10).await, exactly_once(10));
     assert_eq!(table.commits().await.unwrap().len(), 4);
 }
@@ -250,7 +251,7 @@ async fn a_mismatch_is_reported_and_nothing_is_marked() {
     run_inputs(&store, &table, 0..2).await;
     let err = Committer::new(&store, &table)
         .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
-        .commit_pending(false)
+        .commit_pending()
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Poisoned);
@@ -266,7 +267,7 @@ async fn a_mismatch_is_reported_and_nothing_is_marked() {
     let report = Committer::new(&store, &table).recover().await.unwrap();
     assert!(matches!(report.blocked, Some(Blocked::Mismatch { key: 0, .. })), "{report:?}");
     assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committing { key: 0 });
-    let err = Committer::new(&store, &table).commit_pending(true).await.unwrap_err();
+    let err = Committer::new(&store, &table).finish().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CommitMismatch, "{err}");
     assert_eq!(account(&table, 2).await.missing, 2 * ROWS_PER_INPUT, "nothing of ours landed");
 }
@@ -276,7 +277,7 @@ async fn a_fresh_store_for_a_job_already_in_the_target_is_refused() {
     let table = memory_table();
     let store = open(&CrashBackend::new()).await;
     run_inputs(&store, &table, 0..2).await;
-    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    Committer::new(&store, &table).finish().await.unwrap();
     store.close();
     // The local state is gone (a wrong path, a deleted file): starting afresh would duplicate everything.
     let store = open(&CrashBackend::new()).await;
@@ -293,7 +294,7 @@ async fn a_new_store_that_committed_key_0_itself_is_not_refused_by_a_later_recov
     assert!(store.created());
     Committer::new(&store, &table).recover().await.unwrap();
     run_inputs(&store, &table, 0..2).await;
-    Committer::new(&store, &table).commit_pending(false).await.unwrap();
+    Committer::new(&store, &table).commit_pending().await.unwrap();
     let report = Committer::new(&store, &table).recover().await.unwrap();
     assert!(report.blocked.is_none() && report.committed_keys.is_empty(), "{report:?}");
     // The same holds while its own key 0 is in flight: a job that retries after an unknown outcome, on the
@@ -305,7 +306,7 @@ async fn a_new_store_that_committed_key_0_itself_is_not_refused_by_a_later_recov
     let store = open(&CrashBackend::new()).await;
     Committer::new(&store, &faulty).recover().await.unwrap();
     run_inputs(&store, faulty.inner(), 0..1).await;
-    let err = Committer::new(&store, &faulty).commit_pending(true).await.unwrap_err();
+    let err = Committer::new(&store, &faulty).finish().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Target, "{err}");
     let report = Committer::new(&store, &faulty).recover().await.unwrap();
     assert_eq!(report.marked_landed, Some(0), "{report:?}");
@@ -321,12 +322,12 @@ async fn key_0_is_begun_only_if_the_target_does_not_hold_it() {
     let table = WatermarkTable::new();
     let store = open(&CrashBackend::new()).await;
     run_inputs_on(&store, &table, 0..2).await;
-    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    Committer::new(&store, &table).finish().await.unwrap();
     store.close();
     let store = open(&CrashBackend::new()).await;
     run_inputs_on(&store, &table, 2..4).await;
     for _ in 0..2 {
-        let err = Committer::new(&store, &table).commit_pending(true).await.unwrap_err();
+        let err = Committer::new(&store, &table).finish().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
     }
     assert_eq!(store.get(&input_id(2)).unwrap().unwrap().state, CheckpointState::Sealed);
@@ -339,7 +340,13 @@ async fn key_0_is_begun_only_if_the_target_does_not_hold_it() {
 async fn run_inputs_on(store: &Store, _target: &dyn Target, range: std::ops::Range<usize>) {
     for i in range {
         let result = WriteResult::new(sinkpoint::Format::Parquet, format!("file-{i}").into_bytes()).unwrap();
-        store.stage(&input_id(i), 0, 0, vec![input_key(i)], vec![result]).await.unwrap();
+        store
+            .stage(
+                &input_id(i),
+                StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![input_key(i)]).results(vec![result]),
+            )
+            .await
+            .unwrap();
         store.seal(&input_id(i), 1).await.unwrap();
     }
 }
@@ -349,9 +356,9 @@ async fn checkpoints_without_results_commit_without_a_target_commit() {
     let table = memory_table();
     let store = open(&CrashBackend::new()).await;
     let id = input_id(0);
-    store.stage(&id, 0, 0, vec![input_key(0)], vec![]).await.unwrap();
+    store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![input_key(0)])).await.unwrap();
     store.seal(&id, 1).await.unwrap();
-    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    let report = Committer::new(&store, &table).finish().await.unwrap();
     assert_eq!((report.committed_empty, report.committed_keys.len()), (1, 0));
     assert!(table.commits().await.unwrap().is_empty());
     assert_eq!(store.get(&id).unwrap().unwrap().state, CheckpointState::Committed { key: None });
@@ -363,7 +370,7 @@ async fn a_rerun_after_the_final_commit_takes_the_fast_path() {
     let table = memory_table();
     let store = open(&backend).await;
     run_inputs(&store, &table, 0..3).await;
-    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    Committer::new(&store, &table).finish().await.unwrap();
     store.close();
     let store = open(&backend).await;
     let report = Committer::new(&store, &table).recover().await.unwrap();
@@ -387,7 +394,7 @@ async fn a_commit_over_the_results_limit_is_refused_and_the_committer_splits_it(
                     WriteResult::new(sinkpoint::Format::Parquet, format!("in{i}-p{part}-r{r}").into_bytes()).unwrap()
                 })
                 .collect();
-            store.stage(&id, 0, part, vec![], results).await.unwrap();
+            store.stage(&id, StagePart::new(Attempt::FIRST, Part::new(part)).results(results)).await.unwrap();
         }
         store.seal(&id, parts).await.unwrap();
     }
@@ -395,7 +402,7 @@ async fn a_commit_over_the_results_limit_is_refused_and_the_committer_splits_it(
     assert!(matches!(err.transition(), Some(sinkpoint::TransitionError::CommitTooLarge { .. })), "{err}");
     let pending = store.pending().unwrap();
     assert_eq!((pending.next_key, pending.in_flight), (0, None), "nothing was written");
-    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    let report = Committer::new(&store, &table).finish().await.unwrap();
     assert_eq!(report.committed_keys, vec![0, 1]);
 }
 
@@ -414,7 +421,7 @@ async fn without_a_mirror_a_zombies_key_0_landing_after_the_probe_is_not_marked_
         async fn version(&self) -> sinkpoint::Result<Option<u64>> {
             let zombie = self.zombie.lock().unwrap().take();
             if let Some(zombie) = zombie {
-                Committer::new(&zombie, self.table).commit_pending(false).await.unwrap();
+                Committer::new(&zombie, self.table).commit_pending().await.unwrap();
                 zombie.close();
             }
             self.table.version().await
@@ -434,7 +441,7 @@ async fn without_a_mirror_a_zombies_key_0_landing_after_the_probe_is_not_marked_
     Committer::new(&driver2, &race).recover().await.unwrap();
     run_inputs_on(&driver2, &table, 0..2).await;
     for _ in 0..3 {
-        let err = Committer::new(&driver2, &race).commit_pending(false).await.unwrap_err();
+        let err = Committer::new(&driver2, &race).commit_pending().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
     }
     let err = Committer::new(&driver2, &race).recover().await.unwrap_err();
@@ -473,7 +480,7 @@ async fn a_zombies_key_landing_after_a_not_committed_probe_is_not_marked_as_ours
             let answer = self.table.probe(key, v).await;
             let zombie = (self.commits.load(Ordering::SeqCst) > 0).then(|| self.zombie.lock().unwrap().take());
             if let Some(Some(zombie)) = zombie {
-                Committer::new(&zombie, self.table).commit_pending(false).await.unwrap();
+                Committer::new(&zombie, self.table).commit_pending().await.unwrap();
                 zombie.close();
             }
             answer
@@ -486,7 +493,7 @@ async fn a_zombies_key_landing_after_a_not_committed_probe_is_not_marked_as_ours
     let race = Race { table: &table, commits: AtomicUsize::new(0), zombie: std::sync::Mutex::new(Some(driver1)) };
     run_inputs_on(&driver2, &table, 0..2).await;
     for _ in 0..3 {
-        let err = Committer::new(&driver2, &race).commit_pending(false).await.unwrap_err();
+        let err = Committer::new(&driver2, &race).commit_pending().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
     }
     for i in 0..2 {
@@ -500,7 +507,7 @@ async fn a_zombies_key_landing_after_a_not_committed_probe_is_not_marked_as_ours
 /// order): the committer compares them as sets.
 #[tokio::test]
 async fn a_probe_returning_the_ids_in_another_order_is_not_a_mismatch() {
-    struct Reversed(FaultyTarget<sinkpoint::target::DirTable>);
+    struct Reversed(FaultyTarget<sinkpoint::DirTable>);
     #[async_trait::async_trait]
     impl Target for Reversed {
         async fn version(&self) -> sinkpoint::Result<Option<u64>> {
@@ -522,7 +529,7 @@ async fn a_probe_returning_the_ids_in_another_order_is_not_a_mismatch() {
     let target = Reversed(FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], vec![]));
     let store = open(&CrashBackend::new()).await;
     run_inputs(&store, target.0.inner(), 0..3).await;
-    Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    Committer::new(&store, &target).commit_pending().await.unwrap();
     assert_eq!(account(target.0.inner(), 3).await, exactly_once(3));
     assert_eq!(store.get(&input_id(2)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
 }
@@ -534,13 +541,13 @@ async fn a_probe_returning_the_ids_in_another_order_is_not_a_mismatch() {
 #[tokio::test]
 async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
     let objects = Arc::new(object_store::memory::InMemory::new());
-    let table = sinkpoint::target::DirTable::new(objects.clone(), "table".into());
+    let table = sinkpoint::DirTable::new(objects.clone(), "table".into());
     let backend = CrashBackend::new();
     let store = open(&backend).await;
     run_inputs(&store, &table, 0..2).await;
     let err = Committer::new(&store, &table)
         .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
-        .commit_pending(false)
+        .commit_pending()
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
@@ -562,13 +569,13 @@ async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
     assert!(matches!(report.blocked, Some(Blocked::Mismatch { key: 0, .. })), "{report:?}");
     store.unbind(0, "key 0 holds a stray commit, not ours").await.unwrap();
     assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Sealed);
-    let err = Committer::new(&store, &table).commit_pending(false).await.unwrap_err();
+    let err = Committer::new(&store, &table).commit_pending().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongStore, "the stray commit is still there: {err}");
     assert_eq!(account(&table, 2).await.rows, 0, "nothing was committed twice or marked");
 
     use object_store::ObjectStoreExt as _;
     objects.delete(&"table/_commits/job-1/00000000000000000000".into()).await.unwrap();
-    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    let report = Committer::new(&store, &table).finish().await.unwrap();
     assert_eq!(report.committed_keys, vec![0]);
     assert_eq!(account(&table, 2).await, exactly_once(2));
     assert!(store.is_finished().unwrap());
@@ -581,16 +588,13 @@ fn probes_forever_unknown() -> Vec<ProbeFault> {
 
 /// Commits inputs 0..2 under key 0 with the outcome `fault`, then leaves key 0 CommitUnknown: every probe is
 /// Unknown.
-async fn stuck_unknown(
-    backend: &CrashBackend,
-    fault: CommitFault,
-) -> (Store, FaultyTarget<sinkpoint::target::DirTable>) {
+async fn stuck_unknown(backend: &CrashBackend, fault: CommitFault) -> (Store, FaultyTarget<sinkpoint::DirTable>) {
     let target = FaultyTarget::scripted(memory_table(), vec![fault], probes_forever_unknown());
     let store = open(backend).await;
     run_inputs(&store, target.inner(), 0..2).await;
-    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    let err = Committer::new(&store, &target).commit_pending().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Target, "{err}");
-    let err = Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    let err = Committer::new(&store, &target).commit_pending().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Target, "still unknown: {err}");
     assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
     (store, target)
@@ -604,7 +608,7 @@ async fn an_operators_not_committed_verdict_recommits_once_without_a_probe_even_
     // A crash between the verdict and the re-commit must not lose the verdict.
     store.close();
     let store = open(&backend).await;
-    let report = Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    let report = Committer::new(&store, &target).commit_pending().await.unwrap();
     assert_eq!(report.committed_keys, vec![0], "{:?}", target.calls());
     assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
     assert_eq!(account(target.inner(), 2).await, exactly_once(2));
@@ -615,7 +619,7 @@ async fn an_operators_wrong_not_committed_verdict_does_not_duplicate_and_ends_co
     let backend = CrashBackend::new();
     let (store, target) = stuck_unknown(&backend, CommitFault::LandThenLoseAck).await;
     store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
-    let report = Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    let report = Committer::new(&store, &target).commit_pending().await.unwrap();
     assert_eq!(report.committed_keys, vec![0], "{:?}", target.calls());
     assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
     assert_eq!(account(target.inner(), 2).await, exactly_once(2));
@@ -629,16 +633,16 @@ async fn a_wrong_verdict_refused_by_the_target_after_a_reopen_is_dropped_and_the
     let target = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], probes);
     let store = open(&backend).await;
     run_inputs(&store, target.inner(), 0..2).await;
-    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
-    Committer::new(&store, &target).commit_pending(false).await.unwrap_err();
+    Committer::new(&store, &target).commit_pending().await.unwrap_err();
+    Committer::new(&store, &target).commit_pending().await.unwrap_err();
     store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
-    assert!(store.commit_info(0).unwrap().unwrap().awaits_recommit());
+    assert!(store.commit_info(0).unwrap().unwrap().awaits_recommit);
     store.close();
     // A new epoch: the target refuses the re-send (key 0 holds the old epoch's commit), the probe finds it.
     let store = open(&backend).await;
     let report = Committer::new(&store, &target).recover().await.unwrap();
     assert_eq!(report.marked_landed, Some(0), "{:?}", target.calls());
-    assert!(!store.commit_info(0).unwrap().unwrap().awaits_recommit());
+    assert!(!store.commit_info(0).unwrap().unwrap().awaits_recommit);
     assert_eq!(account(target.inner(), 2).await, exactly_once(2));
 }
 
@@ -652,7 +656,12 @@ async fn two_keys_of_work(store: &Store) {
                 .map(|r| WriteResult::new(sinkpoint::Format::Parquet, format!("{i}-{part}-{r}").into_bytes()).unwrap())
                 .collect();
             store
-                .stage(&input_id(i), 0, part, vec![input_key(i)].into_iter().filter(|_| part == 0).collect(), results)
+                .stage(
+                    &input_id(i),
+                    StagePart::new(Attempt::FIRST, Part::new(part))
+                        .keys(vec![input_key(i)].into_iter().filter(|_| part == 0).collect())
+                        .results(results),
+                )
                 .await
                 .unwrap();
         }
@@ -677,7 +686,7 @@ async fn the_fast_path_survives_a_crash_inside_a_multi_key_final_commit() {
     two_keys_of_work(&store).await;
     let err = Committer::new(&store, &table)
         .with_crash_hook(crash_at(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK))
-        .commit_pending(true)
+        .finish()
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
@@ -686,7 +695,7 @@ async fn the_fast_path_survives_a_crash_inside_a_multi_key_final_commit() {
     let report = Committer::new(&store, &table).recover().await.unwrap();
     assert_eq!((report.marked_landed, report.committed_keys.clone()), (Some(0), vec![1]), "{report:?}");
     // The rerun ends the job as every run does.
-    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    Committer::new(&store, &table).finish().await.unwrap();
     assert!(finished_on_rerun(&backend, store, &table).await, "the job ended: the rerun must take the fast path");
 }
 
@@ -695,9 +704,9 @@ async fn the_fast_path_holds_for_a_job_whose_checkpoints_carry_no_results() {
     let backend = CrashBackend::new();
     let table = memory_table();
     let store = open(&backend).await;
-    store.stage(&input_id(0), 0, 0, vec![input_key(0)], vec![]).await.unwrap();
+    store.stage(&input_id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![input_key(0)])).await.unwrap();
     store.seal(&input_id(0), 1).await.unwrap();
-    Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    Committer::new(&store, &table).finish().await.unwrap();
     assert!(finished_on_rerun(&backend, store, &table).await);
 }
 
@@ -707,8 +716,8 @@ async fn the_fast_path_holds_when_a_periodic_commit_took_every_sealed_checkpoint
     let table = memory_table();
     let store = open(&backend).await;
     run_inputs(&store, &table, 0..3).await;
-    Committer::new(&store, &table).commit_pending(false).await.unwrap();
-    let report = Committer::new(&store, &table).commit_pending(true).await.unwrap();
+    Committer::new(&store, &table).commit_pending().await.unwrap();
+    let report = Committer::new(&store, &table).finish().await.unwrap();
     assert!(report.committed_keys.is_empty());
     assert!(finished_on_rerun(&backend, store, &table).await);
     assert_eq!(account(&table, 3).await, exactly_once(3));

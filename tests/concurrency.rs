@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use sinkpoint::testkit::whitebox::Record;
 use sinkpoint::testkit::whitebox::frame::decode_exact;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{
     CheckpointId, CheckpointState, ErrorKind, Format, JobId, StageOutcome, Store, TargetIdentity, TransitionError,
     WriteResult,
@@ -66,12 +67,26 @@ async fn thirty_two_tasks_staging_at_once_are_all_there_after_reopen() {
             let id = task_id(t);
             let mut acked = 0;
             for p in 0..PARTS {
-                let outcome = store.stage(&id, 0, p, vec![key(t, p)], vec![file(t, p)]).await.unwrap();
+                let outcome = store
+                    .stage(
+                        &id,
+                        StagePart::new(Attempt::FIRST, Part::new(p)).keys(vec![key(t, p)]).results(vec![file(t, p)]),
+                    )
+                    .await
+                    .unwrap();
                 assert_eq!(outcome, StageOutcome::Staged);
                 acked += 1;
                 if p % 3 == 0 {
                     // A retry after a lost ack, racing with everyone else's calls.
-                    let again = store.stage(&id, 0, p, vec![key(t, p)], vec![file(t, p)]).await.unwrap();
+                    let again = store
+                        .stage(
+                            &id,
+                            StagePart::new(Attempt::FIRST, Part::new(p))
+                                .keys(vec![key(t, p)])
+                                .results(vec![file(t, p)]),
+                        )
+                        .await
+                        .unwrap();
                     assert_eq!(again, StageOutcome::AlreadyStaged);
                 }
             }
@@ -134,7 +149,9 @@ async fn calls_made_while_the_writer_is_busy_share_one_commit() {
     let calls: Vec<_> = (0..TASKS)
         .map(|t| {
             let store = store.clone();
-            tokio::spawn(async move { store.stage(&task_id(t), 0, 0, vec![key(t, 0)], vec![]).await })
+            tokio::spawn(async move {
+                store.stage(&task_id(t), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(t, 0)])).await
+            })
         })
         .collect();
     wait_queued(&store, TASKS as u64).await;
@@ -154,8 +171,24 @@ async fn two_seals_claiming_one_key_in_one_batch_leave_one_owner() {
     let path = dir.path().join("s.redb");
     let store = Arc::new(open(&path).await);
     let (winner, loser) = (cid("input-a"), cid("input-b"));
-    store.stage(&winner, 0, 0, vec![b"shared".to_vec(), b"only-a".to_vec()], vec![result("a")]).await.unwrap();
-    store.stage(&loser, 0, 0, vec![b"shared".to_vec(), b"only-b".to_vec()], vec![result("b")]).await.unwrap();
+    store
+        .stage(
+            &winner,
+            StagePart::new(Attempt::FIRST, Part::FIRST)
+                .keys(vec![b"shared".to_vec(), b"only-a".to_vec()])
+                .results(vec![result("a")]),
+        )
+        .await
+        .unwrap();
+    store
+        .stage(
+            &loser,
+            StagePart::new(Attempt::FIRST, Part::FIRST)
+                .keys(vec![b"shared".to_vec(), b"only-b".to_vec()])
+                .results(vec![result("b")]),
+        )
+        .await
+        .unwrap();
     let frames = store.log_frames().unwrap().len();
     let before = store.stats();
 
@@ -242,7 +275,15 @@ async fn a_checkpoint_resealed_during_commit_pending_commits_its_sealed_attempt(
                 let dropped = self.store.force_abort(std::slice::from_ref(&x), "redo x").await.unwrap();
                 assert_eq!(dropped, vec![result("rx-attempt0")]);
                 self.store.restart(&x).await.unwrap();
-                self.store.stage(&x, 1, 0, vec![b"kx".to_vec()], vec![result("rx-attempt1")]).await.unwrap();
+                self.store
+                    .stage(
+                        &x,
+                        StagePart::new(Attempt::new(1), Part::FIRST)
+                            .keys(vec![b"kx".to_vec()])
+                            .results(vec![result("rx-attempt1")]),
+                    )
+                    .await
+                    .unwrap();
                 self.store.seal(&x, 1).await.unwrap();
             }
             self.table.version().await
@@ -257,13 +298,19 @@ async fn a_checkpoint_resealed_during_commit_pending_commits_its_sealed_attempt(
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("s.redb")).await;
     let x = cid("x");
-    store.stage(&x, 0, 0, vec![b"kx".to_vec()], vec![result("rx-attempt0")]).await.unwrap();
+    store
+        .stage(
+            &x,
+            StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"kx".to_vec()]).results(vec![result("rx-attempt0")]),
+        )
+        .await
+        .unwrap();
     store.seal(&x, 1).await.unwrap();
     let target = Racing { table: WatermarkTable::new(), store: &store, raced: false.into() };
-    Committer::new(&store, &target).commit_pending(false).await.unwrap();
+    Committer::new(&store, &target).commit_pending().await.unwrap();
     assert_eq!(target.table.results(), vec![result("rx-attempt1")], "the sealed attempt, and only it");
     let info = store.get(&x).unwrap().unwrap();
-    assert_eq!((info.state, info.attempt), (CheckpointState::Committed { key: Some(0) }, 1));
+    assert_eq!((info.state, info.attempt), (CheckpointState::Committed { key: Some(0) }, Attempt::new(1)));
     drop(target);
     store.close();
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use sinkpoint::target::DirTable;
+use sinkpoint::DirTable;
 use sinkpoint::testkit::conformance::{Inspect, SuiteSettings, TargetFaults, run_conformance};
 use sinkpoint::testkit::{FaultyTarget, WatermarkTable};
 use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, Format, ProbeOutcome, Target, TargetCommit, WriteResult};

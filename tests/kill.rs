@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sinkpoint::target::DirTable;
+use sinkpoint::DirTable;
 use sinkpoint::testkit::SplitMix64;
 
 const KILLS_MAX: usize = 20;

@@ -8,6 +8,7 @@ mod mirror_support;
 use mirror_support::*;
 use sinkpoint::ErrorKind;
 use sinkpoint::testkit::{ManualClock, PutFault};
+use sinkpoint::{Attempt, Part, StagePart};
 
 async fn wal_keys(bucket: &Bucket) -> Vec<String> {
     bucket.keys().await.into_iter().filter(|k| k.starts_with("wal/")).collect()
@@ -28,15 +29,15 @@ async fn ambiguous_segment_puts_are_settled_by_reading_back() {
 
         // A lost ack: the segment landed, the put said it failed.
         bucket.faults.fail_puts(PutFault::FailAfter, "/wal/", 1);
-        store.stage(&id(0), 0, 0, vec![key(0)], vec![]).await.unwrap();
+        store.stage(&id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)])).await.unwrap();
         // A put that failed before landing: put again.
         bucket.faults.fail_puts(PutFault::FailBefore, "/wal/", 1);
-        store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap();
+        store.stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)])).await.unwrap();
         // A lost ack whose read-back fails too: the retry finds our own object (AlreadyExists) and reads it.
         bucket.faults.fail_puts(PutFault::FailAfter, "/wal/", 1);
         bucket.faults.fail_gets("/wal/", 1);
-        store.stage(&id(2), 0, 0, vec![key(2)], vec![]).await.unwrap();
-        store.stage(&id(3), 0, 0, vec![key(3)], vec![]).await.unwrap();
+        store.stage(&id(2), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(2)])).await.unwrap();
+        store.stage(&id(3), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(3)])).await.unwrap();
         let keys = wal_keys(&bucket).await;
         assert_eq!(keys.len(), 5, "{kind:?}: {keys:?}");
         assert!(dense(&keys), "{kind:?}: {keys:?}");
@@ -79,13 +80,21 @@ async fn a_put_that_cannot_be_settled_poisons_until_reopen() {
         seal(&store, 0).await;
         let puts = bucket.faults.counts().puts;
         bucket.faults.crash();
-        let err = store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap_err();
+        let err =
+            store.stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)])).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Poisoned, "{kind:?}: {err}");
         assert!(err.to_string().contains("could not be settled"), "{kind:?}: {err}");
         let tries = bucket.faults.counts().puts - puts;
         assert_eq!(tries, u64::from(sinkpoint::limits::MIRROR_PUT_ATTEMPTS_MAX), "{kind:?}");
         // Poisoned, not guessed: every call now says so, and nothing more is put.
-        assert_eq!(store.stage(&id(2), 0, 0, vec![key(2)], vec![]).await.unwrap_err().kind(), ErrorKind::Poisoned);
+        assert_eq!(
+            store
+                .stage(&id(2), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(2)]))
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Poisoned
+        );
         assert_eq!(store.is_processed(&key(0)).unwrap_err().kind(), ErrorKind::Poisoned);
         assert_eq!(bucket.faults.counts().puts - puts, tries, "{kind:?}: a poisoned writer kept putting");
         store.close();
@@ -117,7 +126,8 @@ async fn a_put_that_hangs_times_out_and_is_never_assumed() {
         // Every put now hangs: each attempt times out, reads back nothing, and is put again, until the writer
         // gives up without assuming anything.
         bucket.faults.hold_puts(true);
-        let err = store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap_err();
+        let err =
+            store.stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)])).await.unwrap_err();
         bucket.faults.hold_puts(false);
         assert_eq!(err.kind(), ErrorKind::Poisoned, "{kind:?}: {err}");
         assert!(err.to_string().contains("timed out"), "{kind:?}: {err}");

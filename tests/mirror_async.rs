@@ -13,6 +13,7 @@ use sinkpoint::CheckpointState;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::{Attempt, Part, StagePart};
 
 fn asynchronous(lag_batches_max: u32, lag_ms_max: u64) -> MirrorSettings {
     MirrorSettings { mode: MirrorMode::Asynchronous { lag_batches_max, lag_ms_max }, ..sync_settings() }
@@ -38,12 +39,14 @@ async fn asynchronous_lag_stays_within_its_bound_in_groups() {
         );
         bucket.faults.hold_puts(true);
         for n in 0..3 {
-            store.stage(&id(n), 0, 0, vec![key(n)], vec![]).await.unwrap();
+            store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
             assert_eq!(store.mirror_lag().groups, u64::from(n) + 1, "{kind:?}");
         }
         let fourth = {
             let store = store.clone();
-            tokio::spawn(async move { store.stage(&id(3), 0, 0, vec![key(3)], vec![]).await })
+            tokio::spawn(async move {
+                store.stage(&id(3), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(3)])).await
+            })
         };
         assert!(!finished(&fourth).await, "{kind:?}: a call was acked beyond the lag bound");
         assert_eq!(store.mirror_lag().groups, 3, "{kind:?}");
@@ -68,14 +71,16 @@ async fn asynchronous_lag_stays_within_its_bound_in_age_on_the_logical_clock() {
             builder(&bucket, &dir.path().join("a.redb"), asynchronous(1000, 500), &clock).open().await.unwrap(),
         );
         bucket.faults.hold_puts(true);
-        store.stage(&id(0), 0, 0, vec![key(0)], vec![]).await.unwrap();
+        store.stage(&id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)])).await.unwrap();
         clock.advance(499);
-        store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap();
+        store.stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)])).await.unwrap();
         assert_eq!(store.mirror_lag().oldest_ms, 499, "{kind:?}");
         clock.advance(1);
         let late = {
             let store = store.clone();
-            tokio::spawn(async move { store.stage(&id(2), 0, 0, vec![key(2)], vec![]).await })
+            tokio::spawn(async move {
+                store.stage(&id(2), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(2)])).await
+            })
         };
         assert!(!finished(&late).await, "{kind:?}: a call was acked with the oldest group at the age bound");
         assert_eq!(store.mirror_lag().oldest_ms, 500, "{kind:?}");
@@ -96,7 +101,7 @@ async fn commit_protocol_records_are_in_the_mirror_before_they_return_in_asynchr
             builder(&bucket, &dir.path().join("a.redb"), asynchronous(64, u64::MAX), &clock).open().await.unwrap(),
         );
         seal(&store, 0).await;
-        store.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap();
+        store.stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)])).await.unwrap();
         store.seal(&id(1), 1).await.unwrap();
         for step in 0..3 {
             bucket.faults.hold_puts(true);
@@ -140,7 +145,7 @@ async fn one_put_per_group_never_one_object_per_call() {
             let at_open = bucket.faults.put_paths().len();
             // Sequential calls: one group, one put each.
             for n in 0..5 {
-                store.stage(&id(n), 0, 0, vec![key(n)], vec![]).await.unwrap();
+                store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
             }
             store.flush().await.unwrap();
             assert_eq!(bucket.faults.put_paths().len() - at_open, 5, "{kind:?} {:?}", settings.mode);
@@ -149,7 +154,9 @@ async fn one_put_per_group_never_one_object_per_call() {
             let calls: Vec<_> = (100..164)
                 .map(|n| {
                     let store = store.clone();
-                    tokio::spawn(async move { store.stage(&id(n), 0, 0, vec![key(n)], vec![]).await })
+                    tokio::spawn(async move {
+                        store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await
+                    })
                 })
                 .collect();
             for call in calls {

@@ -6,6 +6,7 @@ mod mirror_support;
 use mirror_support::*;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::testkit::ManualClock;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{ErrorKind, Format, WriteResult};
 
 const RESULT_BYTES: usize = 100_000;
@@ -37,17 +38,26 @@ async fn snapshots_are_taken_after_the_byte_interval_long_before_the_record_inte
         };
         let store = builder(&bucket, &dir.path().join("a.redb"), settings, &clock).open().await.unwrap();
         // Slot 0 is the fence; one large stage (slot 1) stays under the interval: no snapshot yet.
-        store.stage(&id(0), 0, 0, vec![key(0)], big(0)).await.unwrap();
+        store
+            .stage(&id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)]).results(big(0)))
+            .await
+            .unwrap();
         store.flush().await.unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let keys = bucket.keys().await;
         assert!(!keys.iter().any(|k| k.starts_with("snapshot/")), "{kind:?}: a snapshot before the interval: {keys:?}");
         // The second (slot 2) passes it: a snapshot of the state before slot 3, and a manifest naming it.
-        store.stage(&id(1), 0, 0, vec![key(1)], big(1)).await.unwrap();
+        store
+            .stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)]).results(big(1)))
+            .await
+            .unwrap();
         wait_for(&bucket, "snapshot/00000000000000000003").await;
         wait_for(&bucket, "manifest/00000000000000000001.0000000001").await;
         // The byte count starts again after a snapshot.
-        store.stage(&id(2), 0, 0, vec![key(2)], big(2)).await.unwrap();
+        store
+            .stage(&id(2), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(2)]).results(big(2)))
+            .await
+            .unwrap();
         store.flush().await.unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let keys = bucket.keys().await;

@@ -10,6 +10,7 @@ use mirror_support::*;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{CheckpointState, ErrorKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,7 +66,7 @@ async fn a_local_tail_fenced_by_a_newer_epoch_is_refused_naming_where_they_diver
         // Slots 0 (fence), 1, 2; records 0 (Create), 1 (Open), 2, 3. M2's fence takes slot 3 at seq 4.
         let new = builder(&bucket, &m2, sync_settings(), &clock).open().await.unwrap();
         // M1 commits locally, then finds slot 3 taken: fenced, and its record stays only in its local file.
-        let err = old.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap_err();
+        let err = old.stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)])).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Fenced, "{kind:?}: {err}");
         old.close();
         new.close();
@@ -106,7 +107,10 @@ async fn an_unfenced_local_tail_is_reshipped_on_reopen() {
         // The uploads are held, so staging is acked locally only; then the mirror stops answering for good.
         bucket.faults.hold_puts(true);
         for n in 1..4 {
-            store.stage(&id(n), 0, 0, vec![key(n)], vec![result(n)]).await.unwrap();
+            store
+                .stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)]).results(vec![result(n)]))
+                .await
+                .unwrap();
         }
         assert_eq!(store.mirror_lag().groups, 3, "{kind:?}");
         let local = digest(&store);

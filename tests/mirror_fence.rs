@@ -6,6 +6,7 @@ mod mirror_support;
 
 use mirror_support::*;
 use sinkpoint::testkit::ManualClock;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{ErrorKind, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,8 +36,8 @@ async fn an_unmirrored_store_opened_against_another_stores_mirror_is_wrong_store
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_that_created_the_store_is_fenced_not_told_its_state_was_lost() {
+    use sinkpoint::DirTable;
     use sinkpoint::commit::Committer;
-    use sinkpoint::target::DirTable;
     for kind in kinds() {
         let bucket = Bucket::new(kind, "zombie-creator");
         let dir = tempfile::tempdir().unwrap();
@@ -49,10 +50,12 @@ async fn a_zombie_that_created_the_store_is_fenced_not_told_its_state_was_lost()
         let b = builder(&bucket, &dir.path().join("b.redb"), sync_settings(), &clock).open().await.unwrap();
         assert_eq!(b.epoch(), 2, "{kind:?}");
         let written = table.write_data_file("b-0", b"0:0\n".to_vec()).await.unwrap();
-        b.stage(&id(0), 0, 0, vec![key(0)], vec![written]).await.unwrap();
+        b.stage(&id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)]).results(vec![written]))
+            .await
+            .unwrap();
         b.seal(&id(0), 1).await.unwrap();
         Committer::new(&b, &table).recover().await.unwrap();
-        Committer::new(&b, &table).commit_pending(true).await.unwrap();
+        Committer::new(&b, &table).finish().await.unwrap();
         b.close();
         // A resumes: a takeover explains the target's key 0, so the answer is stop, every time.
         for attempt in 0..2 {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use mirror_support::*;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::testkit::{FaultStore, ManualClock, PutFault};
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{ErrorKind, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,7 +48,9 @@ async fn only_the_newest_epoch_deletes() {
         // Its collection falls due; one more group makes it run. A claim of epoch 2 exists: it deletes nothing,
         // and stops the old writer (fenced), so whether this stage is acknowledged is a race.
         clock.advance(1_000);
-        let _ = old.stage(&id(3), 0, 0, vec![key(3)], vec![result(3)]).await;
+        let _ = old
+            .stage(&id(3), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(3)]).results(vec![result(3)]))
+            .await;
         std::thread::sleep(std::time::Duration::from_millis(300));
         let after = bucket.keys().await;
         let lost: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
@@ -56,7 +59,7 @@ async fn only_the_newest_epoch_deletes() {
         assert!(lost.is_empty(), "{kind:?}: a writer that no longer holds the newest epoch deleted {lost:?}");
         let new = opening.await.unwrap().unwrap();
         assert_eq!(new.epoch(), 2, "{kind:?}");
-        let err = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await.unwrap_err();
+        let err = old.stage(&id(9), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(9)])).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Fenced, "{kind:?}: {err}");
         let state = digest(&new);
         assert!((0..3).all(|n| new.is_processed(&key(n)).unwrap()), "{kind:?}: the takeover lost acked seals");
@@ -97,7 +100,7 @@ async fn a_takeover_stalled_past_collection_still_fences_the_old_writer() {
         // The redone read is named by update 1 of the new epoch, so no reader starts at the collected slot 3.
         let keys = bucket.keys().await;
         assert!(keys.iter().any(|k| k == "manifest/00000000000000000002.0000000001"), "{kind:?}: {keys:?}");
-        let fenced = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+        let fenced = old.stage(&id(9), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(9)])).await;
         assert!(
             matches!(&fenced, Err(e) if e.kind() == ErrorKind::Fenced),
             "{kind:?}: the old writer was not fenced by the stalled takeover: {fenced:?}"
@@ -148,7 +151,7 @@ async fn an_old_holder_whose_collection_sees_a_newer_epoch_stops_fenced() {
         let mut late = Ok(sinkpoint::StageOutcome::Staged);
         for _ in 0..200 {
             std::thread::sleep(std::time::Duration::from_millis(10));
-            late = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+            late = old.stage(&id(9), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(9)])).await;
             if late.is_err() {
                 break;
             }
@@ -231,7 +234,7 @@ async fn a_claim_left_with_a_collected_base_by_a_crash_does_not_brick_the_mirror
         assert!(next.is_ok(), "{kind:?}: a stale claim bricked the mirror: {:?}", next.err());
         let next = next.unwrap();
         assert_eq!(next.epoch(), 3, "{kind:?}");
-        let fenced = old.stage(&id(9), 0, 0, vec![key(9)], vec![]).await;
+        let fenced = old.stage(&id(9), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(9)])).await;
         assert!(matches!(&fenced, Err(e) if e.kind() == ErrorKind::Fenced), "{kind:?}: {fenced:?}");
         assert!((0..6).all(|n| next.is_processed(&key(n)).unwrap()), "{kind:?}: acked seals lost");
         let state = digest(&next);

@@ -14,6 +14,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use sinkpoint::mirror::MirrorView;
 use sinkpoint::testkit::ManualClock;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{Format, Store, WriteResult};
 
 const SEGMENTS: u32 = 128;
@@ -90,7 +91,10 @@ async fn a_restore_of_many_large_segments_holds_a_bounded_window_not_the_log() {
         let results = (0..RESULTS_PER_SEGMENT)
             .map(|i| WriteResult::new(Format::Parquet, vec![(n as usize + i) as u8; RESULT_BYTES]).unwrap())
             .collect();
-        store.stage(&id(n), 0, 0, vec![key(n)], results).await.unwrap();
+        store
+            .stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)]).results(results))
+            .await
+            .unwrap();
         store.abort(&id(n)).await.unwrap();
     }
     store.close();

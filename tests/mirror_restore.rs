@@ -10,6 +10,7 @@ use mirror_support::*;
 use sinkpoint::mirror::{MirrorSettings, MirrorView};
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{CheckpointState, ErrorKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,7 +27,10 @@ async fn restore_after_the_local_file_is_deleted_mid_job() {
         }
         store.begin_commit(0, &[id(0), id(1), id(2)], Some(3), false).await.unwrap();
         store.mark_committed(0).await.unwrap();
-        store.stage(&id(5), 0, 0, vec![key(5)], vec![result(5)]).await.unwrap();
+        store
+            .stage(&id(5), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(5)]).results(vec![result(5)]))
+            .await
+            .unwrap();
         let before = digest(&store);
         store.close();
 

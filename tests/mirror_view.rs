@@ -9,6 +9,7 @@ use mirror_support::*;
 use sinkpoint::ErrorKind;
 use sinkpoint::mirror::{MirrorSettings, MirrorView};
 use sinkpoint::testkit::ManualClock;
+use sinkpoint::{Attempt, Part, StagePart};
 
 #[tokio::test]
 async fn the_view_answers_from_the_mirror_and_refreshes() {
@@ -20,7 +21,7 @@ async fn the_view_answers_from_the_mirror_and_refreshes() {
         for n in 0..3 {
             seal(&store, n).await;
         }
-        store.stage(&id(3), 0, 0, vec![key(3)], vec![]).await.unwrap();
+        store.stage(&id(3), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(3)])).await.unwrap();
 
         let mut view = MirrorView::open(bucket.store(), bucket.prefix.clone()).await.unwrap();
         assert_eq!(view.epoch(), 1);

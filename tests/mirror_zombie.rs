@@ -12,6 +12,7 @@ use std::time::Duration;
 use mirror_support::*;
 use sinkpoint::testkit::RawProtocol;
 use sinkpoint::testkit::{FaultStore, ManualClock};
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{CheckpointState, ErrorKind, Store};
 
 /// The epoch in each slot's header (bytes 24..32), in slot order.
@@ -42,7 +43,10 @@ async fn a_zombie_that_keeps_writing_is_refused_and_nothing_is_lost() {
         // The zombie keeps going: its late commit mark and its staging are refused, and so is everything after.
         let err = zombie.mark_committed(0).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Fenced, "{kind:?}: {err}");
-        let err = zombie.stage(&id(3), 0, 0, vec![key(3)], vec![result(3)]).await.unwrap_err();
+        let err = zombie
+            .stage(&id(3), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(3)]).results(vec![result(3)]))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Fenced, "{kind:?}: {err}");
         assert_eq!(zombie.get(&id(0)).unwrap_err().kind(), ErrorKind::Fenced, "{kind:?}");
         assert_eq!(zombie.is_processed(&key(0)).unwrap_err().kind(), ErrorKind::Fenced, "{kind:?}");
@@ -92,7 +96,7 @@ async fn a_zombie_racing_the_takeover_loses_nothing_it_acked() {
             tokio::spawn(async move {
                 let mut acked = Vec::new();
                 for n in 0..10_000u32 {
-                    match zombie.stage(&id(n), 0, 0, vec![key(n)], vec![]).await {
+                    match zombie.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await {
                         Ok(_) => acked.push(n),
                         Err(e) => return (acked, e),
                     }
@@ -152,10 +156,11 @@ async fn writers_opening_at_once_leave_exactly_one_that_can_write() {
         stores.sort_by_key(|s| s.epoch());
         let newest = stores.pop().unwrap();
         for old in &stores {
-            let err = old.stage(&id(0), 0, 0, vec![key(0)], vec![]).await.unwrap_err();
+            let err =
+                old.stage(&id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)])).await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Fenced, "round {round}: epoch {} was not fenced", old.epoch());
         }
-        newest.stage(&id(1), 0, 0, vec![key(1)], vec![]).await.unwrap();
+        newest.stage(&id(1), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(1)])).await.unwrap();
         let epochs = slot_epochs(&bucket).await;
         assert!(epochs.windows(2).all(|w| w[0] <= w[1]), "round {round}: {epochs:?}");
         for store in stores {

@@ -15,9 +15,10 @@ use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 use sinkpoint::testkit::CrashBackend;
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::{Attempt, Part as PartIndex, StagePart};
 use sinkpoint::{
-    COMMIT_AWAITS_RECOMMIT, CheckpointId, CheckpointInfo, CheckpointState, CommitInfo, Error, ErrorKind, Format, JobId,
-    PendingCheckpoint, Resolution, StageOutcome, StateFilter, Store, TargetIdentity, TransitionError, WriteResult,
+    CheckpointId, CheckpointInfo, CheckpointState, CommitInfo, Error, ErrorKind, Format, JobId, PendingCheckpoint,
+    Resolution, StageOutcome, StateFilter, Store, TargetIdentity, TransitionError, WriteResult,
 };
 
 const IDS: [&str; 4] = ["a", "b", "c", "d"];
@@ -40,6 +41,35 @@ fn results_alphabet() -> Vec<WriteResult> {
 
 // ---------------------------------------------------------------------------------------------------------------
 // The reference model.
+
+/// The model's record of a commit key: like the store's, its state is [`COMMIT_AWAITS_RECOMMIT`] while an
+/// operator's NotCommitted verdict waits for its re-commit.
+#[derive(Clone, Debug)]
+struct ModelCommit {
+    ids: Vec<CheckpointId>,
+    target_version: Option<u64>,
+    final_commit: bool,
+    epoch: u64,
+    state: CheckpointState,
+}
+
+/// The model's marker of an awaited re-commit (the checkpoints themselves are Committing).
+const COMMIT_AWAITS_RECOMMIT: CheckpointState = CheckpointState::Sealed;
+
+/// What [`CommitInfo`] shows of a commit key, as one comparable value.
+type CommitView = (Vec<CheckpointId>, Option<u64>, bool, u64, CheckpointState, bool);
+
+fn view(c: &CommitInfo) -> CommitView {
+    (c.ids.clone(), c.prepared_version, c.final_commit, c.epoch, c.state, c.awaits_recommit)
+}
+
+impl ModelCommit {
+    fn view(&self, key: u64) -> CommitView {
+        let awaits = self.state == COMMIT_AWAITS_RECOMMIT;
+        let state = if awaits { CheckpointState::Committing { key } } else { self.state };
+        (self.ids.clone(), self.target_version, self.final_commit, self.epoch, state, awaits)
+    }
+}
 
 #[derive(Clone, Debug, PartialEq)]
 struct Part {
@@ -81,7 +111,7 @@ struct Model {
     epoch: u64,
     cps: BTreeMap<CheckpointId, Cp>,
     owners: BTreeMap<Vec<u8>, CheckpointId>,
-    commits: BTreeMap<u64, CommitInfo>,
+    commits: BTreeMap<u64, ModelCommit>,
     next_key: u64,
     in_flight: Option<u64>,
     finished: bool,
@@ -148,7 +178,7 @@ impl Model {
         self.cps.get(id).map(|c| CheckpointInfo {
             id: id.clone(),
             state: c.state,
-            attempt: c.attempt,
+            attempt: Attempt::new(c.attempt),
             epoch: c.epoch,
             parts: c.parts,
             results: c.results,
@@ -374,7 +404,7 @@ impl Model {
                 for id in &ids {
                     self.cps.get_mut(id).unwrap().state = S::Committing { key: *key };
                 }
-                let info = CommitInfo {
+                let info = ModelCommit {
                     ids,
                     target_version: *target_version,
                     final_commit: *final_commit,
@@ -707,9 +737,12 @@ impl Sut {
         let store = self.store.as_ref().unwrap();
         let rt = &self.rt;
         match op {
-            Op::Stage { id, attempt, part, keys, results } => {
-                rt.block_on(store.stage(&id, attempt, part, keys, results)).map(Outcome::Staged)
-            }
+            Op::Stage { id, attempt, part, keys, results } => rt
+                .block_on(store.stage(
+                    &id,
+                    StagePart::new(Attempt::new(attempt), PartIndex::new(part)).keys(keys).results(results),
+                ))
+                .map(Outcome::Staged),
             Op::Seal { id, parts } => unit(rt.block_on(store.seal(&id, parts))),
             Op::Restart { id } => rt.block_on(store.restart(&id)).map(Outcome::Dropped),
             Op::Abort { id } => rt.block_on(store.abort(&id)).map(Outcome::Dropped),
@@ -796,13 +829,14 @@ impl StateMachineTest for StoreTest {
             .map(|(id, c)| PendingCheckpoint { info: model.info(id).unwrap(), results: c.results() })
             .collect();
         assert_eq!(pending.checkpoints, want, "pending checkpoints");
-        let in_flight = model.in_flight.map(|k| (k, model.commits[&k].clone()));
-        assert_eq!(pending.in_flight, in_flight, "pending in flight");
+        let in_flight = model.in_flight.map(|k| (k, model.commits[&k].view(k)));
+        assert_eq!(pending.in_flight.map(|(k, c)| (k, view(&c))), in_flight, "pending in flight");
         assert_eq!(pending.next_key, model.next_key, "next key");
         assert_eq!(pending.finished, model.finished, "finished");
         assert_eq!(store.is_finished().unwrap(), model.finished, "is_finished");
         for key in 0..=model.next_key {
-            assert_eq!(store.commit_info(key).unwrap(), model.commits.get(&key).cloned(), "commit_info({key})");
+            let got = store.commit_info(key).unwrap().map(|c| view(&c));
+            assert_eq!(got, model.commits.get(&key).map(|c| c.view(key)), "commit_info({key})");
         }
     }
 

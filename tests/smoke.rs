@@ -1,6 +1,7 @@
 //! Proves the basic life of a checkpoint through the public API, on a real file: stage, seal, commit, reopen.
 
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{
     CheckpointId, CheckpointState, ErrorKind, Format, JobId, StageOutcome, Store, TargetIdentity, TransitionError,
     WriteResult,
@@ -23,14 +24,35 @@ async fn a_checkpoint_lives_through_reopen() {
     let store = Store::builder(job.clone(), target.clone()).path(&path).open().await.unwrap();
     assert_eq!(store.epoch(), 1);
     let a = id("input-0");
-    assert_eq!(store.stage(&a, 0, 0, vec![b"k0".to_vec()], vec![result("f0")]).await.unwrap(), StageOutcome::Staged);
     assert_eq!(
-        store.stage(&a, 0, 0, vec![b"k0".to_vec()], vec![result("f0")]).await.unwrap(),
+        store
+            .stage(
+                &a,
+                StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k0".to_vec()]).results(vec![result("f0")])
+            )
+            .await
+            .unwrap(),
+        StageOutcome::Staged
+    );
+    assert_eq!(
+        store
+            .stage(
+                &a,
+                StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k0".to_vec()]).results(vec![result("f0")])
+            )
+            .await
+            .unwrap(),
         StageOutcome::AlreadyStaged
     );
-    let err = store.stage(&a, 0, 0, vec![b"k0".to_vec()], vec![result("other")]).await.unwrap_err();
+    let err = store
+        .stage(
+            &a,
+            StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k0".to_vec()]).results(vec![result("other")]),
+        )
+        .await
+        .unwrap_err();
     assert!(matches!(err.transition(), Some(TransitionError::PartConflict { .. })), "{err}");
-    store.stage(&a, 0, 1, vec![b"k1".to_vec()], vec![]).await.unwrap();
+    store.stage(&a, StagePart::new(Attempt::FIRST, Part::new(1)).keys(vec![b"k1".to_vec()])).await.unwrap();
     assert!(!store.is_processed(b"k0").unwrap());
     let err = store.seal(&a, 3).await.unwrap_err();
     assert!(matches!(err.transition(), Some(TransitionError::MissingParts { count: 1, .. })), "{err}");
@@ -97,7 +119,10 @@ async fn without_a_mirror_the_local_log_stays_bounded() {
     // Enough records to cross the truncation threshold (twice the retained count) twice.
     let calls = 4 * LOG_RECORDS_RETAINED_MAX as u32 + 10;
     for part in 0..calls {
-        store.stage(&a, 0, part, vec![], vec![result(&format!("f{part}"))]).await.unwrap();
+        store
+            .stage(&a, StagePart::new(Attempt::FIRST, Part::new(part)).results(vec![result(&format!("f{part}"))]))
+            .await
+            .unwrap();
         if part % 256 == 0 {
             most = most.max(store.log_frames().unwrap().len());
         }

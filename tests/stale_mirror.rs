@@ -6,8 +6,8 @@
 mod mirror_support;
 
 use object_store::ObjectStoreExt as _;
+use sinkpoint::DirTable;
 use sinkpoint::commit::Committer;
-use sinkpoint::target::DirTable;
 use sinkpoint::testkit::{ManualClock, WatermarkTable};
 use sinkpoint::{CheckpointState, ErrorKind, Target};
 
@@ -32,18 +32,18 @@ async fn run_then_restore_stale(target: &dyn Target, name: &str) -> (ErrorKind, 
     let store = builder(&primary, &dir.path().join("primary.redb"), sync_settings(), &clock).open().await.unwrap();
     Committer::new(&store, target).recover().await.unwrap();
     seal(&store, 0).await;
-    Committer::new(&store, target).commit_pending(false).await.unwrap();
+    Committer::new(&store, target).commit_pending().await.unwrap();
     seal(&store, 1).await;
     copy_bucket(&primary, &replica).await;
     seal(&store, 2).await;
-    Committer::new(&store, target).commit_pending(false).await.unwrap();
+    Committer::new(&store, target).commit_pending().await.unwrap();
     store.close();
 
     let restored = builder(&replica, &dir.path().join("restored.redb"), sync_settings(), &clock).open().await.unwrap();
     assert_eq!(restored.pending().unwrap().next_key, 1, "the replica holds key 0 only");
     let err = Committer::new(&restored, target).recover().await.unwrap_err();
     // A second call must refuse too: nothing may have been recorded that a later call would mark.
-    let again = Committer::new(&restored, target).commit_pending(false).await.unwrap_err();
+    let again = Committer::new(&restored, target).commit_pending().await.unwrap_err();
     assert_eq!(again.kind(), err.kind(), "{again}");
     let state = restored.get(&id(1)).unwrap().unwrap().state;
     eprintln!("{name}: {err}");

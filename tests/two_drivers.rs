@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sinkpoint::target::DirTable;
+use sinkpoint::DirTable;
 
 const INPUTS: usize = 250;
 const ROWS: usize = 200;

@@ -8,8 +8,9 @@ use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
 use crate::state::CheckpointState;
-use crate::store::{CommitInfo, PendingCheckpoint, Store};
+use crate::store::{PendingCheckpoint, Store};
 use crate::types::{CheckpointId, CommitKey, WriteResult};
+use crate::wal::tables::CommitValue;
 
 /// The protocol's named crash points, in the order a commit passes them.
 pub mod crash_points {
@@ -169,10 +170,18 @@ impl<'a> Committer<'a> {
     }
 
     /// Commits everything pending: first the in-flight key (probing before any re-commit), then every Sealed
-    /// checkpoint under the next keys. `commit_pending(true)` is [`Committer::finish`]. An unknown outcome or a
-    /// mismatch is an error of kind [`crate::ErrorKind::Target`] or [`crate::ErrorKind::CommitMismatch`].
-    pub async fn commit_pending(&self, final_commit: bool) -> Result<CommitReport> {
-        if final_commit { self.finish().await } else { self.commit_all(false).await }
+    /// checkpoint under the next keys, none flagged final. Call it as often as the job likes (a periodic commit);
+    /// end the job with [`Committer::finish`]. An unknown outcome or a mismatch is an error of kind
+    /// [`crate::ErrorKind::Target`] or [`crate::ErrorKind::CommitMismatch`].
+    pub async fn commit_pending(&self) -> Result<CommitReport> {
+        self.commit_all(false).await
+    }
+
+    /// [`Committer::finish`] when `last`, else [`Committer::commit_pending`]: for the suites whose workloads
+    /// choose one at random.
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) async fn commit_or_finish(&self, last: bool) -> Result<CommitReport> {
+        if last { self.finish().await } else { self.commit_pending().await }
     }
 
     /// Ends the job: commits everything pending (the last key flagged final, if there is one), then records the
@@ -404,7 +413,7 @@ impl<'a> Committer<'a> {
     /// An operator resolved key `n` NotCommitted: re-commit it once without probing first (its probe may never
     /// answer again). If the operator was wrong, key exclusivity makes the target refuse the send; the verdict is
     /// then dropped (back to plain Committing) and the probe decides, as for any refused re-commit.
-    async fn recommit_on_verdict(&self, n: u64, info: &CommitInfo, results: &[WriteResult]) -> Result<InFlight> {
+    async fn recommit_on_verdict(&self, n: u64, info: &CommitValue, results: &[WriteResult]) -> Result<InFlight> {
         let sent = self.send(n, &info.ids, results, info.final_commit, info.target_version, false).await;
         let error = match sent {
             Ok(()) => return Ok(InFlight::Recommitted(n)),
@@ -412,7 +421,7 @@ impl<'a> Committer<'a> {
             Err(e) => return Err(e),
         };
         // Only a refused send leaves the verdict standing (an unknown answer already replaced it).
-        if !self.store.commit_info(n)?.is_some_and(|c| c.awaits_recommit()) {
+        if !self.store.commit_value(n)?.is_some_and(|c| c.awaits_recommit()) {
             return Err(error);
         }
         self.store.protocol().mark_not_committed(n).await?;

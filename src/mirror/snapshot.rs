@@ -118,6 +118,7 @@ pub(crate) fn load(
 
 #[cfg(test)]
 mod tests {
+    use crate::{Attempt, Part, StagePart};
     use std::sync::Arc;
 
     use bytes::Bytes;
@@ -166,7 +167,10 @@ mod tests {
                 let id = CheckpointId::new(format!("input-{n:04}")).unwrap();
                 let keys = (0..5).map(|k| format!("s3://in/{n:04}/{k}.csv").into_bytes()).collect();
                 let result = WriteResult::new(Format::Parquet, vec![n as u8; 300]).unwrap();
-                store.stage(&id, 0, 0, keys, vec![result]).await.unwrap();
+                store
+                    .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(keys).results(vec![result]))
+                    .await
+                    .unwrap();
                 if n % 2 == 0 {
                     store.seal(&id, 1).await.unwrap();
                 }

@@ -25,7 +25,7 @@ use crate::wal::tables::{KEYS, META, Meta, create_all, read_meta};
 /// use std::sync::Arc;
 /// use object_store::{memory::InMemory, path::Path};
 /// use sinkpoint::mirror::{MirrorSettings, MirrorView};
-/// use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
+/// use sinkpoint::{Attempt, CheckpointId, JobId, Part, StagePart, Store, TargetIdentity};
 ///
 /// let bucket = Arc::new(InMemory::new());
 /// let dir = tempfile::tempdir().unwrap();
@@ -35,7 +35,7 @@ use crate::wal::tables::{KEYS, META, Meta, create_all, read_meta};
 ///     .open()
 ///     .await?;
 /// let id = CheckpointId::new("input-0")?;
-/// store.stage(&id, 0, 0, vec![b"s3://in/0.csv".to_vec()], vec![]).await?;
+/// store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"s3://in/0.csv".to_vec()])).await?;
 /// store.seal(&id, 1).await?;
 ///
 /// let view = MirrorView::open(bucket, Path::from("jobs/job-1")).await?;

@@ -15,11 +15,11 @@ fn other() -> CheckpointId {
     CheckpointId::new("input-0042").unwrap()
 }
 
-fn rec(state: CheckpointState, attempt: Attempt, parts: u32, results: u32) -> CheckpointRecord {
+fn rec(state: CheckpointState, attempt: u32, parts: u32, results: u32) -> CheckpointRecord {
     CheckpointRecord { state, attempt, epoch: EPOCH, parts, results }
 }
 
-fn staged(attempt: Attempt, results: u32) -> CheckpointRecord {
+fn staged(attempt: u32, results: u32) -> CheckpointRecord {
     rec(CheckpointState::Staged, attempt, 0, results)
 }
 
@@ -27,7 +27,7 @@ fn sealed(parts: u32, results: u32) -> CheckpointRecord {
     rec(CheckpointState::Sealed, 1, parts, results)
 }
 
-fn stage(attempt: Attempt, part: Part, existing: PartMatch, results: u32) -> Event<'static> {
+fn stage(attempt: u32, part: u32, existing: PartMatch, results: u32) -> Event<'static> {
     Event::Stage {
         attempt,
         part,
@@ -38,12 +38,12 @@ fn stage(attempt: Attempt, part: Part, existing: PartMatch, results: u32) -> Eve
 }
 
 /// A stage of a part of `bytes` into an attempt already holding `attempt_bytes`.
-fn stage_sized(attempt: Attempt, existing: PartMatch, bytes: u64, attempt_bytes: u64) -> Event<'static> {
+fn stage_sized(attempt: u32, existing: PartMatch, bytes: u64, attempt_bytes: u64) -> Event<'static> {
     let bytes = StageBytes { part: bytes, attempt: attempt_bytes, max: CHECKPOINT_BYTES_MAX };
     Event::Stage { attempt, part: 7, existing, results: 1, bytes }
 }
 
-fn seal(parts: u32, present: &[Part]) -> Event<'_> {
+fn seal(parts: u32, present: &[u32]) -> Event<'_> {
     Event::Seal { parts, present, key_conflict: None }
 }
 
@@ -58,7 +58,7 @@ fn assert_noop(current: &CheckpointRecord, event: &Event<'_>) {
 }
 
 /// Every event, with facts that would make it legal on a suitable state (the part is new, all parts present).
-fn every_event(present: &[Part]) -> Vec<Event<'_>> {
+fn every_event(present: &[u32]) -> Vec<Event<'_>> {
     vec![
         stage(1, 0, PartMatch::Absent, 1),
         stage(1, 0, PartMatch::Same, 1),
@@ -188,7 +188,7 @@ fn staged_stage_of_a_later_attempt_is_ahead() {
 
 // Row: Staged of an older epoch | stage | error Orphaned until restart or abort; seal of a complete one allowed.
 
-fn orphan(attempt: Attempt) -> CheckpointRecord {
+fn orphan(attempt: u32) -> CheckpointRecord {
     CheckpointRecord { epoch: EPOCH - 1, ..staged(attempt, 1) }
 }
 

@@ -30,12 +30,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::DirTable;
 use crate::commit::{Committer, CrashHook, Target, crash_points};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::Store;
-use crate::target::DirTable;
 use crate::testkit::{CrashBackend, FaultyTarget, SplitMix64, WatermarkTable};
 use crate::types::{CheckpointId, Format, JobId, TargetIdentity, WriteResult};
+use crate::{Attempt, Part, StagePart};
 
 /// Row ids each input writes: input i writes rows `i * ROWS_PER_INPUT ..`, so a row maps back to its input.
 const ROWS_PER_INPUT: u64 = 2;
@@ -201,7 +202,7 @@ impl fmt::Display for SuiteFailure {
 ///
 /// use object_store::memory::InMemory;
 /// use object_store::path::Path;
-/// use sinkpoint::target::DirTable;
+/// use sinkpoint::DirTable;
 /// use sinkpoint::testkit::conformance::{SuiteSettings, TargetFaults, run_conformance};
 ///
 /// // An adapter with faults of its own passes `TargetFaults::Own`; the default wraps the target in the
@@ -280,15 +281,15 @@ async fn process<T: Inspect>(store: &Store, target: &T, i: usize) -> Result<()> 
     }
     let id = input_id(i);
     let attempt = match store.get(&id)? {
-        None => 0,
+        None => Attempt::FIRST,
         Some(info) if store.orphans().contains(&id) => {
             store.restart(&id).await?;
-            info.attempt + 1
+            info.attempt.next()
         }
         Some(info) => info.attempt,
     };
     let result = target.write_rows(&id, &input_rows(i)).await?;
-    store.stage(&id, attempt, 0, vec![input_key(i)], vec![result]).await?;
+    store.stage(&id, StagePart::new(attempt, Part::FIRST).keys(vec![input_key(i)]).results(vec![result])).await?;
     store.seal(&id, 1).await
 }
 
@@ -374,7 +375,7 @@ async fn drive<T: Inspect>(
         match step {
             Step::Process(i) => process(&store, inspect, *i).await.map_err(e)?,
             Step::Commit { final_commit } => {
-                if let Err(err) = Committer::new(&store, target).commit_pending(*final_commit).await
+                if let Err(err) = Committer::new(&store, target).commit_or_finish(*final_commit).await
                     && err.kind() != ErrorKind::Target
                 {
                     return Err(format!("commit_pending failed with {err} (only Target errors are expected)"));
@@ -383,7 +384,7 @@ async fn drive<T: Inspect>(
             Step::CommitCrash { point } => {
                 let point = crash_points::ALL.get(*point).copied().ok_or("no such crash point")?;
                 let hook: CrashHook = Arc::new(move |at| at == point);
-                let result = Committer::new(&store, target).with_crash_hook(hook).commit_pending(false).await;
+                let result = Committer::new(&store, target).with_crash_hook(hook).commit_pending().await;
                 if matches!(&result, Err(err) if err.kind() == ErrorKind::Poisoned) {
                     store = reopen_after_crash(store, &mut backend).await.map_err(e)?;
                     recovered = false;
@@ -418,7 +419,7 @@ async fn finish<T: Inspect>(
     for i in 0..inputs {
         process(store, writer, i).await.map_err(|err| err.to_string())?;
     }
-    retry("final commit", || committer.commit_pending(true)).await?;
+    retry("final commit", || committer.finish()).await?;
     if !store.pending().map_err(|err| err.to_string())?.checkpoints.is_empty() {
         return Err("checkpoints still pending after the final commit".into());
     }

@@ -33,7 +33,7 @@
 //! 4. recovery opens the crash image (or, with [`System::lose_local_file`], restores from the mirror alone)
 //!    with the same mirror objects and table, reaching the crash's state; runs `Committer::recover`, finishes
 //!    the workload (each operation's outcome as in the trace, where an unknown commit outcome may move between
-//!    commit calls) and the job (`commit_pending(true)` until nothing is pending);
+//!    commit calls) and the job (`finish()` until nothing is pending);
 //! 5. at the end: no checkpoint is left Sealed, Committing or CommitUnknown; the table holds one commit per
 //!    recorded key, each with exactly its checkpoints' staged write results, none twice; every committed
 //!    checkpoint is what the caller staged; the skip set is exactly the committed checkpoints' keys; the end
@@ -63,7 +63,7 @@ pub use stale::StaleReport;
 pub use system::{SNAPSHOTS_OFF, Stall, System};
 
 use crate::testkit::CrashBackend;
-use crate::types::{CheckpointId, Part, SourceKey, WriteResult};
+use crate::types::{CheckpointId, SourceKey, WriteResult};
 use driver::{CallRecord, Driver, Stop};
 pub use system_run::LatePuts;
 
@@ -76,7 +76,7 @@ pub enum Op {
         /// The checkpoint.
         id: CheckpointId,
         /// The part.
-        part: Part,
+        part: u32,
         /// Its source keys.
         keys: Vec<SourceKey>,
         /// Its write results.

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::types::{Attempt, CheckpointId, JobId, Part, SourceKey, TargetIdentity, WriteResult};
+use crate::types::{CheckpointId, JobId, SourceKey, TargetIdentity, WriteResult};
 
 /// The operator's verdict in `resolve`, after checking the table by hand.
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Debug)]
@@ -37,9 +37,9 @@ pub enum Record {
         /// The checkpoint.
         id: CheckpointId,
         /// Its attempt.
-        attempt: Attempt,
+        attempt: u32,
         /// The part.
-        part: Part,
+        part: u32,
         /// The part's source keys.
         keys: Vec<SourceKey>,
         /// The part's write results.

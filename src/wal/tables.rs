@@ -71,7 +71,7 @@ pub(crate) struct PartValueRef<'a> {
 
 /// One commit key's record: bound forever to its set of checkpoints.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
-pub struct CommitValue {
+pub(crate) struct CommitValue {
     /// The checkpoints it covers, sorted.
     pub ids: Vec<CheckpointId>,
     /// The target version it was prepared against.
@@ -89,11 +89,11 @@ pub struct CommitValue {
 /// the committer then re-commits the key once without probing first (a probe that stays Unknown forever would
 /// otherwise never let it move). `Sealed` is otherwise never a commit record's state, so the verdict is durable
 /// in the record itself without changing its encoding (red-team finding 3).
-pub const COMMIT_AWAITS_RECOMMIT: CheckpointState = CheckpointState::Sealed;
+pub(crate) const COMMIT_AWAITS_RECOMMIT: CheckpointState = CheckpointState::Sealed;
 
 impl CommitValue {
     /// Whether an operator's NotCommitted verdict waits for its re-commit (see [`COMMIT_AWAITS_RECOMMIT`]).
-    pub fn awaits_recommit(&self) -> bool {
+    pub(crate) fn awaits_recommit(&self) -> bool {
         self.state == COMMIT_AWAITS_RECOMMIT
     }
 }

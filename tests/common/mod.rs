@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use sinkpoint::target::DirTable;
+use sinkpoint::DirTable;
 use sinkpoint::testkit::CrashBackend;
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
 
 pub const ROWS_PER_INPUT: usize = 3;
@@ -48,16 +49,19 @@ pub async fn process(store: &Store, table: &DirTable, i: usize) {
     }
     let id = input_id(i);
     let attempt = match store.get(&id).unwrap() {
-        None => 0,
+        None => Attempt::FIRST,
         Some(info) if store.orphans().contains(&id) => {
             store.restart(&id).await.unwrap();
-            info.attempt + 1
+            info.attempt.next()
         }
         Some(info) => info.attempt,
     };
     let rows: String = (0..ROWS_PER_INPUT).map(|r| format!("{i}:{r}\n")).collect();
     let result = table.write_data_file(&format!("input-{i:04}-a{attempt}"), rows.into_bytes()).await.unwrap();
-    store.stage(&id, attempt, 0, vec![input_key(i)], vec![result]).await.unwrap();
+    store
+        .stage(&id, StagePart::new(attempt, Part::FIRST).keys(vec![input_key(i)]).results(vec![result]))
+        .await
+        .unwrap();
     store.seal(&id, 1).await.unwrap();
 }
 

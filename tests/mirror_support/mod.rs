@@ -11,6 +11,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::testkit::{FaultStore, ManualClock};
+use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{CheckpointId, Format, JobId, Store, StoreBuilder, TargetIdentity, WriteResult};
 
 /// Which object store a test runs on.
@@ -186,7 +187,10 @@ pub fn builder(bucket: &Bucket, file: &std::path::Path, settings: MirrorSettings
 
 /// Stages and seals checkpoint `n` (one part: its key and its result).
 pub async fn seal(store: &Store, n: u32) {
-    store.stage(&id(n), 0, 0, vec![key(n)], vec![result(n)]).await.unwrap();
+    store
+        .stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)]).results(vec![result(n)]))
+        .await
+        .unwrap();
     store.seal(&id(n), 1).await.unwrap();
 }
 

@@ -129,7 +129,7 @@ async fn prepare<T: Inspect>(
     for i in 0..inputs {
         process(&store, target, i).await.map_err(|e| e.to_string())?;
         if i < keys_before {
-            retry("a key before the scenario", || committer.commit_pending(false)).await?;
+            retry("a key before the scenario", || committer.commit_pending()).await?;
         }
     }
     backend.kill();
@@ -141,13 +141,13 @@ async fn prepare<T: Inspect>(
 /// Commits what is pending, again while a transient target failure keeps the writer from reaching its gate.
 async fn commit_until_sent<T: Target>(store: &Store, view: &View<'_, T>) -> Result<CommitReport> {
     let committer = Committer::new(store, view);
-    let mut result = committer.commit_pending(false).await;
+    let mut result = committer.commit_pending().await;
     for _ in 1..ATTEMPTS_MAX {
         let transient = matches!(&result, Err(e) if e.kind() == ErrorKind::Target);
         if !transient || !view.armed.load(Ordering::SeqCst) {
             break;
         }
-        result = committer.commit_pending(false).await;
+        result = committer.commit_pending().await;
     }
     result
 }
@@ -258,7 +258,7 @@ mod tests {
     use object_store::path::Path;
 
     use super::*;
-    use crate::target::DirTable;
+    use crate::DirTable;
     use crate::testkit::WatermarkTable;
     use crate::types::{CheckpointId, Format, WriteResult};
 

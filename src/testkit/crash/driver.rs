@@ -15,7 +15,8 @@ use crate::commit::Committer;
 use crate::error::{Error, ErrorKind, TransitionError};
 use crate::store::{StageOutcome, Store};
 use crate::testkit::{CrashBackend, ProcessCrash};
-use crate::types::{CheckpointId, JobId, Part, SourceKey, TargetIdentity, WriteResult};
+use crate::types::{CheckpointId, JobId, SourceKey, TargetIdentity, WriteResult};
+use crate::{Attempt, Part, StagePart};
 
 /// One store call and what it returned.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -50,7 +51,7 @@ pub(crate) fn class(e: &Error) -> String {
 
 /// The driver's memory of a checkpoint's current attempt: what the caller staged in it, by part, so that an
 /// orphan can be restarted and re-staged as a retried task would.
-pub(crate) type Memory = BTreeMap<CheckpointId, BTreeMap<Part, (Vec<SourceKey>, Vec<WriteResult>)>>;
+pub(crate) type Memory = BTreeMap<CheckpointId, BTreeMap<u32, (Vec<SourceKey>, Vec<WriteResult>)>>;
 
 pub(crate) struct Driver<'rt> {
     pub(crate) rt: &'rt Runtime,
@@ -215,7 +216,7 @@ impl<'rt> Driver<'rt> {
     fn attempt(&self, id: &CheckpointId) -> Result<u32, Stop> {
         let store = self.live()?;
         match store.get(id) {
-            Ok(info) => Ok(info.map_or(0, |i| i.attempt)),
+            Ok(info) => Ok(info.map_or(0, |i| i.attempt.get())),
             Err(_) if self.backend.is_dead() => Err(Stop::Crashed),
             Err(e) => Err(Stop::Failed(format!("get({id}): {e}"))),
         }
@@ -224,12 +225,15 @@ impl<'rt> Driver<'rt> {
     fn stage_once(
         &mut self,
         id: &CheckpointId,
-        part: Part,
+        part: u32,
         keys: &[SourceKey],
         results: &[WriteResult],
     ) -> Result<Result<StageOutcome, Error>, Stop> {
         let attempt = self.attempt(id)?;
-        let result = self.rt.block_on(self.live()?.stage(id, attempt, part, keys.to_vec(), results.to_vec()));
+        let result = self.rt.block_on(self.live()?.stage(
+            id,
+            StagePart::new(Attempt::new(attempt), Part::new(part)).keys(keys.to_vec()).results(results.to_vec()),
+        ));
         self.record(format!("stage({id}, {attempt}, {part})"), &result)?;
         Ok(result)
     }
@@ -239,7 +243,7 @@ impl<'rt> Driver<'rt> {
     fn stage(
         &mut self,
         id: &CheckpointId,
-        part: Part,
+        part: u32,
         keys: &[SourceKey],
         results: &[WriteResult],
     ) -> Result<OpOutcome, Stop> {
@@ -343,7 +347,7 @@ impl<'rt> Driver<'rt> {
             }
             Op::CommitPending { final_commit } => {
                 let target = self.target()?;
-                let r = rt.block_on(Committer::new(self.live()?, &target).commit_pending(*final_commit));
+                let r = rt.block_on(Committer::new(self.live()?, &target).commit_or_finish(*final_commit));
                 self.record(format!("commit_pending({final_commit})"), &r)?;
                 r.map(drop)
             }

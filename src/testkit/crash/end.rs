@@ -67,8 +67,8 @@ impl Driver<'_> {
     pub(crate) fn drain(&mut self) -> Result<(), Stop> {
         for _ in 0..DRAIN_CALLS_MAX {
             let target = self.target()?;
-            let r = self.rt.block_on(Committer::new(self.live()?, &target).commit_pending(true));
-            self.record("drain: commit_pending(true)".into(), &r)?;
+            let r = self.rt.block_on(Committer::new(self.live()?, &target).finish());
+            self.record("drain: finish()".into(), &r)?;
             if r.is_ok() && nothing_pending(self.live()?, self.backend())? {
                 return Ok(());
             }

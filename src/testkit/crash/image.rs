@@ -353,7 +353,7 @@ impl Image {
             Ok(CheckpointInfo {
                 id: CheckpointId::new(id.clone()).map_err(fail)?,
                 state: r.state,
-                attempt: r.attempt,
+                attempt: crate::Attempt::new(r.attempt),
                 epoch: r.epoch,
                 parts: r.parts,
                 results: r.results,
@@ -394,7 +394,7 @@ impl Image {
             }
         }
         for n in 0..=image.meta.seq.next_key {
-            let got = store.commit_info(n).map_err(fail)?;
+            let got = store.commit_value(n).map_err(fail)?;
             if got.as_ref() != image.commits.get(&n) {
                 return Err(format!("commit_info({n}) = {got:?}, the image says {:?}", image.commits.get(&n)));
             }
@@ -421,7 +421,11 @@ impl Image {
         for (id, r) in self.checkpoints.iter().filter(|(_, r)| r.state.is_pending()) {
             checkpoints.push(crate::store::PendingCheckpoint { info: info(id, r)?, results: self.results_of(id, r) });
         }
-        let in_flight = self.meta.seq.in_flight.and_then(|n| self.commits.get(&n).map(|c| (n, c.clone())));
+        let in_flight = self
+            .meta
+            .seq
+            .in_flight
+            .and_then(|n| self.commits.get(&n).map(|c| (n, crate::store::CommitInfo::from_value(n, c.clone()))));
         Ok(Pending { checkpoints, in_flight, next_key: self.meta.seq.next_key, finished: self.meta.finished })
     }
 }

@@ -4,7 +4,7 @@
 //! The crash-free run journals every change that reached the mirror's bucket. For every prefix of that history
 //! (0 ..= all of it), a new process that lost its local file restores from the bucket as it stood after the
 //! prefix, against a copy of the table the whole job left, and runs what a rerun of the job runs: `recover`,
-//! `commit_pending(true)`, then a rescan that finds one more input, stages, seals and commits it. Each prefix
+//! `finish()`, then a rescan that finds one more input, stages, seals and commits it. Each prefix
 //! must end in one of two ways:
 //!
 //! - **refused** with `WrongStore` (the store is behind the table) — allowed only when the table holds a key the

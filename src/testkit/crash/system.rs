@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 
+use crate::DirTable;
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::error::{Error, Result};
 use crate::mirror::{MirrorMode, MirrorSettings};
-use crate::target::DirTable;
 use crate::testkit::process::{Component, ProcessCrash};
 use crate::testkit::{CommitFault, FaultStore, FaultyTarget, Journal, ManualClock, ProbeFault};
 use crate::types::CommitKey;

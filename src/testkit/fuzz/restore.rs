@@ -46,6 +46,7 @@ use crate::store::Store;
 use crate::testkit::crash::{Image, Logical, runtime};
 use crate::testkit::{CrashBackend, ManualClock};
 use crate::types::{CheckpointId, Format, JobId, TargetIdentity, WriteResult};
+use crate::{Attempt, Part, StagePart};
 
 /// The most mutations one input applies, so that the fuzzer damages objects instead of rewriting them.
 pub const RESTORE_MIRROR_MUTATIONS_MAX: usize = 8;
@@ -154,28 +155,53 @@ async fn build() -> Result<Base, String> {
     }
     states.insert(next_slot(&bucket, &mut high).await?, Image::from_store(&store)?.map(|i| i.logical()));
     let (a, b, c, d, e) = (id("a")?, id("b")?, id("c")?, id("d")?, id("e")?);
-    step!(store, store.stage(&a, 0, 0, vec![b"ka0".to_vec()], result("fa0")?));
-    step!(store, store.stage(&a, 0, 1, vec![b"ka1".to_vec()], result("fa1")?));
+    step!(
+        store,
+        store
+            .stage(&a, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"ka0".to_vec()]).results(result("fa0")?))
+    );
+    step!(
+        store,
+        store.stage(
+            &a,
+            StagePart::new(Attempt::FIRST, Part::new(1)).keys(vec![b"ka1".to_vec()]).results(result("fa1")?)
+        )
+    );
     step!(store, store.seal(&a, 2));
-    step!(store, store.stage(&b, 0, 0, vec![b"kb".to_vec()], result("fb")?));
+    step!(
+        store,
+        store.stage(&b, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"kb".to_vec()]).results(result("fb")?))
+    );
     step!(store, store.seal(&b, 1));
     step!(store, store.protocol().begin_commit(0, &[a.clone(), b.clone()], Some(0), false));
     step!(store, store.protocol().mark_committed(0));
-    step!(store, store.stage(&c, 0, 0, vec![b"kc".to_vec()], result("fc-old")?));
+    step!(
+        store,
+        store.stage(
+            &c,
+            StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"kc".to_vec()]).results(result("fc-old")?)
+        )
+    );
     store.close();
 
     let store = open(2).await.map_err(fail)?;
     states.insert(next_slot(&bucket, &mut high).await?, Image::from_store(&store)?.map(|i| i.logical()));
     step!(store, store.restart(&c));
-    step!(store, store.stage(&c, 1, 0, vec![b"kc".to_vec()], result("fc")?));
+    step!(
+        store,
+        store.stage(&c, StagePart::new(Attempt::new(1), Part::FIRST).keys(vec![b"kc".to_vec()]).results(result("fc")?))
+    );
     step!(store, store.seal(&c, 1));
-    step!(store, store.stage(&d, 0, 0, vec![b"kd".to_vec()], Vec::new()));
+    step!(store, store.stage(&d, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"kd".to_vec()])));
     step!(store, store.seal(&d, 1));
     step!(store, store.protocol().commit_empty(std::slice::from_ref(&d)));
     step!(store, store.protocol().begin_commit(1, std::slice::from_ref(&c), Some(1), true));
     step!(store, store.protocol().mark_unknown(1, "timeout"));
     step!(store, store.protocol().mark_committed(1));
-    step!(store, store.stage(&e, 0, 0, vec![b"ke".to_vec()], result("fe")?));
+    step!(
+        store,
+        store.stage(&e, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"ke".to_vec()]).results(result("fe")?))
+    );
     step!(store, store.seal(&e, 1));
     // Closing waits for the uploads, snapshots and deletes still queued, so the objects are final.
     store.close();
