@@ -1,5 +1,5 @@
 //! Proves that reading a mirror's log holds a bounded window of segments, not the whole log: a `MirrorView`, and
-//! a store restored through `Store::open`, from a mirror of many large segments peak below half the log's size
+//! a store restored through `Store::open`, from a mirror of many large segments peak below two thirds of the log's size
 //! in resident memory. Each restore runs
 //! in a child process (this test binary again), which reports its peak resident set (`VmHWM`) above what it held
 //! before the restore. Prints the figures `docs/ARCHITECTURE.md` quotes:
@@ -106,13 +106,16 @@ async fn a_restore_of_many_large_segments_holds_a_bounded_window_not_the_log() {
         "log of {SEGMENTS} segments, {log_mib} MiB: peak resident growth during MirrorView::open {view_mib} MiB, \
          during a restore through Store::open {open_mib} MiB"
     );
+    // Two thirds of the log: measured peaks range over 98-123 MiB for this 256 MiB log (allocator and thread
+    // timing), while holding the log measured 348 MiB (Store::open) and 2 GiB (MirrorView) before.
+    let bound_mib = log_mib * 2 / 3;
     assert!(
-        view_mib < log_mib / 2,
+        view_mib < bound_mib,
         "MirrorView::open grew by {view_mib} MiB at its peak for a log of {log_mib} MiB: the whole log, not a window"
     );
     // The same bound for a restore through `Store::open` (red-team 14), which replays as it reads.
     assert!(
-        open_mib < log_mib / 2,
+        open_mib < bound_mib,
         "Store::open grew by {open_mib} MiB at its peak for a log of {log_mib} MiB: the whole log, not a window"
     );
 }

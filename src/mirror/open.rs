@@ -25,12 +25,11 @@ use crate::mirror::read::{
 use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart};
 use crate::mirror::{Mark, MirrorConfig, read_mark, snapshot, write_mark};
-use crate::store::{StoreSettings, check_identity};
 use crate::types::Epoch;
 use crate::wal::apply::Tables;
 use crate::wal::frame;
 use crate::wal::record::Record;
-use crate::wal::tables::{META, Meta, create_all, read_meta};
+use crate::wal::tables::{Identity, META, Meta, create_all, read_meta};
 
 /// A store opened through its mirror.
 pub(crate) struct Opened {
@@ -66,27 +65,22 @@ struct Reconciled {
 }
 
 /// Opens `db` through the mirror of `config` as a writer tagged `writer_tag`.
-pub(crate) fn open(
-    db: &Arc<Database>,
-    settings: &StoreSettings,
-    writer_tag: u128,
-    config: MirrorConfig,
-) -> Result<Opened> {
+pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, config: MirrorConfig) -> Result<Opened> {
     let MirrorConfig { store, prefix, settings: mirror_settings, clock } = config;
     let remote = Arc::new(Remote::new(store, prefix, mirror_settings.request_timeout_ms)?);
     let location = remote.describe(remote.layout.prefix());
     let mut txn = db.begin_write()?;
-    let mut read = read_and_reconcile(&txn, settings, &remote, &location, read_manifests(&remote)?.pop())?;
+    let mut read = read_and_reconcile(&txn, identity, &remote, &location, read_manifests(&remote)?.pop())?;
     // The claim copies what was read, after everything read was checked, so a refused open leaves no claim.
     let mut claim =
-        claim(&remote, read.floor + 1, read.prior.as_ref().map(|p| &p.1), settings, writer_tag, clock.as_ref())?;
+        claim(&remote, read.floor + 1, read.prior.as_ref().map(|p| &p.1), identity, writer_tag, clock.as_ref())?;
     // A collection that listed the manifests before the claim landed may still delete below the base of a
     // manifest written since the read: the read is redone from there, and named by an update of this epoch,
     // before the fence (red-team 1; ARCHITECTURE, "Takeover and fencing").
     if let Some(newer) = superseded_read(&remote, claim.epoch, &read)? {
         txn.abort()?;
         txn = db.begin_write()?;
-        read = read_and_reconcile(&txn, settings, &remote, &location, Some(newer))?;
+        read = read_and_reconcile(&txn, identity, &remote, &location, Some(newer))?;
         claim = write_update(&remote, &claim, read.prior.as_ref().map(|p| &p.1), clock.as_ref())?;
     }
     let Reconciled {
@@ -119,7 +113,7 @@ pub(crate) fn open(
             let mut frames = Vec::new();
             let first_seq = meta.as_ref().map_or(0, |m| m.next_seq);
             if meta.is_none() {
-                let create = Record::Create { job: settings.job.clone(), target: settings.target.clone() };
+                let create = identity.create_record();
                 frames.push(frame::encode(0, 0, &create.to_payload()?)?);
             }
             let open_seq = first_seq + frames.len() as u64;
@@ -203,8 +197,8 @@ pub(crate) fn open(
         clock,
         epoch,
         writer_tag,
-        job: settings.job.clone(),
-        target: settings.target.clone(),
+        job: identity.job.clone(),
+        target: identity.target.clone(),
         history,
         fence_slot,
         records_since_snapshot,
@@ -220,7 +214,7 @@ pub(crate) fn open(
 /// re-ship, if no newer epoch fenced it), or a history the mirror never had refused.
 fn read_and_reconcile(
     txn: &WriteTransaction,
-    settings: &StoreSettings,
+    identity: &Identity,
     remote: &Remote,
     location: &str,
     prior: Option<(ManifestName, ManifestBody)>,
@@ -229,7 +223,7 @@ fn read_and_reconcile(
     let local = read_meta(&txn.open_table(META)?)?;
     let mark = read_mark(txn)?;
     if let Some(m) = &local {
-        check_identity(m, settings)?;
+        identity.check(m)?;
     }
 
     let prior_body = prior.as_ref().map(|(_, body)| body.clone());
@@ -254,15 +248,15 @@ fn read_and_reconcile(
                  open it without the mirror, or open the mirror with another local path"
             )));
         }
-        (None, None) if !settings.create_if_missing => {
+        (None, None) if !identity.create_if_missing => {
             return Err(Error::wrong_store(format!(
                 "the store is missing: no local store, and no manifest in the mirror at {location}"
             )));
         }
-        (Some(p), _) if p.job != settings.job || p.target != settings.target => {
+        (Some(p), _) if p.job != identity.job || p.target != identity.target => {
             return Err(Error::wrong_store(format!(
                 "the mirror at {location} belongs to job {} and target {}, not {} and {}",
-                p.job, p.target, settings.job, settings.target
+                p.job, p.target, identity.job, identity.target
             )));
         }
         _ => {}
@@ -494,7 +488,7 @@ fn claim(
     remote: &Remote,
     first: Epoch,
     prior: Option<&ManifestBody>,
-    settings: &StoreSettings,
+    identity: &Identity,
     writer_tag: u128,
     clock: &dyn Clock,
 ) -> Result<ManifestBody> {
@@ -502,8 +496,8 @@ fn claim(
         let body = ManifestBody {
             epoch,
             update: 0,
-            job: settings.job.clone(),
-            target: settings.target.clone(),
+            job: identity.job.clone(),
+            target: identity.target.clone(),
             writer_tag,
             first_slot: prior.map_or(0, |p| p.first_slot),
             snapshot: prior.is_some_and(|p| p.snapshot),

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::state::{CheckpointRecord, CheckpointState, CommitSequence};
 use crate::types::{CheckpointId, Epoch, JobId, SourceKey, TargetIdentity, WriteResult};
-use crate::wal::record::{decode_value, encode_value};
+use crate::wal::record::{Record, decode_value, encode_value};
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -52,6 +52,59 @@ pub(crate) struct Meta {
     pub seq: CommitSequence,
     /// Whether the job's final commit has landed.
     pub finished: bool,
+}
+
+/// Who a store belongs to, and whether an open may create it: what both opens (local, and through the mirror)
+/// check a store against. The one place that checks a stored [`Meta`] and builds a new one.
+#[derive(Clone, Debug)]
+pub(crate) struct Identity {
+    pub job: JobId,
+    pub target: TargetIdentity,
+    pub create_if_missing: bool,
+}
+
+impl Identity {
+    /// Refuses a store of another format, job or target.
+    pub(crate) fn check(&self, meta: &Meta) -> Result<(), Error> {
+        if meta.format_version != STORE_FORMAT_VERSION {
+            return Err(Error::corrupt(format!(
+                "store format version {} is not the supported version {STORE_FORMAT_VERSION}",
+                meta.format_version
+            )));
+        }
+        self.check_owner(&meta.job, &meta.target, "the store")
+    }
+
+    /// Refuses `what` (a store, a mirror) when it belongs to another job or target.
+    pub(crate) fn check_owner(&self, job: &JobId, target: &TargetIdentity, what: &str) -> Result<(), Error> {
+        if *job != self.job {
+            return Err(Error::wrong_store(format!("{what} belongs to job {job}, not {}", self.job)));
+        }
+        if *target != self.target {
+            return Err(Error::wrong_store(format!("{what} belongs to target {target}, not {}", self.target)));
+        }
+        Ok(())
+    }
+
+    /// The meta of a store created now, before its `Create` record (epoch 0, nothing logged).
+    pub(crate) fn new_meta(&self, writer_tag: u128) -> Meta {
+        Meta {
+            format_version: STORE_FORMAT_VERSION,
+            job: self.job.clone(),
+            target: self.target.clone(),
+            epoch: 0,
+            writer_tag,
+            next_seq: 0,
+            log_start: 0,
+            seq: CommitSequence { next_key: 0, in_flight: None },
+            finished: false,
+        }
+    }
+
+    /// The first record of every store.
+    pub(crate) fn create_record(&self) -> Record {
+        Record::Create { job: self.job.clone(), target: self.target.clone() }
+    }
 }
 
 /// One staged part: its keys and write results.

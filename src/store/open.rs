@@ -1,0 +1,175 @@
+//! Opening a store: create the file atomically or open it, check it belongs to this job and target, bump the
+//! epoch durably (through the mirror's takeover when there is one), find the orphans, start the writer.
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::Store;
+use super::builder::{BoxedBackend, Location, StoreSettings};
+use crate::error::{Error, Result};
+use crate::mirror::{MirrorConfig, Progress};
+use crate::state::CheckpointState;
+use crate::types::{CheckpointId, Epoch};
+use crate::wal::apply::Tables;
+use crate::wal::record::Record;
+use crate::wal::tables::{CHECKPOINTS, Meta, STATES, create_all, read_checkpoint};
+use crate::wal::writer::{Shared, Shipper, Writer};
+use redb::{Database, ReadableDatabase};
+
+/// The default writer tag: unique per process and open. It only has to differ between writers (it resolves an
+/// ambiguous mirror put); tests inject their own with [`StoreBuilder::writer_tag`].
+#[expect(clippy::disallowed_methods, reason = "the default writer tag is the one place that wants real entropy")]
+pub(super) fn random_tag() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = 0u128;
+    for i in 0..2u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(i);
+        h.write_u128(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+        );
+        h.write_u32(std::process::id());
+        out = (out << 64) | u128::from(h.finish());
+    }
+    out
+}
+
+pub(super) fn open_blocking(
+    settings: &StoreSettings,
+    location: Location,
+    writer_tag: u128,
+    mirror: Option<MirrorConfig>,
+) -> Result<Store> {
+    let db = match location {
+        Location::Path(path) => {
+            // With a mirror, a missing file is restored from it; the mirror says whether the store exists.
+            if !settings.create_if_missing && mirror.is_none() && !path.exists() {
+                return Err(Error::wrong_store(format!("no store at {}", path.display())));
+            }
+            if !path.exists() {
+                create_file_atomically(&path)?;
+            }
+            let place = path.display().to_string();
+            let created = redb::Builder::new().set_cache_size(settings.cache_bytes).create(&path);
+            created.map_err(|e| crate::error::open_failed(&place, e))?
+        }
+        Location::Backend(backend) => {
+            crate::wal::half_created::reset_backend(&*backend, settings.create_if_missing)?;
+            let created =
+                redb::Builder::new().set_cache_size(settings.cache_bytes).create_with_backend(BoxedBackend(backend));
+            created.map_err(|e| crate::error::open_failed("the storage backend", e))?
+        }
+    };
+    let db = Arc::new(db);
+    if let Some(mirror) = mirror {
+        let opened = crate::mirror::open(&db, &settings.identity(), writer_tag, mirror)?;
+        let shipper: Box<dyn Shipper> = Box::new(opened.shipper);
+        return start(db, opened.meta, opened.created, Vec::new(), settings, Some(shipper), Some(opened.progress));
+    }
+    let txn = db.begin_write()?;
+    create_all(&txn)?;
+    crate::mirror::refuse_without_mirror(&txn)?;
+    let (meta, created, orphans) = {
+        let mut tables = Tables::open(&txn)?;
+        let existing = tables.read_meta()?;
+        let created = existing.is_none();
+        let mut meta = match existing {
+            None => {
+                if !settings.create_if_missing {
+                    return Err(Error::wrong_store("the store is empty and create_if_missing is off"));
+                }
+                let identity = settings.identity();
+                let mut meta = identity.new_meta(writer_tag);
+                let create = identity.create_record();
+                tables.append(&mut meta, 0, &create)?;
+                meta
+            }
+            Some(meta) => {
+                settings.identity().check(&meta)?;
+                meta
+            }
+        };
+        meta.epoch += 1;
+        meta.writer_tag = writer_tag;
+        let epoch = meta.epoch;
+        tables.append(&mut meta, epoch, &Record::Open { writer_tag })?;
+        tables.write_meta(&meta)?;
+        (meta, created, Vec::new())
+    };
+    txn.commit()?;
+    start(db, meta, created, orphans, settings, None, None)
+}
+
+pub(super) fn start(
+    db: Arc<Database>,
+    meta: Meta,
+    created: bool,
+    orphans: Vec<CheckpointId>,
+    settings: &StoreSettings,
+    shipper: Option<Box<dyn Shipper>>,
+    progress: Option<Arc<Progress>>,
+) -> Result<Store> {
+    let mut store_orphans = orphans;
+    store_orphans.extend(scan_orphans(&db, meta.epoch)?);
+    let shared = Arc::new(Shared::default());
+    if let Some(progress) = &progress {
+        progress.attach(shared.clone());
+    }
+    let writer = Writer::start(db.clone(), meta.clone(), shared.clone(), shipper)?;
+    tracing::info!(job = %meta.job, epoch = meta.epoch, created, orphans = store_orphans.len(), "sinkpoint store opened");
+    Ok(Store {
+        db,
+        writer,
+        shared,
+        epoch: meta.epoch,
+        job: meta.job,
+        target: meta.target,
+        created,
+        orphans: store_orphans,
+        settings: settings.clone(),
+        progress,
+    })
+}
+
+/// Creates an initialised, empty redb file at `path` without ever leaving a half-written one there: redb
+/// initialises a new file in several writes, and a process killed between them leaves a file that no later open
+/// accepts ("not a redb database"). The file is built beside `path` and renamed into place once complete.
+pub(super) fn create_file_atomically(path: &std::path::Path) -> Result<()> {
+    let mut staging = path.as_os_str().to_owned();
+    staging.push(".creating");
+    let staging = PathBuf::from(staging);
+    // A leftover from a creation that was killed holds nothing: it was never renamed into place.
+    match std::fs::remove_file(&staging) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    drop(Database::create(&staging)?);
+    std::fs::File::open(&staging)?.sync_all()?;
+    std::fs::rename(&staging, path)?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+pub(super) fn scan_orphans(db: &Database, epoch: Epoch) -> Result<Vec<CheckpointId>> {
+    let txn = db.begin_read()?;
+    let states = txn.open_table(STATES)?;
+    let checkpoints = txn.open_table(CHECKPOINTS)?;
+    let mut out = Vec::new();
+    let code = CheckpointState::Staged.code();
+    for entry in states.range((code, "")..(code + 1, ""))? {
+        let (k, _) = entry?;
+        let id = stored_id(k.value().1)?;
+        if let Some(record) = read_checkpoint(&checkpoints, &id)?
+            && record.epoch < epoch
+        {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn stored_id(s: &str) -> Result<CheckpointId> {
+    CheckpointId::new(s).map_err(|_| Error::corrupt(format!("an index holds the invalid checkpoint id {s:?}")))
+}

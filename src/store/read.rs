@@ -1,0 +1,198 @@
+//! What reads return: [`CheckpointInfo`], [`Pending`] (one consistent snapshot of what waits for the target),
+//! [`CommitInfo`], [`StageOutcome`], and the paged [`ProcessedKeys`] iterator.
+use std::sync::Arc;
+
+use super::open::stored_id;
+use crate::error::{Error, Result};
+use crate::limits::KEY_PAGE_KEYS_MAX;
+use crate::state::{CheckpointRecord, CheckpointState};
+use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
+use crate::wal::tables::{
+    CHECKPOINTS, COMMITS, CommitValue, KEYS, META, PARTS, STATES, read_checkpoint, read_commit, read_meta, read_parts,
+};
+use redb::{Database, ReadableDatabase};
+
+/// One consistent snapshot of everything pending, read from `db` (see [`crate::Store::pending`]).
+pub(super) fn read_pending(db: &Database) -> Result<Pending> {
+    let txn = db.begin_read()?;
+    let states = txn.open_table(STATES)?;
+    let checkpoints = txn.open_table(CHECKPOINTS)?;
+    let parts = txn.open_table(PARTS)?;
+    let commits = txn.open_table(COMMITS)?;
+    let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
+    let mut out = Vec::new();
+    let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
+    for entry in states.range((lo, "")..(hi + 1, ""))? {
+        let (k, _) = entry?;
+        let id = stored_id(k.value().1)?;
+        let record = read_checkpoint(&checkpoints, &id)?
+            .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
+        let results: Vec<WriteResult> =
+            read_parts(&parts, &id, record.attempt)?.into_iter().flat_map(|(_, p)| p.results).collect();
+        if results.len() != record.results as usize {
+            return Err(Error::corrupt(format!(
+                "checkpoint {id} records {} write results but {} are stored",
+                record.results,
+                results.len()
+            )));
+        }
+        out.push(PendingCheckpoint { info: CheckpointInfo::new(id, record), results });
+    }
+    out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+    let in_flight = match meta.seq.in_flight {
+        None => None,
+        Some(key) => {
+            let value = read_commit(&commits, key)?
+                .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
+            Some((key, CommitInfo::from_value(key, value)))
+        }
+    };
+    Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
+}
+
+/// What the store holds of one checkpoint.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CheckpointInfo {
+    /// The id.
+    pub id: CheckpointId,
+    /// Its state.
+    pub state: CheckpointState,
+    /// Its current attempt.
+    pub attempt: Attempt,
+    /// The epoch that began its current attempt.
+    pub epoch: Epoch,
+    /// Its sealed part count (0 before sealing).
+    pub parts: u32,
+    /// Its write results in the current attempt (they are released once committed; the count stays).
+    pub results: u32,
+}
+
+impl CheckpointInfo {
+    pub(super) fn new(id: CheckpointId, r: CheckpointRecord) -> Self {
+        Self {
+            id,
+            state: r.state,
+            attempt: Attempt::new(r.attempt),
+            epoch: r.epoch,
+            parts: r.parts,
+            results: r.results,
+        }
+    }
+}
+
+/// A checkpoint whose write results wait for the target, with those results.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PendingCheckpoint {
+    /// The checkpoint.
+    pub info: CheckpointInfo,
+    /// Its write results, in part order.
+    pub results: Vec<WriteResult>,
+}
+
+/// One consistent snapshot of everything that waits for the target.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Pending {
+    /// Sealed, Committing and CommitUnknown checkpoints, by id.
+    pub checkpoints: Vec<PendingCheckpoint>,
+    /// The commit key in flight (Committing or CommitUnknown) and its record, if any.
+    pub in_flight: Option<(u64, CommitInfo)>,
+    /// The next commit key to begin.
+    pub next_key: u64,
+    /// Whether the job's final commit has landed.
+    pub finished: bool,
+}
+
+/// One commit key's record, as [`crate::Store::commit_info`] and [`Pending::in_flight`] show it: a read type, not the
+/// stored value (whose encoding is the log's business).
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct CommitInfo {
+    /// The checkpoints it covers, sorted: bound to the key forever.
+    pub ids: Vec<CheckpointId>,
+    /// The target version the key was prepared against (read before its intent was recorded), from which its
+    /// probe looks; `None` when the target gave none.
+    pub prepared_version: Option<u64>,
+    /// Whether it is the job's last commit.
+    pub final_commit: bool,
+    /// The epoch that began it.
+    pub epoch: Epoch,
+    /// The state its checkpoints are in: Committing, CommitUnknown or Committed.
+    pub state: CheckpointState,
+    /// Whether an operator's [`crate::Resolution::NotCommitted`] verdict waits for its re-commit: the committer then
+    /// commits the key again once, without probing first.
+    pub awaits_recommit: bool,
+}
+
+impl CommitInfo {
+    /// Key `key`'s stored record as callers see it.
+    pub(crate) fn from_value(key: u64, value: CommitValue) -> Self {
+        let awaits_recommit = value.awaits_recommit();
+        let CommitValue { ids, target_version, final_commit, epoch, state } = value;
+        // The stored state of an awaited re-commit is a marker; its checkpoints are Committing.
+        let state = if awaits_recommit { CheckpointState::Committing { key } } else { state };
+        Self { ids, prepared_version: target_version, final_commit, epoch, state, awaits_recommit }
+    }
+}
+
+/// Whether a stage call wrote its part or found it already there.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StageOutcome {
+    /// The part was written.
+    Staged,
+    /// The same part with the same bytes was already there (a retry after a lost ack): nothing written.
+    AlreadyStaged,
+}
+
+/// Every processed source key, a page at a time (see [`crate::Store::processed_keys`]). Each page is read in its own
+/// read transaction, so a key processed during the iteration may or may not be seen; none is seen twice.
+pub struct ProcessedKeys {
+    pub(super) db: Arc<Database>,
+    pub(super) after: Option<Vec<u8>>,
+    pub(super) page: std::vec::IntoIter<Vec<u8>>,
+    pub(super) done: bool,
+}
+
+impl ProcessedKeys {
+    fn fill(&mut self) -> Result<()> {
+        let txn = self.db.begin_read()?;
+        let keys = txn.open_table(KEYS)?;
+        let mut page = Vec::with_capacity(KEY_PAGE_KEYS_MAX);
+        let range = match &self.after {
+            None => keys.range::<&[u8]>(..)?,
+            Some(after) => {
+                keys.range::<&[u8]>((std::ops::Bound::Excluded(after.as_slice()), std::ops::Bound::Unbounded))?
+            }
+        };
+        for entry in range.take(KEY_PAGE_KEYS_MAX) {
+            page.push(entry?.0.value().to_vec());
+        }
+        self.done = page.len() < KEY_PAGE_KEYS_MAX;
+        self.after = page.last().cloned();
+        self.page = page.into_iter();
+        Ok(())
+    }
+}
+
+impl Iterator for ProcessedKeys {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(key) = self.page.next() {
+            return Some(Ok(key));
+        }
+        if self.done {
+            return None;
+        }
+        if let Err(e) = self.fill() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        self.page.next().map(Ok)
+    }
+}
+
+impl std::fmt::Debug for ProcessedKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessedKeys").finish_non_exhaustive()
+    }
+}
