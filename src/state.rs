@@ -20,6 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::TransitionError;
+use crate::limits::COMMIT_RESULTS_MAX;
 use crate::types::{CheckpointId, Epoch};
 
 /// The state of one checkpoint id.
@@ -407,18 +408,78 @@ pub(crate) fn check_begin(seq: &CommitSequence, key: u64) -> Result<(), Transiti
     Ok(())
 }
 
-/// Checks that the job may be recorded finished: no key in flight, and `unfinished` (the first checkpoint whose
-/// results wait for the target, if any) is none. Pure.
-pub(crate) fn check_finish(
-    seq: &CommitSequence,
-    unfinished: Option<(CheckpointId, CheckpointState)>,
-) -> Result<(), TransitionError> {
-    if let Some(key) = seq.in_flight {
-        return Err(TransitionError::CommitInFlight { key });
-    }
-    match unfinished {
-        Some((id, state)) => Err(TransitionError::Unfinished { id, state }),
-        None => Ok(()),
+/// An event on a commit key as a whole, with the facts it is judged on. Each checkpoint the key covers then
+/// goes through [`transition`] with the matching checkpoint-level [`Event`]; both must accept it.
+#[derive(Clone, Debug)]
+pub(crate) enum CommitEvent<'a> {
+    /// Bind key `key` to `ids` (sorted), whose current attempts hold `results` write results in all.
+    Begin { key: u64, ids: &'a [CheckpointId], results: u64 },
+    /// Move key `key`'s record, now in state `current` (`None`: never begun), to `to`: a mark by the committer
+    /// (committed, unknown, not committed) or an operator's verdict.
+    Move { key: u64, current: Option<CheckpointState>, to: CheckpointState },
+    /// Un-bind key `key`, whose record is in state `current` (`None`: never begun).
+    Unbind { key: u64, current: Option<CheckpointState> },
+    /// Record the job's end; `finished` says it is already recorded, `unfinished` is the first checkpoint whose
+    /// results still wait for the target, if any.
+    Finish { finished: bool, unfinished: Option<(CheckpointId, CheckpointState)> },
+}
+
+/// What [`commit_transition`] decided for an accepted event.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum CommitStep {
+    /// Apply it (and log it).
+    Apply,
+    /// Already done: a retried call, which changes nothing.
+    Unchanged,
+}
+
+/// The commit-level half of the state machine: every rule about commit keys as a whole (sequence, empty or
+/// duplicate ids, size, moving a committed key, un-binding, finishing) in one pure function, beside
+/// [`transition`]. Refusals are typed; the caller writes nothing on one.
+pub(crate) fn commit_transition(seq: &CommitSequence, event: &CommitEvent<'_>) -> Result<CommitStep, TransitionError> {
+    match event {
+        CommitEvent::Begin { key, ids, results } => {
+            check_begin(seq, *key)?;
+            if ids.is_empty() {
+                return Err(TransitionError::NoCheckpoints);
+            }
+            if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
+                return Err(TransitionError::DuplicateId { id: w[1].clone() });
+            }
+            // A commit covers whole checkpoints, so one checkpoint over the limit may go alone.
+            let max = COMMIT_RESULTS_MAX as u64;
+            if ids.len() > 1 && *results > max {
+                return Err(TransitionError::CommitTooLarge { results: *results, max });
+            }
+            Ok(CommitStep::Apply)
+        }
+        CommitEvent::Move { key, current, to } => {
+            let current = current.ok_or(TransitionError::UnknownCommitKey { key: *key })?;
+            if current == *to {
+                return Ok(CommitStep::Unchanged);
+            }
+            if matches!(current, CheckpointState::Committed { .. }) {
+                return Err(TransitionError::CommitState { key: *key, state: current, what: "moving a committed key" });
+            }
+            Ok(CommitStep::Apply)
+        }
+        CommitEvent::Unbind { key, current } => {
+            let current = current.ok_or(TransitionError::UnknownCommitKey { key: *key })?;
+            if seq.in_flight != Some(*key) {
+                return Err(TransitionError::CommitState { key: *key, state: current, what: "unbinding a key" });
+            }
+            Ok(CommitStep::Apply)
+        }
+        CommitEvent::Finish { finished: true, .. } => Ok(CommitStep::Unchanged),
+        CommitEvent::Finish { finished: false, unfinished } => {
+            if let Some(key) = seq.in_flight {
+                return Err(TransitionError::CommitInFlight { key });
+            }
+            match unfinished {
+                Some((id, state)) => Err(TransitionError::Unfinished { id: id.clone(), state: *state }),
+                None => Ok(CommitStep::Apply),
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Proves that the pure [`transition`] function implements every row of the state table in
 //! docs/ARCHITECTURE.md, the extra rules of `state.rs` (missing and unexpected parts, key conflicts, seal
-//! mismatches, orphan seals, empty commits, marks on wrong keys), and [`check_begin`]. Each test is named after the row it covers.
+//! mismatches, orphan seals, empty commits, marks on wrong keys), and the commit-level rules ([`check_begin`], [`commit_transition`]). Each test is named after the row it covers.
 
 use super::*;
 use crate::limits::CHECKPOINT_BYTES_MAX;
@@ -660,4 +660,95 @@ fn check_begin_refuses_any_key_while_one_is_in_flight() {
     for key in [2, 3, 4] {
         assert_eq!(check_begin(&seq, key), Err(TransitionError::CommitInFlight { key: 2 }));
     }
+}
+
+// commit_transition: the commit-level rules, each refused with nothing written.
+
+fn committing(key: u64) -> CheckpointState {
+    CheckpointState::Committing { key }
+}
+
+#[test]
+fn commit_begin_takes_the_next_key_with_sorted_distinct_ids() {
+    let seq = CommitSequence { next_key: 3, in_flight: None };
+    let ids = [id(), other()];
+    assert_eq!(commit_transition(&seq, &CommitEvent::Begin { key: 3, ids: &ids, results: 2 }), Ok(CommitStep::Apply));
+    let refused = commit_transition(&seq, &CommitEvent::Begin { key: 4, ids: &ids, results: 2 });
+    assert_eq!(refused, Err(TransitionError::CommitOutOfSequence { offered: 4, expected: 3 }));
+    let in_flight = CommitSequence { next_key: 3, in_flight: Some(2) };
+    let refused = commit_transition(&in_flight, &CommitEvent::Begin { key: 3, ids: &ids, results: 2 });
+    assert_eq!(refused, Err(TransitionError::CommitInFlight { key: 2 }));
+}
+
+#[test]
+fn commit_begin_refuses_no_ids_duplicates_and_unsorted_ids() {
+    let seq = CommitSequence { next_key: 0, in_flight: None };
+    assert_eq!(
+        commit_transition(&seq, &CommitEvent::Begin { key: 0, ids: &[], results: 0 }),
+        Err(TransitionError::NoCheckpoints)
+    );
+    for ids in [[id(), id()], [other(), id()]] {
+        let refused = commit_transition(&seq, &CommitEvent::Begin { key: 0, ids: &ids, results: 0 });
+        assert_eq!(refused, Err(TransitionError::DuplicateId { id: ids[1].clone() }));
+    }
+}
+
+#[test]
+fn commit_begin_refuses_too_many_results_unless_one_checkpoint_goes_alone() {
+    let seq = CommitSequence { next_key: 0, in_flight: None };
+    let over = COMMIT_RESULTS_MAX as u64 + 1;
+    let refused = commit_transition(&seq, &CommitEvent::Begin { key: 0, ids: &[id(), other()], results: over });
+    assert_eq!(refused, Err(TransitionError::CommitTooLarge { results: over, max: COMMIT_RESULTS_MAX as u64 }));
+    let alone = commit_transition(&seq, &CommitEvent::Begin { key: 0, ids: &[id()], results: over });
+    assert_eq!(alone, Ok(CommitStep::Apply));
+}
+
+#[test]
+fn commit_move_refuses_an_unknown_key_and_any_move_of_a_committed_one() {
+    let seq = CommitSequence { next_key: 3, in_flight: Some(2) };
+    let committed = CheckpointState::Committed { key: Some(2) };
+    let unknown = CheckpointState::CommitUnknown { key: 2 };
+    let never = commit_transition(&seq, &CommitEvent::Move { key: 7, current: None, to: committed });
+    assert_eq!(never, Err(TransitionError::UnknownCommitKey { key: 7 }));
+    let step = commit_transition(&seq, &CommitEvent::Move { key: 2, current: Some(committing(2)), to: unknown });
+    assert_eq!(step, Ok(CommitStep::Apply));
+    let again = commit_transition(&seq, &CommitEvent::Move { key: 2, current: Some(committed), to: committed });
+    assert_eq!(again, Ok(CommitStep::Unchanged), "a retried mark changes nothing");
+    let back = commit_transition(&seq, &CommitEvent::Move { key: 2, current: Some(committed), to: committing(2) });
+    assert_eq!(back, Err(TransitionError::CommitState { key: 2, state: committed, what: "moving a committed key" }));
+}
+
+#[test]
+fn commit_unbind_takes_only_the_key_in_flight() {
+    let seq = CommitSequence { next_key: 3, in_flight: Some(2) };
+    assert_eq!(
+        commit_transition(&seq, &CommitEvent::Unbind { key: 2, current: Some(committing(2)) }),
+        Ok(CommitStep::Apply)
+    );
+    let committed = CheckpointState::Committed { key: Some(1) };
+    assert_eq!(
+        commit_transition(&seq, &CommitEvent::Unbind { key: 1, current: Some(committed) }),
+        Err(TransitionError::CommitState { key: 1, state: committed, what: "unbinding a key" })
+    );
+    assert_eq!(
+        commit_transition(&seq, &CommitEvent::Unbind { key: 9, current: None }),
+        Err(TransitionError::UnknownCommitKey { key: 9 })
+    );
+}
+
+#[test]
+fn commit_finish_waits_for_everything_pending_and_is_recorded_once() {
+    let idle = CommitSequence { next_key: 3, in_flight: None };
+    let finish = |seq: &CommitSequence, finished, unfinished| {
+        commit_transition(seq, &CommitEvent::Finish { finished, unfinished })
+    };
+    assert_eq!(finish(&idle, false, None), Ok(CommitStep::Apply));
+    assert_eq!(finish(&idle, true, None), Ok(CommitStep::Unchanged));
+    let sealed = Some((id(), CheckpointState::Sealed));
+    assert_eq!(
+        finish(&idle, false, sealed),
+        Err(TransitionError::Unfinished { id: id(), state: CheckpointState::Sealed })
+    );
+    let busy = CommitSequence { next_key: 3, in_flight: Some(2) };
+    assert_eq!(finish(&busy, false, None), Err(TransitionError::CommitInFlight { key: 2 }));
 }

@@ -4,10 +4,9 @@
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::error::{Error, TransitionError};
-use crate::limits::COMMIT_RESULTS_MAX;
 use crate::state::{
-    CheckpointRecord, CheckpointState, CommitSequence, Effect, Event, PartMatch, StageBytes, Step, check_begin,
-    check_finish, transition,
+    CheckpointRecord, CheckpointState, CommitEvent, CommitSequence, CommitStep, Effect, Event, PartMatch, StageBytes,
+    Step, commit_transition, transition,
 };
 use crate::types::{CheckpointId, Epoch, WriteResult};
 use crate::wal::frame;
@@ -203,10 +202,6 @@ impl<'txn> Tables<'txn> {
         })
     }
 
-    fn commit(&self, key: u64) -> Result<Result<CommitValue, TransitionError>, Error> {
-        Ok(read_commit(&self.commits, key)?.ok_or(TransitionError::UnknownCommitKey { key }))
-    }
-
     /// Validates one event on each of `ids` (all or none), then applies them all. Returns whether any of them
     /// changed (a retried call changes nothing and must write nothing) and the dropped write results.
     fn each(
@@ -239,16 +234,14 @@ impl<'txn> Tables<'txn> {
         event: &Event<'_>,
         state: CheckpointState,
     ) -> Result<Result<bool, TransitionError>, Error> {
-        let mut commit = match self.commit(key)? {
-            Ok(c) => c,
+        let stored = read_commit(&self.commits, key)?;
+        let event_on_key = CommitEvent::Move { key, current: stored.as_ref().map(|c| c.state), to: state };
+        match commit_transition(&meta.seq, &event_on_key) {
             Err(e) => return Ok(Err(e)),
-        };
-        if commit.state == state {
-            return Ok(Ok(false));
+            Ok(CommitStep::Unchanged) => return Ok(Ok(false)),
+            Ok(CommitStep::Apply) => {}
         }
-        if matches!(commit.state, CheckpointState::Committed { .. }) {
-            return Ok(Err(TransitionError::CommitState { key, state: commit.state, what: "moving a committed key" }));
-        }
+        let Some(mut commit) = stored else { return Err(Error::bug(format!("commit key {key} vanished"))) };
         let ids = commit.ids.clone();
         if let Err(e) = self.each(&ids, meta.epoch, event)? {
             return Ok(Err(e));
@@ -271,13 +264,13 @@ impl<'txn> Tables<'txn> {
     /// key n, so a retired key would leave a gap they refuse; and the committer probes a key before it begins
     /// it, so a table that still holds a commit under `key` refuses the store instead of taking a duplicate.
     fn unbind(&mut self, meta: &mut Meta, key: u64) -> Result<Result<bool, TransitionError>, Error> {
-        let commit = match self.commit(key)? {
-            Ok(c) => c,
-            Err(e) => return Ok(Err(e)),
-        };
-        if meta.seq.in_flight != Some(key) {
-            return Ok(Err(TransitionError::CommitState { key, state: commit.state, what: "unbinding a key" }));
+        let stored = read_commit(&self.commits, key)?;
+        if let Err(e) =
+            commit_transition(&meta.seq, &CommitEvent::Unbind { key, current: stored.as_ref().map(|c| c.state) })
+        {
+            return Ok(Err(e));
         }
+        let Some(commit) = stored else { return Err(Error::bug(format!("commit key {key} vanished"))) };
         if let Err(e) = self.each(&commit.ids, meta.epoch, &Event::Unbind { key })? {
             return Ok(Err(e));
         }
@@ -286,12 +279,9 @@ impl<'txn> Tables<'txn> {
         Ok(Ok(true))
     }
 
-    /// Records the job's end, once nothing waits for the target: checked by [`check_finish`], a no-op if it is
+    /// Records the job's end, once nothing waits for the target: checked by [`commit_transition`], a no-op if it is
     /// already recorded.
     fn finish(&mut self, meta: &mut Meta) -> Result<Result<bool, TransitionError>, Error> {
-        if meta.finished {
-            return Ok(Ok(false));
-        }
         // Sealed, Committing and CommitUnknown are adjacent in the states index. A Staged checkpoint is not the
         // committer's to finish (an orphan the caller restarts or aborts), as with a final key's flag.
         let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
@@ -306,11 +296,14 @@ impl<'txn> Tables<'txn> {
                 Some((id, state))
             }
         };
-        if let Err(e) = check_finish(&meta.seq, unfinished) {
-            return Ok(Err(e));
+        match commit_transition(&meta.seq, &CommitEvent::Finish { finished: meta.finished, unfinished }) {
+            Err(e) => Ok(Err(e)),
+            Ok(CommitStep::Unchanged) => Ok(Ok(false)),
+            Ok(CommitStep::Apply) => {
+                meta.finished = true;
+                Ok(Ok(true))
+            }
         }
-        meta.finished = true;
-        Ok(Ok(true))
     }
 
     /// Validates `record` against the state (including the calls before it in this transaction) and, if it is
@@ -383,22 +376,12 @@ impl<'txn> Tables<'txn> {
             // A retried commit_empty of checkpoints already committed empty changes nothing and writes nothing.
             Record::CommitEmpty { ids } => self.each(ids, epoch, &Event::CommitEmpty)?,
             Record::BeginCommit { key, ids, target_version, final_commit } => {
-                if let Err(e) = check_begin(&meta.seq, *key) {
-                    return Ok(Err(e));
-                }
-                if ids.is_empty() {
-                    return Ok(Err(TransitionError::NoCheckpoints));
-                }
-                if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
-                    return Ok(Err(TransitionError::DuplicateId { id: w[1].clone() }));
-                }
-                // A commit covers whole checkpoints, so one checkpoint over the limit may go alone.
                 let mut results = 0u64;
                 for id in ids {
                     results += read_checkpoint(&self.checkpoints, id)?.map_or(0, |c| u64::from(c.results));
                 }
-                if ids.len() > 1 && results > COMMIT_RESULTS_MAX as u64 {
-                    return Ok(Err(TransitionError::CommitTooLarge { results, max: COMMIT_RESULTS_MAX as u64 }));
+                if let Err(e) = commit_transition(&meta.seq, &CommitEvent::Begin { key: *key, ids, results }) {
+                    return Ok(Err(e));
                 }
                 match self.each(ids, epoch, &Event::BeginCommit { key: *key })? {
                     Err(e) => Err(e),
