@@ -64,121 +64,20 @@ struct Reconciled {
     meta: Option<Meta>,
 }
 
-/// Opens `db` through the mirror of `config` as a writer tagged `writer_tag`.
+/// Opens `db` through the mirror of `config` as a writer tagged `writer_tag`, in five named steps: read the
+/// mirror's log and reconcile the local file with it, claim the next epoch, fence the log, commit locally, start
+/// shipping. Each step's argument is in ARCHITECTURE, "Takeover and fencing".
 pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, config: MirrorConfig) -> Result<Opened> {
     let MirrorConfig { store, prefix, settings: mirror_settings, clock } = config;
     let remote = Arc::new(Remote::new(store, prefix, mirror_settings.request_timeout_ms)?);
     let location = remote.describe(remote.layout.prefix());
-    let mut txn = db.begin_write()?;
-    let mut read = read_and_reconcile(&txn, identity, &remote, &location, read_manifests(&remote)?.pop())?;
-    // The claim copies what was read, after everything read was checked, so a refused open leaves no claim.
-    let mut claim =
-        claim(&remote, read.floor + 1, read.prior.as_ref().map(|p| &p.1), identity, writer_tag, clock.as_ref())?;
-    // A collection that listed the manifests before the claim landed may still delete below the base of a
-    // manifest written since the read: the read is redone from there, and named by an update of this epoch,
-    // before the fence (red-team 1; ARCHITECTURE, "Takeover and fencing").
-    if let Some(newer) = superseded_read(&remote, claim.epoch, &read)? {
-        txn.abort()?;
-        txn = db.begin_write()?;
-        read = read_and_reconcile(&txn, identity, &remote, &location, Some(newer))?;
-        claim = write_update(&remote, &claim, read.prior.as_ref().map(|p| &p.1), clock.as_ref())?;
-    }
-    let Reconciled {
-        has_snapshot, next_slot, frame_bytes, mut history, start_seq, end_seq, local_tail, mut meta, ..
-    } = read;
+    let txn = db.begin_write()?;
+    let read = read_and_reconcile(&txn, identity, &remote, &location, read_manifests(&remote)?.pop())?;
+    let (txn, mut read, claim) = claim_epoch(db, txn, identity, &remote, &location, read, writer_tag, clock.as_ref())?;
     let epoch = claim.epoch;
     let mut tables = Tables::open(&txn)?;
-
-    // Fence: re-ship the local tail, then put this writer's Open in the next slot. A lower-epoch segment that
-    // wins a slot first is replayed (or must equal the tail it races); an equal or higher one fences us.
-    let mut shipped = end_seq;
-    let mut slot = next_slot;
-    let mut created = false;
-    let mut fence = None;
-    for _ in 0..MIRROR_FENCE_ATTEMPTS_MAX {
-        let tail_at = (shipped - end_seq) as usize;
-        let (kind, frames, first_seq) = if tail_at < local_tail.len() {
-            let mut bytes = 0;
-            let chunk: Vec<Vec<u8>> = local_tail[tail_at..]
-                .iter()
-                .take_while(|f| {
-                    bytes += f.len();
-                    bytes <= MIRROR_TAIL_SEGMENT_BYTES_MAX
-                })
-                .cloned()
-                .collect();
-            let chunk = if chunk.is_empty() { vec![local_tail[tail_at].clone()] } else { chunk };
-            (SegmentKind::Group, chunk, shipped)
-        } else {
-            let mut frames = Vec::new();
-            let first_seq = meta.as_ref().map_or(0, |m| m.next_seq);
-            if meta.is_none() {
-                let create = identity.create_record();
-                frames.push(frame::encode(0, 0, &create.to_payload()?)?);
-            }
-            let open_seq = first_seq + frames.len() as u64;
-            frames.push(frame::encode(open_seq, epoch, &Record::Open { writer_tag }.to_payload()?)?);
-            (SegmentKind::Fence, frames, first_seq)
-        };
-        let header = SegmentHeader { kind, slot, epoch, writer_tag, first_seq };
-        let bytes = Bytes::from(encode_segment(&header, &frames)?);
-        let path = remote.layout.wal(slot);
-        let place = remote.describe(&path);
-        match remote.put_settled(&path, &bytes)? {
-            Settled::Landed if kind == SegmentKind::Fence => {
-                created = frames.len() == 2;
-                for f in &frames {
-                    tables.replay(&mut meta, f, &place)?;
-                }
-                let open_seq = first_seq + frames.len() as u64 - 1;
-                history.push(EpochOpen { epoch, writer_tag, seq: open_seq, slot });
-                fence = Some(slot);
-                break;
-            }
-            Settled::Landed => {
-                shipped += frames.len() as u64;
-                slot += 1;
-            }
-            Settled::Taken(found) => {
-                let other = decode_segment(&found, slot, &place)?;
-                if other.header.epoch >= epoch {
-                    return Err(Error::fenced(format!(
-                        "{place} was taken by epoch {} while this writer (epoch {epoch}) was opening",
-                        other.header.epoch
-                    )));
-                }
-                if other.header.first_seq != shipped {
-                    return Err(Error::corrupt(format!(
-                        "{place}: begins at seq {}, but the log before it ends at seq {shipped}",
-                        other.header.first_seq
-                    )));
-                }
-                for (i, f) in other.frames.iter().enumerate() {
-                    let seq = shipped + i as u64;
-                    match local_tail.get((seq - end_seq) as usize) {
-                        Some(mine) if mine == f => {}
-                        Some(_) => {
-                            return Err(diverged(format!(
-                                "the local store's record at seq {seq} differs from the one epoch {} put at {place}",
-                                other.header.epoch
-                            )));
-                        }
-                        None => tables.replay(&mut meta, f, &place)?,
-                    }
-                }
-                history.extend(opens_in(&other));
-                shipped = other.end_seq();
-                slot += 1;
-            }
-        }
-    }
-    let Some(fence_slot) = fence else {
-        return Err(Error::poisoned(format!(
-            "could not fence the mirror at {location} within {MIRROR_FENCE_ATTEMPTS_MAX} slots: an older writer keeps \
-             winning them"
-        )));
-    };
-    let meta = meta.ok_or_else(|| Error::bug("no meta after the fence"))?;
+    let fenced = fence(&mut tables, identity, &remote, &location, &mut read, epoch, writer_tag)?;
+    let Fenced { slot: fence_slot, created, meta } = fenced;
     if meta.epoch != epoch || meta.writer_tag != writer_tag {
         return Err(Error::bug(format!("the fence left epoch {}, not {epoch}", meta.epoch)));
     }
@@ -188,8 +87,7 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
     txn.commit()?;
     tracing::info!(epoch, fence_slot, created, mirror = %location, "sinkpoint mirror fenced");
 
-    let records_since_snapshot = meta.next_seq - start_seq;
-    let keep_from = if has_snapshot { start_seq } else { 0 };
+    let Reconciled { has_snapshot, frame_bytes, history, start_seq, local_tail, .. } = read;
     let (shipper, progress) = MirrorShipper::start(ShipperStart {
         remote,
         db: db.clone(),
@@ -201,12 +99,163 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
         target: identity.target.clone(),
         history,
         fence_slot,
-        records_since_snapshot,
+        records_since_snapshot: meta.next_seq - start_seq,
         bytes_since_snapshot: frame_bytes + local_tail.iter().map(|f| f.len() as u64).sum::<u64>(),
         claim,
-        keep_from,
+        keep_from: if has_snapshot { start_seq } else { 0 },
     })?;
     Ok(Opened { meta, created, shipper, progress })
+}
+
+/// Claims the epoch above everything `read` saw, copying what was read, after everything read was checked (so a
+/// refused open leaves no claim). A collection that listed the manifests before the claim landed may still
+/// delete below the base of a manifest written since the read: the read is then redone from there, in a new
+/// transaction, and named by an update of this epoch before the fence (red-team 1). Returns the transaction and
+/// the read the fence builds on, and the claim.
+#[expect(clippy::too_many_arguments, reason = "the parts of one open, each used once")]
+fn claim_epoch(
+    db: &Database,
+    txn: WriteTransaction,
+    identity: &Identity,
+    remote: &Remote,
+    location: &str,
+    read: Reconciled,
+    writer_tag: u128,
+    clock: &dyn Clock,
+) -> Result<(WriteTransaction, Reconciled, ManifestBody)> {
+    let claim = claim(remote, read.floor + 1, read.prior.as_ref().map(|p| &p.1), identity, writer_tag, clock)?;
+    let Some(newer) = superseded_read(remote, claim.epoch, &read)? else { return Ok((txn, read, claim)) };
+    txn.abort()?;
+    let txn = db.begin_write()?;
+    let read = read_and_reconcile(&txn, identity, remote, location, Some(newer))?;
+    let claim = write_update(remote, &claim, read.prior.as_ref().map(|p| &p.1), clock)?;
+    Ok((txn, read, claim))
+}
+
+/// Where this writer's fence landed, and the state it left.
+struct Fenced {
+    slot: u64,
+    /// Whether the fence also carried the store's `Create` (a new store).
+    created: bool,
+    meta: Meta,
+}
+
+/// Fences the log for `epoch`: re-ships the local tail the mirror lacks, then puts this writer's `Open` in the
+/// next free slot. A lower-epoch segment that wins a slot first is replayed (or must equal the tail it races);
+/// an equal or higher one fences this writer.
+fn fence(
+    tables: &mut Tables<'_>,
+    identity: &Identity,
+    remote: &Remote,
+    location: &str,
+    read: &mut Reconciled,
+    epoch: Epoch,
+    writer_tag: u128,
+) -> Result<Fenced> {
+    let mut shipped = read.end_seq;
+    let slots = read.next_slot..read.next_slot + u64::from(MIRROR_FENCE_ATTEMPTS_MAX);
+    for slot in slots {
+        let (kind, frames, first_seq) = next_fence_segment(identity, read, shipped, epoch, writer_tag)?;
+        let header = SegmentHeader { kind, slot, epoch, writer_tag, first_seq };
+        let bytes = Bytes::from(encode_segment(&header, &frames)?);
+        let path = remote.layout.wal(slot);
+        let place = remote.describe(&path);
+        match remote.put_settled(&path, &bytes)? {
+            Settled::Landed if kind == SegmentKind::Fence => {
+                for f in &frames {
+                    tables.replay(&mut read.meta, f, &place)?;
+                }
+                let open_seq = first_seq + frames.len() as u64 - 1;
+                read.history.push(EpochOpen { epoch, writer_tag, seq: open_seq, slot });
+                let meta = read.meta.take().ok_or_else(|| Error::bug("no meta after the fence"))?;
+                return Ok(Fenced { slot, created: frames.len() == 2, meta });
+            }
+            Settled::Landed => shipped += frames.len() as u64,
+            Settled::Taken(found) => {
+                shipped = absorb_older_segment(tables, read, &found, slot, shipped, epoch, &place)?
+            }
+        }
+    }
+    Err(Error::poisoned(format!(
+        "could not fence the mirror at {location} within {MIRROR_FENCE_ATTEMPTS_MAX} slots: an older writer keeps \
+         winning them"
+    )))
+}
+
+/// The next segment a fencing open puts: a chunk of the local tail not yet shipped (from seq `shipped`), or,
+/// once it is all shipped, the fence itself (`Open`, preceded by `Create` for a new store).
+fn next_fence_segment(
+    identity: &Identity,
+    read: &Reconciled,
+    shipped: u64,
+    epoch: Epoch,
+    writer_tag: u128,
+) -> Result<(SegmentKind, Vec<Vec<u8>>, u64)> {
+    let tail_at = (shipped - read.end_seq) as usize;
+    if let Some(rest) = read.local_tail.get(tail_at..).filter(|rest| !rest.is_empty()) {
+        let mut bytes = 0;
+        let chunk: Vec<Vec<u8>> = rest
+            .iter()
+            .take_while(|f| {
+                bytes += f.len();
+                bytes <= MIRROR_TAIL_SEGMENT_BYTES_MAX
+            })
+            .cloned()
+            .collect();
+        // One frame over the segment bound still goes, alone.
+        let chunk = if chunk.is_empty() { rest[..1].to_vec() } else { chunk };
+        return Ok((SegmentKind::Group, chunk, shipped));
+    }
+    let mut frames = Vec::new();
+    let first_seq = read.meta.as_ref().map_or(0, |m| m.next_seq);
+    if read.meta.is_none() {
+        frames.push(frame::encode(0, 0, &identity.create_record().to_payload()?)?);
+    }
+    let open_seq = first_seq + frames.len() as u64;
+    frames.push(frame::encode(open_seq, epoch, &Record::Open { writer_tag }.to_payload()?)?);
+    Ok((SegmentKind::Fence, frames, first_seq))
+}
+
+/// A segment another writer put in `slot` first, while this one was fencing: a newer or equal epoch fences this
+/// writer; an older one must continue the log at `shipped` and agree with the local tail where they overlap, and
+/// is replayed beyond it. Returns the seq after it.
+fn absorb_older_segment(
+    tables: &mut Tables<'_>,
+    read: &mut Reconciled,
+    found: &Bytes,
+    slot: u64,
+    shipped: u64,
+    epoch: Epoch,
+    place: &str,
+) -> Result<u64> {
+    let other = decode_segment(found, slot, place)?;
+    if other.header.epoch >= epoch {
+        return Err(Error::fenced(format!(
+            "{place} was taken by epoch {} while this writer (epoch {epoch}) was opening",
+            other.header.epoch
+        )));
+    }
+    if other.header.first_seq != shipped {
+        return Err(Error::corrupt(format!(
+            "{place}: begins at seq {}, but the log before it ends at seq {shipped}",
+            other.header.first_seq
+        )));
+    }
+    for (i, f) in other.frames.iter().enumerate() {
+        let seq = shipped + i as u64;
+        match read.local_tail.get((seq - read.end_seq) as usize) {
+            Some(mine) if mine == f => {}
+            Some(_) => {
+                return Err(diverged(format!(
+                    "the local store's record at seq {seq} differs from the one epoch {} put at {place}",
+                    other.header.epoch
+                )));
+            }
+            None => tables.replay(&mut read.meta, f, place)?,
+        }
+    }
+    read.history.extend(opens_in(&other));
+    Ok(other.end_seq())
 }
 
 /// Reads the mirror's log from the base of `prior` (the newest manifest) and reconciles the local file with it
