@@ -11,6 +11,7 @@
 // No unwrap or expect in the library: every failure is an error that says what to do (tests may unwrap).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod codec;
 pub mod commit;
 mod dir_table;
 pub mod error;

@@ -54,8 +54,11 @@
 //! | 16     | N    | postcard [`ManifestBody`]                                               |
 //! | 16 + N | 4    | CRC32 of bytes `0 .. 16 + N`                                            |
 
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
 use serde::{Deserialize, Serialize};
 
+use crate::codec::{self, le_u32, le_u64, le_u128};
 use crate::error::Error;
 use crate::limits::{MIRROR_HISTORY_EPOCHS_MAX, MIRROR_OBJECT_BYTES_MAX, MIRROR_SEGMENT_FRAMES_MAX};
 use crate::types::{Epoch, JobId, TargetIdentity};
@@ -115,18 +118,6 @@ impl Segment {
     }
 }
 
-fn le_u64(bytes: &[u8], at: usize) -> Result<u64, Error> {
-    Ok(u64::from_le_bytes(bytes[at..at + 8].try_into().map_err(|_| Error::bug("slice length"))?))
-}
-
-fn le_u32(bytes: &[u8], at: usize) -> Result<u32, Error> {
-    Ok(u32::from_le_bytes(bytes[at..at + 4].try_into().map_err(|_| Error::bug("slice length"))?))
-}
-
-fn le_u128(bytes: &[u8], at: usize) -> Result<u128, Error> {
-    Ok(u128::from_le_bytes(bytes[at..at + 16].try_into().map_err(|_| Error::bug("slice length"))?))
-}
-
 /// Checks the envelope every object shares: the size, the magic, the version, the trailing CRC. Returns the
 /// bytes before the CRC.
 fn check_envelope<'a>(
@@ -145,11 +136,13 @@ fn check_envelope<'a>(
             bytes.len()
         )));
     }
-    if bytes[..8] != magic[..] {
-        return Err(Error::corrupt(format!("{place}: wrong magic {:02x?}", &bytes[..8])));
+    let found = codec::slice(bytes, 0..8)?;
+    if found != magic.as_slice() {
+        return Err(Error::corrupt(format!("{place}: wrong magic {found:02x?}")));
     }
-    if !versions.contains(&bytes[8]) {
-        return Err(Error::corrupt(format!("{place}: format version {} is not one of {versions:?}", bytes[8])));
+    let version = codec::byte(bytes, 8)?;
+    if !versions.contains(&version) {
+        return Err(Error::corrupt(format!("{place}: format version {version} is not one of {versions:?}")));
     }
     let (body, crc) = bytes.split_at(bytes.len() - CRC_BYTES);
     let stored = le_u32(crc, 0)?;
@@ -207,12 +200,12 @@ pub(crate) fn encode_segment(header: &SegmentHeader, frames: &[Vec<u8>]) -> Resu
 /// Decodes and checks a segment read from the object named by `place`, which must hold `slot`.
 pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Segment, Error> {
     let body = check_envelope(bytes, &SEGMENT_MAGIC, &[MIRROR_FORMAT_VERSION], SEGMENT_HEADER_BYTES, place)?;
-    let kind = match body[9] {
+    let kind = match codec::byte(body, 9)? {
         0 => SegmentKind::Group,
         1 => SegmentKind::Fence,
         k => return Err(Error::corrupt(format!("{place}: unknown segment kind {k}"))),
     };
-    if body[10..12] != [0, 0] {
+    if codec::slice(body, 10..12)? != [0, 0] {
         return Err(Error::corrupt(format!("{place}: non-zero reserved bytes")));
     }
     let count = le_u32(body, 12)?;
@@ -230,7 +223,7 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
     if count == 0 || count > MIRROR_SEGMENT_FRAMES_MAX {
         return Err(Error::corrupt(format!("{place}: declares {count} frames")));
     }
-    let mut rest = &body[SEGMENT_HEADER_BYTES..];
+    let mut rest = codec::rest(body, SEGMENT_HEADER_BYTES)?;
     let mut segment = Segment { header, frames: Vec::new(), epochs: Vec::new(), opens: Vec::new() };
     let mut last_opens = false;
     for i in 0..u64::from(count) {
@@ -252,8 +245,8 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
             segment.opens.push(EpochOpen { epoch: frame.epoch, writer_tag, seq, slot: segment.header.slot });
         }
         segment.epochs.push(frame.epoch);
-        segment.frames.push(rest[..used].to_vec());
-        rest = &rest[used..];
+        segment.frames.push(codec::slice(rest, 0..used)?.to_vec());
+        rest = codec::rest(rest, used)?;
     }
     if !rest.is_empty() {
         return Err(Error::corrupt(format!("{place}: {} bytes after its {count} frames", rest.len())));
@@ -333,7 +326,7 @@ impl SnapshotWriter {
         if !room(self.out.len()) {
             self.done = self.done.checked_add(1).ok_or_else(|| Error::bug("snapshot chunk count over u32"))?;
             let full = std::mem::replace(&mut self.out, chunk_start(&self.header));
-            closed = Some((self.done, seal_chunk(full, self.done, std::mem::take(&mut self.entries))));
+            closed = Some((self.done, seal_chunk(full, self.done, std::mem::take(&mut self.entries))?));
         }
         self.out.extend_from_slice(&len.to_le_bytes());
         self.out.extend_from_slice(&bytes);
@@ -342,7 +335,7 @@ impl SnapshotWriter {
     }
 
     /// Chunk 0: the last entries, and the chunk count.
-    pub(crate) fn finish(self) -> Vec<u8> {
+    pub(crate) fn finish(self) -> Result<Vec<u8>, Error> {
         seal_chunk(self.out, self.done + 1, self.entries)
     }
 }
@@ -361,14 +354,14 @@ fn chunk_start(header: &SnapshotHeader) -> Vec<u8> {
     out
 }
 
-fn seal_chunk(mut out: Vec<u8>, chunk: u32, entries: u64) -> Vec<u8> {
+fn seal_chunk(mut out: Vec<u8>, chunk: u32, entries: u64) -> Result<Vec<u8>, Error> {
     let len = (out.len() - SNAPSHOT_HEADER_BYTES) as u64;
-    out[12..16].copy_from_slice(&chunk.to_le_bytes());
-    out[56..64].copy_from_slice(&entries.to_le_bytes());
-    out[64..72].copy_from_slice(&len.to_le_bytes());
+    codec::write_at(&mut out, 12, &chunk.to_le_bytes())?;
+    codec::write_at(&mut out, 56, &entries.to_le_bytes())?;
+    codec::write_at(&mut out, 64, &len.to_le_bytes())?;
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    out
+    Ok(out)
 }
 
 /// One decoded, checked object of a snapshot.
@@ -384,9 +377,9 @@ pub(crate) struct SnapshotChunk {
 /// The entries' order across chunks (the meta first, once) is the caller's to check.
 pub(crate) fn decode_snapshot_chunk(bytes: &[u8], slot: u64, place: &str) -> Result<SnapshotChunk, Error> {
     let body = check_envelope(bytes, &SNAPSHOT_MAGIC, &[1, SNAPSHOT_FORMAT_VERSION], SNAPSHOT_HEADER_BYTES, place)?;
-    let chunk = match body[8] {
-        1 => (body[9..16] == [0; 7]).then_some(1),
-        _ => Some(le_u32(body, 12)?).filter(|c| body[9..12] == [0; 3] && *c >= 1),
+    let chunk = match codec::byte(body, 8)? {
+        1 => (codec::slice(body, 9..16)? == [0; 7]).then_some(1),
+        _ => Some(le_u32(body, 12)?).filter(|c| *c >= 1 && body.get(9..12) == Some(&[0; 3][..])),
     };
     let Some(chunk) = chunk else {
         return Err(Error::corrupt(format!("{place}: non-zero reserved bytes or a zero chunk field")));
@@ -402,7 +395,7 @@ pub(crate) fn decode_snapshot_chunk(bytes: &[u8], slot: u64, place: &str) -> Res
     }
     let count = le_u64(body, 56)?;
     check_length(body, SNAPSHOT_HEADER_BYTES, le_u64(body, 64)?, place)?;
-    let mut rest = &body[SNAPSHOT_HEADER_BYTES..];
+    let mut rest = codec::rest(body, SNAPSHOT_HEADER_BYTES)?;
     let mut entries = Vec::new();
     for i in 0..count {
         if rest.len() < 4 {
@@ -415,7 +408,7 @@ pub(crate) fn decode_snapshot_chunk(bytes: &[u8], slot: u64, place: &str) -> Res
         let entry: SnapshotEntry = postcard::from_bytes(entry_bytes)
             .map_err(|e| Error::corrupt(format!("{place}: entry {i} is undecodable: {e}")))?;
         entries.push(entry);
-        rest = &rest[4 + len..];
+        rest = codec::rest(rest, 4 + len)?;
     }
     if count == 0 || !rest.is_empty() {
         return Err(Error::corrupt(format!("{place}: {count} entries and {} bytes after them", rest.len())));
@@ -506,11 +499,11 @@ pub(crate) fn encode_manifest(body: &ManifestBody) -> Result<Vec<u8>, Error> {
 /// Decodes and checks a manifest read from the object named by `place`, whose name says `(epoch, update)`.
 pub(crate) fn decode_manifest(bytes: &[u8], epoch: Epoch, update: u32, place: &str) -> Result<ManifestBody, Error> {
     let body = check_envelope(bytes, &MANIFEST_MAGIC, &[MIRROR_FORMAT_VERSION], MANIFEST_HEADER_BYTES, place)?;
-    if body[9..12] != [0, 0, 0] {
+    if codec::slice(body, 9..12)? != [0, 0, 0] {
         return Err(Error::corrupt(format!("{place}: non-zero reserved bytes")));
     }
     check_length(body, MANIFEST_HEADER_BYTES, u64::from(le_u32(body, 12)?), place)?;
-    let manifest: ManifestBody = postcard::from_bytes(&body[MANIFEST_HEADER_BYTES..])
+    let manifest: ManifestBody = postcard::from_bytes(codec::rest(body, MANIFEST_HEADER_BYTES)?)
         .map_err(|e| Error::corrupt(format!("{place}: undecodable body: {e}")))?;
     if manifest.epoch != epoch || manifest.update != update {
         return Err(Error::corrupt(format!(
@@ -526,7 +519,7 @@ pub(crate) fn decode_manifest(bytes: &[u8], epoch: Epoch, update: u32, place: &s
         return Err(Error::corrupt(format!("{place}: reads from slot {} without a snapshot", manifest.first_slot)));
     }
     if manifest.history.len() > MIRROR_HISTORY_EPOCHS_MAX
-        || manifest.history.windows(2).any(|w| w[0].epoch >= w[1].epoch || w[0].seq >= w[1].seq)
+        || manifest.history.windows(2).any(|w| matches!(w, [a, b] if a.epoch >= b.epoch || a.seq >= b.seq))
         || manifest.history.last().is_some_and(|h| h.slot >= manifest.first_slot || h.epoch > manifest.epoch)
     {
         return Err(Error::corrupt(format!("{place}: its epoch history is out of order")));
@@ -632,7 +625,7 @@ mod tests {
         for e in &entries {
             assert_eq!(w.push(e).unwrap(), None);
         }
-        let bytes = w.finish();
+        let bytes = w.finish().unwrap();
         // Version 2, one chunk.
         assert_eq!(&bytes[..16], b"SPSNAPSH\x02\0\0\0\x01\0\0\0");
         assert_eq!(&bytes[56..64], &6u64.to_le_bytes());
@@ -673,7 +666,7 @@ mod tests {
         for e in &entries {
             chunks.extend(w.push(e).unwrap());
         }
-        let first = w.finish();
+        let first = w.finish().unwrap();
         assert!(chunks.len() >= 3, "{} chunks", chunks.len());
         let mut read = Vec::new();
         for (i, (index, bytes)) in chunks.iter().enumerate() {

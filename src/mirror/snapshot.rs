@@ -52,7 +52,7 @@ pub(crate) fn build(
         let (k, v) = entry?;
         out.push(&SnapshotEntry::Commit(k.value(), v.value().to_vec()))?;
     }
-    Ok(out.writer.finish())
+    out.writer.finish()
 }
 
 /// A snapshot writer that puts each chunk it closes.

@@ -13,6 +13,9 @@
 //! | 24     | N    | payload: the postcard encoding of a [`super::record::Record`]  |
 //! | 24 + N | 4    | CRC32 (IEEE) of bytes `0 .. 24 + N`                    |
 
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
+use crate::codec;
 use crate::error::Error;
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
 
@@ -59,17 +62,17 @@ pub fn decode_prefix<'a>(bytes: &'a [u8], place: &str) -> Result<(Frame<'a>, usi
     if bytes.len() < FRAME_HEADER_BYTES + FRAME_TRAILER_BYTES {
         return Err(Error::corrupt(format!("{place}: truncated frame ({} bytes)", bytes.len())));
     }
-    let seq = u64::from_le_bytes(bytes[8..16].try_into().map_err(|_| Error::bug("slice length"))?);
-    let version = bytes[4];
+    let seq = codec::le_u64(bytes, 8)?;
+    let version = codec::byte(bytes, 4)?;
     if version != FRAME_VERSION {
         return Err(Error::corrupt(format!(
             "{place}: frame of seq {seq} has version {version}, expected {FRAME_VERSION}"
         )));
     }
-    if bytes[5..8] != [0, 0, 0] {
+    if codec::slice(bytes, 5..8)? != [0, 0, 0] {
         return Err(Error::corrupt(format!("{place}: frame of seq {seq} has non-zero reserved bytes")));
     }
-    let len = u32::from_le_bytes(bytes[0..4].try_into().map_err(|_| Error::bug("slice length"))?) as usize;
+    let len = codec::le_u32(bytes, 0)? as usize;
     if len > FRAME_PAYLOAD_BYTES_MAX {
         return Err(Error::corrupt(format!("{place}: frame of seq {seq} claims {len} payload bytes")));
     }
@@ -80,17 +83,16 @@ pub fn decode_prefix<'a>(bytes: &'a [u8], place: &str) -> Result<(Frame<'a>, usi
             bytes.len()
         )));
     }
-    let body = &bytes[..FRAME_HEADER_BYTES + len];
-    let stored =
-        u32::from_le_bytes(bytes[FRAME_HEADER_BYTES + len..total].try_into().map_err(|_| Error::bug("slice length"))?);
+    let body = codec::slice(bytes, 0..FRAME_HEADER_BYTES + len)?;
+    let stored = codec::le_u32(bytes, FRAME_HEADER_BYTES + len)?;
     let actual = crc32fast::hash(body);
     if stored != actual {
         return Err(Error::corrupt(format!(
             "{place}: frame of seq {seq} fails its CRC32 (stored {stored:#010x}, computed {actual:#010x})"
         )));
     }
-    let epoch = u64::from_le_bytes(bytes[16..24].try_into().map_err(|_| Error::bug("slice length"))?);
-    Ok((Frame { seq, epoch, payload: &bytes[FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len] }, total))
+    let epoch = codec::le_u64(bytes, 16)?;
+    Ok((Frame { seq, epoch, payload: codec::slice(bytes, FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len)? }, total))
 }
 
 /// Decodes exactly one frame: trailing bytes are corruption.

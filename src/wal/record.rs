@@ -3,8 +3,11 @@
 //! Format stability: variants are only ever appended; a retired variant keeps its place (postcard encodes the
 //! variant index), and `tests::golden_encodings` freezes the bytes of each.
 
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
 use serde::{Deserialize, Serialize};
 
+use crate::codec;
 use crate::error::Error;
 use crate::types::{CheckpointId, JobId, SourceKey, TargetIdentity, WriteResult};
 
@@ -189,10 +192,11 @@ pub(crate) fn decode_value<T: Serialize + for<'de> Deserialize<'de>>(
     if crc32fast::hash(body) != stored {
         return Err(Error::corrupt(format!("{}: value fails its CRC32", place())));
     }
-    if body[0] != VALUE_VERSION {
-        return Err(Error::corrupt(format!("{}: value version {} is unknown", place(), body[0])));
+    let version = codec::byte(body, 0)?;
+    if version != VALUE_VERSION {
+        return Err(Error::corrupt(format!("{}: value version {version} is unknown", place())));
     }
-    let (value, rest) = postcard::take_from_bytes(&body[1..])
+    let (value, rest) = postcard::take_from_bytes(codec::rest(body, 1)?)
         .map_err(|e| Error::corrupt(format!("{}: undecodable value: {e}", place())))?;
     if !rest.is_empty() {
         return Err(Error::corrupt(format!("{}: {} bytes after the value", place(), rest.len())));
