@@ -45,7 +45,7 @@ async fn naive_rerun(store: &Store, target: &dyn Target) {
 
 /// What a checkpoint store that assumes an in-flight commit landed does: it forgets the pending results.
 async fn assume_landed(store: &Store) {
-    if let Some((n, _)) = store.pending().unwrap().in_flight {
+    if let Some(n) = store.pending().unwrap().in_flight.map(|c| c.key) {
         store.mark_committed(n).await.unwrap();
     }
 }
@@ -205,7 +205,7 @@ async fn a_watermark_target_never_sees_key_n_plus_1_while_key_n_is_unknown() {
     let err = Committer::new(&store, &target).commit_pending().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Target);
     let pending = store.pending().unwrap();
-    assert_eq!((pending.next_key, pending.in_flight.map(|(k, _)| k)), (1, Some(0)));
+    assert_eq!((pending.next_key, pending.in_flight.map(|c| c.key)), (1, Some(0)));
     assert!(target.inner().results().is_empty());
     // The probe now answers NotCommitted: key 0 is re-committed, then key 1 covers the later work.
     let report = Committer::new(&store, &target).finish().await.unwrap();

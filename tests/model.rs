@@ -830,7 +830,7 @@ impl StateMachineTest for StoreTest {
             .collect();
         assert_eq!(pending.checkpoints, want, "pending checkpoints");
         let in_flight = model.in_flight.map(|k| (k, model.commits[&k].view(k)));
-        assert_eq!(pending.in_flight.map(|(k, c)| (k, view(&c))), in_flight, "pending in flight");
+        assert_eq!(pending.in_flight.map(|c| (c.key, view(&c))), in_flight, "pending in flight");
         assert_eq!(pending.next_key, model.next_key, "next key");
         assert_eq!(pending.finished, model.finished, "finished");
         assert_eq!(store.is_finished().unwrap(), model.finished, "is_finished");

@@ -44,7 +44,7 @@ pub(super) fn read_pending(db: &Database) -> Result<Pending> {
         Some(key) => {
             let value = read_commit(&commits, key)?
                 .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
-            Some((key, CommitInfo::from_value(key, value)))
+            Some(CommitInfo::from_value(key, value))
         }
     };
     Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
@@ -95,7 +95,7 @@ pub struct Pending {
     /// Sealed, Committing and CommitUnknown checkpoints, by id.
     pub checkpoints: Vec<PendingCheckpoint>,
     /// The commit key in flight (Committing or CommitUnknown) and its record, if any.
-    pub in_flight: Option<(u64, CommitInfo)>,
+    pub in_flight: Option<CommitInfo>,
     /// The next commit key to begin.
     pub next_key: u64,
     /// Whether the job's final commit has landed.
@@ -107,6 +107,8 @@ pub struct Pending {
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub struct CommitInfo {
+    /// The key's number n in the job's sequence.
+    pub key: u64,
     /// The checkpoints it covers, sorted: bound to the key forever.
     pub ids: Vec<CheckpointId>,
     /// The target version the key was prepared against (read before its intent was recorded), from which its
@@ -130,7 +132,7 @@ impl CommitInfo {
         let CommitValue { ids, target_version, final_commit, epoch, state } = value;
         // The stored state of an awaited re-commit is a marker; its checkpoints are Committing.
         let state = if awaits_recommit { CheckpointState::Committing { key } } else { state };
-        Self { ids, prepared_version: target_version, final_commit, epoch, state, awaits_recommit }
+        Self { key, ids, prepared_version: target_version, final_commit, epoch, state, awaits_recommit }
     }
 }
 

@@ -1,6 +1,10 @@
 //! The testkit (feature `testkit`): the seams the crash, model and protocol suites drive, documented so that
 //! an adapter author can run the same suites against their own target.
 //!
+//! **Not a stable part of the API**: it may change in any release, like `object_store`'s integration suite.
+//! Its black-box half is listed below, for adapters' tests; the white-box half (the fuzz logic over raw
+//! frames, [`whitebox`]) reads the core's private formats and is hidden from the docs.
+//!
 //! - [`CrashBackend`]: a redb storage backend with a live image and a durable image advanced only by sync,
 //!   counting I/O operations and freezing at operation k, so recovery reopens exactly what a crash leaves.
 //! - [`FaultyTarget`]: wraps any [`crate::Target`] and injects commit and probe faults, scripted or seeded.
@@ -17,13 +21,13 @@
 //!   operation, recovered, checked against its crash-free run and finished.
 //! - [`RawProtocol`]: the commit protocol's raw steps, crate-private on [`crate::Store`], for tests that drive
 //!   the protocol by hand.
-//! - [`fuzz`]: the logic of the fuzz targets in `fuzz/`, callable on stable from plain tests.
 
 mod backend;
 mod clock;
 pub mod conformance;
 pub mod crash;
 mod faults;
+#[doc(hidden)]
 pub mod fuzz;
 mod process;
 mod protocol;

@@ -425,7 +425,7 @@ impl Image {
             .meta
             .seq
             .in_flight
-            .and_then(|n| self.commits.get(&n).map(|c| (n, crate::store::CommitInfo::from_value(n, c.clone()))));
+            .and_then(|n| self.commits.get(&n).map(|c| crate::store::CommitInfo::from_value(n, c.clone())));
         Ok(Pending { checkpoints, in_flight, next_key: self.meta.seq.next_key, finished: self.meta.finished })
     }
 }
