@@ -316,6 +316,7 @@ pub(crate) fn check_source_key(key: &[u8]) -> Result<(), Error> {
 /// The format of a write result. The store never interprets the bytes; the tag tells the target adapter.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
 #[serde(try_from = "FormatRepr")]
+#[non_exhaustive]
 pub enum Format {
     /// A Lance fragment.
     Lance,
