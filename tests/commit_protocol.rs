@@ -285,6 +285,20 @@ async fn a_fresh_store_for_a_job_already_in_the_target_is_refused() {
     assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
 }
 
+/// Issue 15: a fresh job that recovers, then commits, probes key 0 once (at `recover`), not again before it
+/// begins it: the open's handle remembers the answer, and a zombie's key 0 landing in between is still caught
+/// when ours is refused (red-team 13).
+#[tokio::test]
+async fn a_fresh_job_probes_key_0_once() {
+    let target = FaultyTarget::scripted(memory_table(), Vec::new(), Vec::new());
+    let store = open(&CrashBackend::new()).await;
+    Committer::new(&store, &target).recover().await.unwrap();
+    run_inputs(&store, target.inner(), 0..2).await;
+    Committer::new(&store, &target).finish().await.unwrap();
+    let probes_of_key_0 = target.calls().iter().filter(|c| c.starts_with("probe key 0 ")).count();
+    assert_eq!(probes_of_key_0, 1, "{:?}", target.calls());
+}
+
 /// Found by the `crash_replay` fuzz target: a new store that committed key 0 itself was refused as "state
 /// lost" by a later `recover` on the same handle, with an error that says never to go on.
 #[tokio::test]
@@ -299,9 +313,9 @@ async fn a_new_store_that_committed_key_0_itself_is_not_refused_by_a_later_recov
     assert!(report.blocked.is_none() && report.committed_keys.is_empty(), "{report:?}");
     // The same holds while its own key 0 is in flight: a job that retries after an unknown outcome, on the
     // same handle, has the key resolved, not taken for lost state.
-    // Probes: recovery's check of key 0, commit_pending's check before it begins key 0, the probe after the lost
-    // ack.
-    let probes = vec![ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Unknown];
+    // Probes: recovery's check of key 0 (the handle remembers it, so none again before key 0 begins), the probe
+    // after the lost ack.
+    let probes = vec![ProbeFault::Pass, ProbeFault::Unknown];
     let faulty = FaultyTarget::scripted(memory_table(), vec![CommitFault::LandThenLoseAck], probes);
     let store = open(&CrashBackend::new()).await;
     Committer::new(&store, &faulty).recover().await.unwrap();

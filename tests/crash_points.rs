@@ -214,9 +214,9 @@ fn protocol_unknown() -> Workload {
         CommitFault::Pass,
         CommitFault::LandLateAfterUnknown,
     ];
-    // The first probe is recovery's check of key 0 on a new store, the second the check before key 0 is begun;
-    // the fourth follows the lost ack.
-    let probes = vec![ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Unknown];
+    // The first probe is recovery's check of key 0 on a new store (remembered, so none again before key 0 is
+    // begun), the second follows the unknown outcome, the third the lost ack.
+    let probes = vec![ProbeFault::Pass, ProbeFault::Pass, ProbeFault::Unknown];
     Workload::new("protocol-unknown", ops).with_system(System::target().with_faults(commits, probes))
 }
 

@@ -153,7 +153,10 @@ impl<'a> Committer<'a> {
     /// probe cannot tell one key 0 from another, mark unlanded results committed.
     async fn refuse_lost_state(&self) -> Result<()> {
         match self.target.probe(&self.key(0), None).await {
-            ProbeOutcome::NotCommitted => Ok(()),
+            ProbeOutcome::NotCommitted => {
+                self.store.note_key0_absent();
+                Ok(())
+            }
             // A newer epoch that took the mirror over explains key 0 too: that is Fenced (stop), not a loss.
             ProbeOutcome::Committed { .. } => Err(self.store.refuse_if_superseded().await.err().unwrap_or_else(|| {
                 Error::wrong_store(format!(
@@ -234,7 +237,7 @@ impl<'a> Committer<'a> {
             report.committed_empty += ids.len();
         }
         let batches = split_commits(&full);
-        if pending.next_key == 0 && !batches.is_empty() && !key0_checked {
+        if pending.next_key == 0 && !batches.is_empty() && !key0_checked && !self.store.key0_absent() {
             // Key 0 is begun only once the target is known not to hold it, whether or not `recover` ran first:
             // a watermark target's probe cannot tell our key 0 from a lost run's, so after begin_commit it would
             // be too late to ask.

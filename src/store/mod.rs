@@ -61,6 +61,10 @@ pub struct Store {
     orphans: Vec<CheckpointId>,
     settings: StoreSettings,
     progress: Option<Arc<Progress>>,
+    /// Whether this open's committer has probed key 0 and found the target without it: kept in memory only, so
+    /// a fresh job probes key 0 once, not again before it begins it (a key 0 landing in between is still caught
+    /// when the target refuses ours).
+    key0_absent: std::sync::atomic::AtomicBool,
 }
 
 impl Store {
@@ -219,6 +223,16 @@ impl Store {
         let commit = read_commit(&txn.open_table(COMMITS)?, key)?
             .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
         Ok(commit.target_version)
+    }
+
+    /// Records that this open's committer found the target without key 0.
+    pub(crate) fn note_key0_absent(&self) {
+        self.key0_absent.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this open's committer already found the target without key 0.
+    pub(crate) fn key0_absent(&self) -> bool {
+        self.key0_absent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.
