@@ -10,7 +10,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use sinkpoint::DirTable;
 use sinkpoint::testkit::conformance::{Inspect, SuiteSettings, TargetFaults, run_conformance};
-use sinkpoint::testkit::{FaultyTarget, WatermarkTable};
+use sinkpoint::testkit::{FaultyTarget, HistoryTable, WatermarkTable};
 use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, Format, ProbeOutcome, Target, TargetCommit, WriteResult};
 
 fn settings(cases: u32, seed: u64) -> SuiteSettings {
@@ -55,6 +55,14 @@ async fn dir_table_in_a_local_directory_conforms() {
 #[tokio::test]
 async fn the_watermark_table_conforms() {
     let report = run_conformance(WatermarkTable::new, &settings(300, 3)).await.unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(report.scenarios, 4, "the two-writer and zombie scenarios ran: {report:?}");
+}
+
+/// A target that checks a key only in the versions since the commit was prepared (as the Lance adapter does):
+/// a writer refused because another writer's key 0 landed must not begin key 0 again past that version.
+#[tokio::test]
+async fn the_history_table_conforms() {
+    let report = run_conformance(HistoryTable::new, &settings(300, 4)).await.unwrap_or_else(|f| panic!("{f}"));
     assert_eq!(report.scenarios, 4, "the two-writer and zombie scenarios ran: {report:?}");
 }
 

@@ -290,6 +290,9 @@ impl<'a> Committer<'a> {
         if !matches!(self.target.probe(&self.key(n), None).await, ProbeOutcome::Committed { .. }) {
             return error;
         }
+        if n == 0 {
+            self.store.forget_key0_absent();
+        }
         let reason = "another writer's commit holds this key: this store is not the job's only driver";
         if let Err(e) = self.store.unbind(n, reason).await {
             return e;

@@ -230,6 +230,13 @@ impl Store {
         self.key0_absent.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Forgets that answer: key 0 turned out to be held by another writer, so the next begin must probe again
+    /// (a target that checks a key only since the version a commit was prepared against would let a key 0
+    /// begun past that landing through).
+    pub(crate) fn forget_key0_absent(&self) {
+        self.key0_absent.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Whether this open's committer already found the target without key 0.
     pub(crate) fn key0_absent(&self) -> bool {
         self.key0_absent.load(std::sync::atomic::Ordering::Relaxed)

@@ -34,7 +34,7 @@ use crate::DirTable;
 use crate::commit::{Committer, CrashHook, Target, crash_points};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::Store;
-use crate::testkit::{CrashBackend, FaultyTarget, SplitMix64, WatermarkTable};
+use crate::testkit::{CrashBackend, FaultyTarget, HistoryTable, SplitMix64, WatermarkTable};
 use crate::types::{CheckpointId, Format, JobId, TargetIdentity, WriteResult};
 use crate::{Attempt, Part, StagePart};
 
@@ -79,21 +79,41 @@ impl Inspect for DirTable {
 #[async_trait]
 impl Inspect for WatermarkTable {
     async fn write_rows(&self, _checkpoint: &CheckpointId, rows: &[u64]) -> Result<WriteResult> {
-        let text = rows.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-        WriteResult::new(Format::Other("rows".into()), text.into_bytes())
+        rows_result(rows)
     }
 
     async fn landed_rows(&self) -> Result<Vec<u64>> {
-        let mut rows = Vec::new();
-        for result in self.results() {
-            let text = std::str::from_utf8(result.bytes())
-                .map_err(|_| Error::corrupt("a watermark table write result is not UTF-8"))?;
-            for row in text.split(',').filter(|r| !r.is_empty()) {
-                rows.push(parse_row(row, "watermark table write result")?);
-            }
-        }
-        Ok(rows)
+        rows_of(&self.results(), "watermark table write result")
     }
+}
+
+#[async_trait]
+impl Inspect for HistoryTable {
+    async fn write_rows(&self, _checkpoint: &CheckpointId, rows: &[u64]) -> Result<WriteResult> {
+        rows_result(rows)
+    }
+
+    async fn landed_rows(&self) -> Result<Vec<u64>> {
+        rows_of(&self.results(), "history table write result")
+    }
+}
+
+/// The in-memory tables' write result: the row ids as text, `1,2`.
+fn rows_result(rows: &[u64]) -> Result<WriteResult> {
+    let text = rows.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    WriteResult::new(Format::Other("rows".into()), text.into_bytes())
+}
+
+fn rows_of(results: &[WriteResult], place: &str) -> Result<Vec<u64>> {
+    let mut rows = Vec::new();
+    for result in results {
+        let text =
+            std::str::from_utf8(result.bytes()).map_err(|_| Error::corrupt(format!("a {place} is not UTF-8")))?;
+        for row in text.split(',').filter(|r| !r.is_empty()) {
+            rows.push(parse_row(row, place)?);
+        }
+    }
+    Ok(rows)
 }
 
 fn parse_row(text: &str, place: &str) -> Result<u64> {

@@ -9,6 +9,8 @@
 //!   counting I/O operations and freezing at operation k, so recovery reopens exactly what a crash leaves.
 //! - [`FaultyTarget`]: wraps any [`crate::Target`] and injects commit and probe faults, scripted or seeded.
 //! - [`WatermarkTable`]: a target that keeps only a watermark, like Delta's `txn`.
+//! - [`HistoryTable`]: a target that checks a key only in the versions since the commit was prepared, like a
+//!   Lance adapter reading manifests.
 //! - [`SplitMix64`]: the seeded generator behind every random schedule.
 //! - [`FaultStore`]: an object store wrapper that fails puts before or after they land, holds them at a gate,
 //!   adds latency, counts requests, bytes and listed objects, and crashes at operation k.
@@ -40,7 +42,7 @@ pub use faults::{Counts, FaultStore, Journal, Mutation, PutFault};
 pub use process::{Component, ProcessCrash};
 pub use protocol::RawProtocol;
 pub use rng::SplitMix64;
-pub use target::{CommitFault, FaultyTarget, ProbeFault, WatermarkTable};
+pub use target::{CommitFault, FaultyTarget, HistoryTable, ProbeFault, WatermarkTable};
 
 /// White-box access to the local log's format, for the suites that damage or decode frames and records by hand.
 /// Not for adapters: the log format is private to the core, and these may change in any release.

@@ -1,5 +1,6 @@
-//! Target doubles for tests: a fault-injecting wrapper for any [`Target`], and a watermark target that answers
-//! probes like Delta's `txn` ("version ≥ n").
+//! Target doubles for tests: a fault-injecting wrapper for any [`Target`], a watermark target that answers
+//! probes like Delta's `txn` ("version ≥ n"), and a history target that checks a key only in the versions since
+//! the commit was prepared, as a Lance or Iceberg adapter reading the table's log does.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -255,6 +256,85 @@ impl Target for WatermarkTable {
         match Self::watermark(&self.lock(), key) {
             Some(w) if w >= key.n => ProbeOutcome::Committed { ids: None },
             _ => ProbeOutcome::NotCommitted,
+        }
+    }
+}
+
+/// One commit in a [`HistoryTable`]'s log.
+#[derive(Clone, Debug)]
+struct Version {
+    key: CommitKey,
+    epoch: Epoch,
+    ids: Vec<CheckpointId>,
+    results: Vec<WriteResult>,
+}
+
+/// An in-memory table with a version log, like Lance's manifests or Iceberg's snapshots: each commit is one
+/// version recording its key, epoch and ids. A commit reads only the versions after its `prepared_version`
+/// (reading a whole history per commit does not scale), refuses when its key or a later key or epoch of the job
+/// is there, and otherwise appends. A probe reads the same range. This is the cheapest key exclusivity a
+/// log-reading adapter can offer, and the committer must stay exactly-once on it.
+#[derive(Debug, Default)]
+pub struct HistoryTable {
+    versions: Mutex<Vec<Version>>,
+}
+
+impl HistoryTable {
+    /// An empty table (version 0).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every write result in the table, in commit order.
+    pub fn results(&self) -> Vec<WriteResult> {
+        self.lock().iter().flat_map(|v| v.results.iter().cloned()).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Version>> {
+        self.versions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The job's commits in the versions after `prepared_version` (version v is index v − 1).
+    fn since<'v>(versions: &'v [Version], key: &CommitKey, prepared_version: Option<u64>) -> Vec<&'v Version> {
+        let from = usize::try_from(prepared_version.unwrap_or(0)).unwrap_or(usize::MAX);
+        versions.iter().skip(from).filter(|v| v.key.job == key.job).collect()
+    }
+}
+
+#[async_trait]
+impl Target for HistoryTable {
+    async fn version(&self) -> Result<Option<u64>> {
+        Ok(Some(self.lock().len() as u64))
+    }
+
+    async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+        let mut versions = self.lock();
+        for seen in Self::since(&versions, commit.key, commit.prepared_version) {
+            if seen.key.n == commit.key.n && seen.epoch == commit.epoch && seen.ids == commit.ids {
+                return CommitOutcome::Committed;
+            }
+            if seen.key.n >= commit.key.n || seen.epoch > commit.epoch {
+                return CommitOutcome::NotLanded {
+                    reason: format!(
+                        "key {} of epoch {} landed since version {:?}",
+                        seen.key.n, seen.epoch, commit.prepared_version
+                    ),
+                };
+            }
+        }
+        versions.push(Version {
+            key: commit.key.clone(),
+            epoch: commit.epoch,
+            ids: commit.ids.to_vec(),
+            results: commit.results.to_vec(),
+        });
+        CommitOutcome::Committed
+    }
+
+    async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
+        match Self::since(&self.lock(), key, prepared_version).into_iter().find(|v| v.key.n == key.n) {
+            Some(v) => ProbeOutcome::Committed { ids: Some(v.ids.clone()) },
+            None => ProbeOutcome::NotCommitted,
         }
     }
 }
