@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use lance_io::object_store::ObjectStore;
-use lance_object_store::path::Path;
 use lance_table::format::{IndexMetadata, Manifest, Transaction};
 use lance_table::io::commit::{CommitError, CommitHandler, ManifestLocation, ManifestNamingScheme, ManifestWriter};
+use object_store::path::Path;
 
 /// How far one fenced commit attempt got: this, not Lance's error text, decides NotLanded vs Unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,13 @@
 //! [`LanceTarget`]: the sinkpoint commit protocol over one Lance dataset.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
+use lance::dataset::builder::DatasetBuilder;
+use lance::dataset::cleanup::{CleanupPolicy, RemovalStats};
 use lance::dataset::transaction::{Operation, TransactionBuilder};
 use lance_table::io::commit::{CommitHandler, commit_handler_from_url};
 use sinkpoint::{CommitKey, CommitOutcome, ProbeOutcome, Target, TargetCommit};
@@ -18,6 +21,7 @@ use crate::results::decode_fragment;
 #[derive(Clone, Debug)]
 pub struct LanceTarget {
     uri: String,
+    storage_options: HashMap<String, String>,
     handler: Option<Arc<dyn CommitHandler>>,
     fenced: bool,
 }
@@ -32,7 +36,20 @@ enum Attempt {
 impl LanceTarget {
     /// A target committing into the dataset at `uri` through Lance's own commit handler for that URI.
     pub fn new(uri: impl Into<String>) -> Self {
-        Self { uri: uri.into(), handler: None, fenced: true }
+        Self { uri: uri.into(), storage_options: HashMap::new(), handler: None, fenced: true }
+    }
+
+    /// Lance's storage options for the dataset's object store (for S3: `aws_endpoint`, `aws_region`,
+    /// `allow_http`, credentials), as pylance's `storage_options` takes them.
+    #[must_use]
+    pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
+        self.storage_options = options;
+        self
+    }
+
+    /// The dataset at its latest version, opened with the target's storage options.
+    pub async fn open(&self) -> lance::Result<Dataset> {
+        DatasetBuilder::from_uri(&self.uri).with_storage_options(self.storage_options.clone()).load().await
     }
 
     /// Commits through `handler` (wrapped in the fence) instead of the URI's default: how tests inject a lost
@@ -52,6 +69,23 @@ impl LanceTarget {
         self
     }
 
+    /// Runs Lance's `cleanup_old_versions` with `policy`, keeping every version a probe may still read: those
+    /// after `retention_watermark` ([`sinkpoint::Store::retention_watermark`], the version the key in flight
+    /// was prepared against). A probe reads the transactions of the versions since its intent; expiring them
+    /// turns its answer into Unknown, which only an operator can settle. `None`: nothing is in flight, `policy`
+    /// applies as given.
+    pub async fn cleanup_old_versions(
+        &self,
+        mut policy: CleanupPolicy,
+        retention_watermark: Option<u64>,
+    ) -> lance::Result<RemovalStats> {
+        if let Some(watermark) = retention_watermark {
+            let keep_from = watermark.saturating_add(1);
+            policy.before_version = Some(policy.before_version.map_or(keep_from, |v| v.min(keep_from)));
+        }
+        self.open().await?.cleanup_with_policy(policy).await
+    }
+
     /// The dataset's URI.
     pub fn uri(&self) -> &str {
         &self.uri
@@ -65,7 +99,7 @@ impl LanceTarget {
     }
 
     async fn attempt(&self, commit: &TargetCommit<'_>) -> Attempt {
-        let dataset = match Dataset::open(&self.uri).await {
+        let dataset = match self.open().await {
             Ok(d) => d,
             Err(e) => return Attempt::Done(CommitOutcome::Unknown { reason: format!("opening the dataset: {e}") }),
         };
@@ -163,11 +197,9 @@ async fn job_commits(dataset: &Dataset, job: &str, from: u64, to: u64) -> Result
 #[async_trait]
 impl Target for LanceTarget {
     async fn version(&self) -> sinkpoint::Result<Option<u64>> {
-        match Dataset::open(&self.uri).await {
+        match self.open().await {
             Ok(dataset) => Ok(Some(dataset.version().version)),
-            // TODO(adapter-errors): a Target error built from outside the core; io::Error is all that is
-            // reachable today, and it reads as transient (Io), which an unreachable dataset is.
-            Err(e) => Err(std::io::Error::other(format!("reading the Lance dataset's version: {e}")).into()),
+            Err(e) => Err(sinkpoint::Error::target_with_source(format!("reading the version of {}", self.uri), e)),
         }
     }
 
@@ -183,7 +215,7 @@ impl Target for LanceTarget {
     }
 
     async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
-        let dataset = match Dataset::open(&self.uri).await {
+        let dataset = match self.open().await {
             Ok(d) => d,
             Err(e) => return ProbeOutcome::Unknown { reason: format!("opening the dataset: {e}") },
         };

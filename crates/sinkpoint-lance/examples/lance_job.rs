@@ -20,7 +20,8 @@ use lance::dataset::{WriteMode, WriteParams};
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::{
-    CheckpointId, CommitKey, CommitOutcome, JobId, ProbeOutcome, Store, Target, TargetCommit, TargetIdentity,
+    Attempt, CheckpointId, CommitKey, CommitOutcome, JobId, Part, ProbeOutcome, StagePart, Store, Target, TargetCommit,
+    TargetIdentity,
 };
 use sinkpoint_lance::{LanceTarget, write_fragments};
 
@@ -102,8 +103,9 @@ fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![Field::new("row", DataType::Utf8, false)]))
 }
 
-fn io(e: impl std::fmt::Display) -> sinkpoint::Error {
-    std::io::Error::other(e.to_string()).into()
+/// A Lance failure as the target's error (not `Io`: a refused write is not fixed by retrying it).
+fn lance_error(what: &str) -> impl Fn(lance::Error) -> sinkpoint::Error + '_ {
+    move |e| sinkpoint::Error::target_with_source(what.to_owned(), e)
 }
 
 /// The dataset, created empty with its schema on the first run.
@@ -113,7 +115,7 @@ async fn open_or_create(uri: &str) -> sinkpoint::Result<Arc<Dataset>> {
     }
     let reader = RecordBatchIterator::new(Vec::<Result<RecordBatch, _>>::new(), schema());
     let params = WriteParams { mode: WriteMode::Create, ..WriteParams::default() };
-    Ok(Arc::new(Dataset::write(reader, uri, Some(params)).await.map_err(io)?))
+    Ok(Arc::new(Dataset::write(reader, uri, Some(params)).await.map_err(lance_error("creating the dataset"))?))
 }
 
 /// One worker: make input `i`'s rows, write them as uncommitted fragments, stage, seal.
@@ -130,17 +132,19 @@ async fn work(
     }
     let id = CheckpointId::new(format!("input-{i:05}"))?;
     let attempt = match store.get(&id)? {
-        None => 0,
+        None => Attempt::FIRST,
+        // A task of a dead attempt (an older epoch) never mixes its fragments with ours: begin a new attempt.
         Some(info) if store.orphans().contains(&id) || info.state == sinkpoint::CheckpointState::Aborted => {
             store.restart(&id).await?;
-            info.attempt + 1
+            info.attempt.next()
         }
         Some(info) => info.attempt,
     };
     let values: Vec<String> = (0..rows).map(|r| format!("{i}:{r}")).collect();
-    let batch = RecordBatch::try_new(schema(), vec![Arc::new(StringArray::from(values))]).map_err(io)?;
-    let results = write_fragments(dataset, vec![batch]).await.map_err(io)?;
-    store.stage(&id, attempt, 0, vec![key], results).await?;
+    let batch = RecordBatch::try_new(schema(), vec![Arc::new(StringArray::from(values))])
+        .map_err(|e| sinkpoint::Error::invalid_input(format!("a batch of input {i}: {e}")))?;
+    let results = write_fragments(dataset, vec![batch]).await.map_err(lance_error("writing fragments"))?;
+    store.stage(&id, StagePart::new(attempt, Part::FIRST).keys(vec![key]).results(results)).await?;
     if crash_at == Some("after-stage") {
         crash("after-stage");
     }
@@ -152,12 +156,22 @@ async fn work(
 }
 
 async fn read_back(uri: &str, args: &Args) -> sinkpoint::Result<bool> {
-    let dataset = Dataset::open(uri).await.map_err(io)?;
-    let batches: Vec<RecordBatch> =
-        dataset.scan().try_into_stream().await.map_err(io)?.try_collect().await.map_err(io)?;
+    let dataset = Dataset::open(uri).await.map_err(lance_error("opening the dataset"))?;
+    let batches: Vec<RecordBatch> = dataset
+        .scan()
+        .try_into_stream()
+        .await
+        .map_err(lance_error("scanning"))?
+        .try_collect()
+        .await
+        .map_err(lance_error("scanning"))?;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for batch in &batches {
-        let column = batch.column(0).as_any().downcast_ref::<StringArray>().ok_or_else(|| io("not a string column"))?;
+        let column = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| sinkpoint::Error::corrupt("the dataset's row column is not a string column"))?;
         for row in column.iter().flatten() {
             *counts.entry(row.to_owned()).or_default() += 1;
         }
@@ -223,7 +237,7 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
             // A stage crash only in the middle of the job, so some inputs are done and some not.
             work(&store, dataset.clone(), i, args.rows, stage_crash.filter(|_| i == args.inputs / 2)).await?;
         }
-        let commit = committer.commit_pending(true).await?;
+        let commit = committer.finish().await?;
         println!("committed keys {:?}", commit.committed_keys);
     }
     Ok(if read_back(&uri, &args).await? { ExitCode::SUCCESS } else { ExitCode::FAILURE })

@@ -1,0 +1,740 @@
+//! The Lance target's tests, in one binary (each test binary links all of lance).
+
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchIterator, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance::dataset::{WriteMode, WriteParams};
+use sinkpoint::testkit::conformance::{Inspect, SuiteSettings, run_conformance};
+use sinkpoint::{
+    Attempt, CheckpointId, CommitKey, CommitOutcome, JobId, Part, ProbeOutcome, StagePart, Target, TargetCommit,
+    WriteResult,
+};
+use sinkpoint_lance::{LanceTarget, write_fragments};
+use tokio::sync::OnceCell;
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, false)]))
+}
+
+fn rows(names: &[&str]) -> RecordBatch {
+    let column = Arc::new(StringArray::from(names.to_vec()));
+    RecordBatch::try_new(schema(), vec![column]).unwrap_or_else(|e| panic!("a batch: {e}"))
+}
+
+async fn create_empty(uri: &str) -> Arc<Dataset> {
+    let reader = RecordBatchIterator::new(Vec::<Result<RecordBatch, _>>::new(), schema());
+    let params = WriteParams { mode: WriteMode::Create, ..WriteParams::default() };
+    Arc::new(Dataset::write(reader, uri, Some(params)).await.unwrap_or_else(|e| panic!("create {uri}: {e}")))
+}
+
+async fn names_in(uri: &str) -> Vec<String> {
+    names_of(&Dataset::open(uri).await.unwrap_or_else(|e| panic!("open {uri}: {e}"))).await
+}
+
+async fn names_of(dataset: &Dataset) -> Vec<String> {
+    let batches: Vec<RecordBatch> = dataset
+        .scan()
+        .try_into_stream()
+        .await
+        .unwrap_or_else(|e| panic!("scan: {e}"))
+        .try_collect()
+        .await
+        .unwrap_or_else(|e| panic!("scan: {e}"));
+    let mut out = Vec::new();
+    for batch in batches {
+        let column = batch.column(0).as_any().downcast_ref::<StringArray>().map(|a| a.iter().flatten());
+        out.extend(column.into_iter().flatten().map(str::to_owned));
+    }
+    out
+}
+
+/// The conformance suite's adapter: each batch of rows the suite names is written as an uncommitted fragment
+/// with a `row` column (what a worker does), and committed through the real [`LanceTarget`], fenced or not.
+struct SuiteTable {
+    _dir: tempfile::TempDir,
+    uri: String,
+    target: LanceTarget,
+    created: OnceCell<Arc<Dataset>>,
+}
+
+impl SuiteTable {
+    fn new(fenced: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("table.lance").to_string_lossy().into_owned();
+        let target = if fenced { LanceTarget::new(&uri) } else { LanceTarget::new(&uri).unfenced() };
+        Self { _dir: dir, uri, target, created: OnceCell::new() }
+    }
+
+    fn row_schema() -> Arc<Schema> {
+        Arc::new(Schema::new(vec![Field::new("row", DataType::UInt64, false)]))
+    }
+
+    /// The dataset, created empty on first use (the suite makes a fresh table per case).
+    async fn dataset(&self) -> Arc<Dataset> {
+        self.created
+            .get_or_init(|| async {
+                let reader = RecordBatchIterator::new(Vec::<Result<RecordBatch, _>>::new(), Self::row_schema());
+                let params = WriteParams { mode: WriteMode::Create, ..WriteParams::default() };
+                let created = Dataset::write(reader, self.uri.as_str(), Some(params)).await;
+                Arc::new(created.unwrap_or_else(|e| panic!("create {}: {e}", self.uri)))
+            })
+            .await
+            .clone()
+    }
+}
+
+#[async_trait]
+impl Target for SuiteTable {
+    async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+        self.dataset().await;
+        self.target.version().await
+    }
+
+    async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+        self.dataset().await;
+        self.target.commit(commit).await
+    }
+
+    async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
+        self.dataset().await;
+        self.target.probe(key, prepared_version).await
+    }
+}
+
+#[async_trait]
+impl Inspect for SuiteTable {
+    async fn write_rows(&self, _checkpoint: &CheckpointId, rows: &[u64]) -> sinkpoint::Result<WriteResult> {
+        let column = Arc::new(UInt64Array::from(rows.to_vec()));
+        let batch = RecordBatch::try_new(Self::row_schema(), vec![column])
+            .map_err(|e| sinkpoint::Error::invalid_input(format!("a batch of rows: {e}")))?;
+        let mut results = write_fragments(self.dataset().await, vec![batch])
+            .await
+            .map_err(|e| sinkpoint::Error::target_with_source("writing a fragment", e))?;
+        // One small batch is one fragment; the suite stages one result per batch.
+        assert_eq!(results.len(), 1, "one batch of {} rows wrote {} fragments", rows.len(), results.len());
+        Ok(results.remove(0))
+    }
+
+    async fn landed_rows(&self) -> sinkpoint::Result<Vec<u64>> {
+        // A case whose every target call was a fault injected before the table: the table is empty.
+        self.dataset().await;
+        let dataset = Dataset::open(&self.uri)
+            .await
+            .map_err(|e| sinkpoint::Error::target_with_source("opening the dataset", e))?;
+        let batches: Vec<RecordBatch> = dataset
+            .scan()
+            .try_into_stream()
+            .await
+            .map_err(|e| sinkpoint::Error::target_with_source("scanning", e))?
+            .try_collect()
+            .await
+            .map_err(|e| sinkpoint::Error::target_with_source("scanning", e))?;
+        let mut rows = Vec::new();
+        for batch in batches {
+            let column = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(|| sinkpoint::Error::corrupt("the row column is not UInt64"))?;
+            rows.extend(column.iter().flatten());
+        }
+        Ok(rows)
+    }
+}
+
+mod conformance {
+    use sinkpoint::testkit::conformance::TargetFaults;
+
+    use super::*;
+
+    fn settings() -> SuiteSettings {
+        let cases = std::env::var("SINKPOINT_CONFORMANCE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+        let settings = SuiteSettings { cases, steps_max: 10, ..SuiteSettings::default() };
+        println!("conformance seed {:#x}", settings.seed);
+        settings
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_conformance_suite_passes_on_a_local_lance_dataset() {
+        let report = run_conformance(|| SuiteTable::new(true), &settings()).await.unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(report.scenarios, 4, "the two-writer and zombie scenarios ran: {report:?}");
+    }
+
+    /// A plain rebasing Lance Append (no key check, no V + 1 fence) is what the suite exists to refuse.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plain_lance_append_fails_the_conformance_suite() {
+        let settings = SuiteSettings { faults: TargetFaults::Own, ..settings() };
+        let failure = run_conformance(|| SuiteTable::new(false), &settings).await.err();
+        let failure = failure.unwrap_or_else(|| panic!("an unfenced Lance target passed the suite"));
+        println!("{failure}");
+    }
+}
+
+mod racing {
+    use super::*;
+
+    const ROUNDS: u64 = 20;
+
+    fn key(n: u64) -> CommitKey {
+        CommitKey { job: JobId::new("race").unwrap_or_else(|e| panic!("{e}")), n }
+    }
+
+    /// Two committers of one job, same key, same read version: exactly one lands each round; unfenced, both.
+    async fn race(fenced: bool) -> Vec<usize> {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("race.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let target = if fenced { LanceTarget::new(&uri) } else { LanceTarget::new(&uri).unfenced() };
+        let mut landed_per_round = Vec::new();
+        for n in 0..ROUNDS {
+            let prepared = target.version().await.unwrap_or_else(|e| panic!("{e}"));
+            let ids = vec![CheckpointId::new(format!("cp-{n}")).unwrap_or_else(|e| panic!("{e}"))];
+            let name = format!("round-{n}");
+            let results =
+                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
+            let k = key(n);
+            let commit = TargetCommit {
+                key: &k,
+                ids: &ids,
+                epoch: 1,
+                results: &results,
+                final_commit: false,
+                prepared_version: prepared,
+            };
+            let (a, b) = tokio::join!(target.commit(&commit), target.commit(&commit));
+            println!("round {n}: {a:?} / {b:?}");
+            landed_per_round.push(names_in(&uri).await.iter().filter(|r| **r == name).count());
+        }
+        landed_per_round
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_committers_of_one_key_land_exactly_once_each_round() {
+        assert_eq!(race(true).await, vec![1; ROUNDS as usize]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unfenced_committers_of_one_key_land_twice() {
+        assert!(race(false).await.iter().any(|&n| n > 1));
+    }
+}
+
+mod faults {
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    use lance_io::object_store::ObjectStore;
+    use lance_table::format::{IndexMetadata, Manifest, Transaction};
+    use lance_table::io::commit::{
+        CommitError, CommitHandler, ConditionalPutCommitHandler, ManifestLocation, ManifestNamingScheme, ManifestWriter,
+    };
+    use object_store::path::Path;
+    use sinkpoint::Committer;
+    use sinkpoint::testkit::CrashBackend;
+    use sinkpoint::{Store, TargetIdentity};
+
+    use super::*;
+
+    const PASS: u8 = 0;
+    /// F1: the manifest is published, then the answer is lost.
+    pub(super) const LAND_THEN_LOSE_ACK: u8 = 1;
+    /// F2: the commit fails before anything is published.
+    const FAIL_BEFORE_LANDING: u8 = 2;
+    /// U: nothing is published, and the answer says the status is unknown.
+    const REPORT_UNKNOWN: u8 = 3;
+
+    /// The real local handler with one armed fault, which fires once.
+    #[derive(Debug, Default)]
+    pub(super) struct FaultyHandler {
+        pub(super) armed: AtomicU8,
+    }
+
+    #[async_trait]
+    impl CommitHandler for FaultyHandler {
+        fn is_version_not_found_definitive(&self) -> bool {
+            true
+        }
+
+        async fn commit(
+            &self,
+            manifest: &mut Manifest,
+            indices: Option<Vec<IndexMetadata>>,
+            base_path: &Path,
+            object_store: &ObjectStore,
+            manifest_writer: ManifestWriter,
+            naming_scheme: ManifestNamingScheme,
+            transaction: Option<Transaction>,
+        ) -> Result<ManifestLocation, CommitError> {
+            let real = ConditionalPutCommitHandler;
+            match self.armed.swap(PASS, Ordering::SeqCst) {
+                LAND_THEN_LOSE_ACK => {
+                    real.commit(
+                        manifest,
+                        indices,
+                        base_path,
+                        object_store,
+                        manifest_writer,
+                        naming_scheme,
+                        transaction,
+                    )
+                    .await?;
+                    Err(CommitError::OtherError(lance::Error::io("the acknowledgement was lost")))
+                }
+                FAIL_BEFORE_LANDING => Err(CommitError::OtherError(lance::Error::io("failed before publishing"))),
+                REPORT_UNKNOWN => Err(CommitError::OtherError(lance::Error::commit_status_unknown_source(
+                    manifest.version,
+                    Box::new(std::io::Error::other("no answer")),
+                ))),
+                _ => {
+                    real.commit(manifest, indices, base_path, object_store, manifest_writer, naming_scheme, transaction)
+                        .await
+                }
+            }
+        }
+    }
+
+    async fn job_with_fault(fault: u8) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("faults.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let handler = Arc::new(FaultyHandler::default());
+        let target = LanceTarget::new(&uri).with_commit_handler(handler.clone());
+        let job = JobId::new("faults").unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
+            .backend(CrashBackend::new())
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open store: {e}"));
+        for i in 0..3 {
+            let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
+            let name = format!("row-{i}");
+            let results =
+                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
+            store
+                .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results))
+                .await
+                .unwrap_or_else(|e| panic!("stage: {e}"));
+            store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+            if i == 1 {
+                // The fault hits the first commit (of inputs 0 and 1); its outcome is whatever the committer says.
+                handler.armed.store(fault, Ordering::SeqCst);
+                println!("first commit: {:?}", Committer::new(&store, &target).commit_pending().await);
+            }
+        }
+        Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        Committer::new(&store, &target).finish().await.unwrap_or_else(|e| panic!("final commit: {e}"));
+        assert!(store.pending().unwrap_or_else(|e| panic!("{e}")).checkpoints.is_empty());
+        let mut names = names_in(&uri).await;
+        names.sort();
+        names
+    }
+
+    fn every_row_once() -> Vec<String> {
+        vec!["row-0".into(), "row-1".into(), "row-2".into()]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn f1_landed_then_lost_ack_commits_every_row_once() {
+        assert_eq!(job_with_fault(LAND_THEN_LOSE_ACK).await, every_row_once());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn f2_failed_before_landing_commits_every_row_once() {
+        assert_eq!(job_with_fault(FAIL_BEFORE_LANDING).await, every_row_once());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unknown_outcome_commits_every_row_once() {
+        assert_eq!(job_with_fault(REPORT_UNKNOWN).await, every_row_once());
+    }
+
+    /// An unknown outcome whose versions are cleaned up before the probe: the probe must say Unknown, never
+    /// NotCommitted (which would re-commit blindly).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cleanup_between_an_unknown_outcome_and_its_probe_keeps_it_unknown() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("cleanup.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let handler = Arc::new(FaultyHandler::default());
+        let target = LanceTarget::new(&uri).with_commit_handler(handler.clone());
+        let prepared = target.version().await.unwrap_or_else(|e| panic!("{e}"));
+        let k = CommitKey { job: JobId::new("cleanup").unwrap_or_else(|e| panic!("{e}")), n: 0 };
+        let ids = vec![CheckpointId::new("cp-0").unwrap_or_else(|e| panic!("{e}"))];
+        let results = write_fragments(dataset.clone(), vec![rows(&["ours"])]).await.unwrap_or_else(|e| panic!("{e}"));
+        let commit = TargetCommit {
+            key: &k,
+            ids: &ids,
+            epoch: 1,
+            results: &results,
+            final_commit: true,
+            prepared_version: prepared,
+        };
+        handler.armed.store(LAND_THEN_LOSE_ACK, Ordering::SeqCst);
+        assert!(matches!(target.commit(&commit).await, CommitOutcome::Unknown { .. }));
+        // A foreign writer appends, then maintenance removes every version but the latest.
+        let foreign = Dataset::write(
+            RecordBatchIterator::new(vec![Ok(rows(&["foreign"]))], schema()),
+            uri.as_str(),
+            Some(WriteParams { mode: WriteMode::Append, ..WriteParams::default() }),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("foreign append: {e}"));
+        foreign
+            .cleanup_old_versions(chrono::Duration::zero(), Some(true), None)
+            .await
+            .unwrap_or_else(|e| panic!("cleanup: {e}"));
+        let probe = target.probe(&k, prepared).await;
+        assert!(matches!(probe, ProbeOutcome::Unknown { .. }), "{probe:?}");
+    }
+}
+
+mod foreign {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use sinkpoint::testkit::CrashBackend;
+    use sinkpoint::{Committer, Store, TargetIdentity};
+
+    use super::*;
+
+    const INPUTS: usize = 8;
+
+    /// Another writer appends to the same dataset throughout the job: our commits re-read and retry when it
+    /// takes V + 1, and in the end every sinkpoint row and every foreign row is there once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_foreign_appender_throughout_a_job_leaves_every_row_once() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("foreign.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let appender = {
+            let (uri, stop) = (uri.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut written = 0usize;
+                while !stop.load(Ordering::SeqCst) {
+                    let name = format!("foreign-{written}");
+                    let reader = RecordBatchIterator::new(vec![Ok(rows(&[&name]))], schema());
+                    let params = WriteParams { mode: WriteMode::Append, ..WriteParams::default() };
+                    // A foreign writer retries its own conflicts (Lance's default); a failed append wrote nothing.
+                    if Dataset::write(reader, uri.as_str(), Some(params)).await.is_ok() {
+                        written += 1;
+                    }
+                    // Often enough to take V + 1 from some of our attempts, not so often that it starves them.
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                written
+            })
+        };
+        let target = LanceTarget::new(&uri);
+        let job = JobId::new("with-foreign").unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
+            .backend(CrashBackend::new())
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open store: {e}"));
+        for i in 0..INPUTS {
+            let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
+            let name = format!("row-{i}");
+            let results =
+                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
+            store
+                .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results))
+                .await
+                .unwrap_or_else(|e| panic!("stage: {e}"));
+            store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+            let committer = Committer::new(&store, &target);
+            let report = if i + 1 == INPUTS { committer.finish().await } else { committer.commit_pending().await };
+            assert!(report.is_ok(), "commit {i}: {report:?}");
+        }
+        stop.store(true, Ordering::SeqCst);
+        let foreign = appender.await.unwrap_or_else(|e| panic!("appender: {e}"));
+        let names = names_in(&uri).await;
+        for i in 0..INPUTS {
+            assert_eq!(names.iter().filter(|n| **n == format!("row-{i}")).count(), 1, "row-{i}");
+        }
+        for f in 0..foreign {
+            assert_eq!(names.iter().filter(|n| **n == format!("foreign-{f}")).count(), 1, "foreign-{f}");
+        }
+        println!("{foreign} foreign appends during the job");
+    }
+}
+
+mod write_results {
+    use lance::dataset::transaction::Operation;
+    use lance::dataset::{CommitBuilder, transaction::TransactionBuilder};
+    use sinkpoint::Format;
+    use sinkpoint_lance::{FRAGMENT_JSON_FORMAT, decode_fragment};
+
+    use super::*;
+
+    /// `FragmentMetadata.to_json()` of a three-row fragment, as pylance 14.0.2 printed it (through `json.dumps`).
+    const PYLANCE_FRAGMENT_JSON: &str = r#"{"id": 0, "files": [{"fields": [0], "column_indices": [0], "file_major_version": 2, "file_minor_version": 2, "file_size_bytes": 345, "base_id": null, "path": "101101110110000100000101d726714f15a3837539902b2fcb.lance"}], "overlays": [], "physical_rows": 3, "deletion_file": null, "row_id_meta": null, "created_at_version_meta": null, "last_updated_at_version_meta": null}"#;
+
+    fn json_result(bytes: Vec<u8>) -> WriteResult {
+        WriteResult::new(Format::Other(FRAGMENT_JSON_FORMAT.into()), bytes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_fragment_in_pylance_json_form_decodes() {
+        let fragment = decode_fragment(&json_result(PYLANCE_FRAGMENT_JSON.into())).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fragment.physical_rows, Some(3));
+        assert_eq!(fragment.files.len(), 1);
+        assert_eq!(fragment.files[0].path, "101101110110000100000101d726714f15a3837539902b2fcb.lance");
+    }
+
+    #[test]
+    fn a_result_that_is_not_a_fragment_is_refused_saying_why() {
+        let other = WriteResult::new(Format::Parquet, b"PAR1".to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        let refused = decode_fragment(&other).err().unwrap_or_else(|| panic!("a Parquet result decoded"));
+        assert!(refused.contains("Parquet"), "{refused}");
+        let garbage = decode_fragment(&json_result(b"{\"id\": ".to_vec())).err();
+        assert!(garbage.is_some_and(|e| e.contains("not FragmentMetadata JSON")));
+        let proto = WriteResult::new(Format::Lance, vec![0xff; 7]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(decode_fragment(&proto).is_err());
+    }
+
+    /// A fragment staged in either form commits the same rows: the protobuf bytes a Rust worker stages and the
+    /// JSON a Python worker stages (serialised here from the same kind of fragment, as pylance does).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fragments_staged_as_protobuf_or_json_commit_their_rows() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("forms.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let proto =
+            write_fragments(dataset.clone(), vec![rows(&["from-rust"])]).await.unwrap_or_else(|e| panic!("{e}"));
+        let python =
+            write_fragments(dataset.clone(), vec![rows(&["from-python"])]).await.unwrap_or_else(|e| panic!("{e}"));
+        let fragment = decode_fragment(&python[0]).unwrap_or_else(|e| panic!("{e}"));
+        let json = json_result(serde_json::to_vec(&fragment).unwrap_or_else(|e| panic!("{e}")));
+        let fragments = [&proto[0], &json].into_iter().map(|r| decode_fragment(r).unwrap_or_else(|e| panic!("{e}")));
+        let transaction =
+            TransactionBuilder::new(dataset.version().version, Operation::Append { fragments: fragments.collect() })
+                .build();
+        CommitBuilder::new(dataset).execute(transaction).await.unwrap_or_else(|e| panic!("commit: {e}"));
+        let mut names = names_in(&uri).await;
+        names.sort();
+        assert_eq!(names, ["from-python", "from-rust"]);
+    }
+}
+
+/// The same job with the dataset on the S3 API (moto, which `.ci/run` starts): `SINKPOINT_S3_ENDPOINT` names
+/// it. Outside CI without it the test says SKIP loudly; in CI a missing endpoint fails it.
+mod s3 {
+    use std::collections::HashMap;
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::Ordering;
+
+    use lance_io::object_store::{ObjectStoreParams, StorageOptionsAccessor};
+    use sinkpoint::testkit::CrashBackend;
+    use sinkpoint::{Committer, Store, TargetIdentity};
+
+    use super::faults::{FaultyHandler, LAND_THEN_LOSE_ACK};
+    use super::*;
+
+    fn endpoint() -> Option<String> {
+        let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT").ok();
+        if endpoint.is_none() {
+            assert!(std::env::var("CI").is_err(), "CI is set but SINKPOINT_S3_ENDPOINT is not: .ci/run starts moto");
+            eprintln!("\n*** SKIP S3: SINKPOINT_S3_ENDPOINT is not set (source .ci/moto.sh && moto_start) ***\n");
+        }
+        endpoint
+    }
+
+    fn create_bucket(endpoint: &str, name: &str) {
+        let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/');
+        let mut conn = std::net::TcpStream::connect(hostport).unwrap_or_else(|e| panic!("connect to moto: {e}"));
+        let request =
+            format!("PUT /{name} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        conn.write_all(request.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap_or_else(|e| panic!("{e}"));
+        let status = answer.lines().next().unwrap_or_default().to_owned();
+        assert!(status.contains(" 200") || status.contains(" 409"), "creating bucket {name}: {status}");
+    }
+
+    fn options(endpoint: &str) -> HashMap<String, String> {
+        [
+            ("aws_endpoint", endpoint),
+            ("allow_http", "true"),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+            ("aws_region", "us-east-1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    /// A job on S3 whose first commit lands and loses its acknowledgement (F1): every row once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_on_the_s3_api_with_a_lost_ack_commits_every_row_once() {
+        let Some(endpoint) = endpoint() else { return };
+        let bucket = format!("sinkpoint-lance-{}", std::process::id());
+        create_bucket(&endpoint, &bucket);
+        let uri = format!("s3://{bucket}/table.lance");
+        let params = ObjectStoreParams {
+            storage_options_accessor: Some(Arc::new(StorageOptionsAccessor::with_static_options(options(&endpoint)))),
+            ..ObjectStoreParams::default()
+        };
+        let reader = RecordBatchIterator::new(Vec::<Result<RecordBatch, _>>::new(), schema());
+        let create = WriteParams { mode: WriteMode::Create, store_params: Some(params), ..WriteParams::default() };
+        let dataset = Arc::new(
+            Dataset::write(reader, uri.as_str(), Some(create)).await.unwrap_or_else(|e| panic!("create {uri}: {e}")),
+        );
+        let handler = Arc::new(FaultyHandler::default());
+        let target =
+            LanceTarget::new(&uri).with_storage_options(options(&endpoint)).with_commit_handler(handler.clone());
+        let store = Store::builder(
+            JobId::new("on-s3").unwrap_or_else(|e| panic!("{e}")),
+            TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")),
+        )
+        .backend(CrashBackend::new())
+        .open()
+        .await
+        .unwrap_or_else(|e| panic!("open store: {e}"));
+        for i in 0..3 {
+            let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
+            let name = format!("row-{i}");
+            let results =
+                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
+            let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results);
+            store.stage(&id, part).await.unwrap_or_else(|e| panic!("stage: {e}"));
+            store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+            if i == 1 {
+                handler.armed.store(LAND_THEN_LOSE_ACK, Ordering::SeqCst);
+                println!("first commit: {:?}", Committer::new(&store, &target).commit_pending().await);
+            }
+        }
+        Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        Committer::new(&store, &target).finish().await.unwrap_or_else(|e| panic!("final commit: {e}"));
+        let dataset = target.open().await.unwrap_or_else(|e| panic!("open: {e}"));
+        let mut names = names_of(&dataset).await;
+        names.sort();
+        assert_eq!(names, ["row-0", "row-1", "row-2"]);
+    }
+}
+
+/// Table maintenance during a job with an unknown outcome: cleanup that honours the store's retention watermark
+/// keeps the probe exact; cleanup that ignores it makes the key Unknown — never a duplicate — and the operator's
+/// verdict settles it.
+mod retention {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use lance::dataset::cleanup::{CleanupPolicy, CleanupPolicyBuilder};
+    use sinkpoint::testkit::CrashBackend;
+    use sinkpoint::{Committer, Resolution, Store, TargetIdentity};
+
+    use super::faults::{FaultyHandler, LAND_THEN_LOSE_ACK};
+    use super::*;
+
+    /// The Lance target whose probes fail from its first commit on until `probe_down` is cleared: the key
+    /// stays CommitUnknown meanwhile (the probe of key 0 before it is begun still answers).
+    struct ProbeDown {
+        inner: LanceTarget,
+        probe_down: AtomicBool,
+    }
+
+    #[async_trait]
+    impl Target for ProbeDown {
+        async fn version(&self) -> sinkpoint::Result<Option<u64>> {
+            self.inner.version().await
+        }
+
+        async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+            self.probe_down.store(true, Ordering::SeqCst);
+            self.inner.commit(commit).await
+        }
+
+        async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
+            if self.probe_down.load(Ordering::SeqCst) {
+                return ProbeOutcome::Unknown { reason: "the probe is down".into() };
+            }
+            self.inner.probe(key, prepared_version).await
+        }
+    }
+
+    /// Every version older than a second from now: all but the latest, which Lance always keeps.
+    fn expire_everything() -> CleanupPolicy {
+        CleanupPolicyBuilder::default().before_timestamp(chrono::Utc::now() + chrono::Duration::seconds(1)).build()
+    }
+
+    /// A job whose one commit landed with its ack lost and its probe down, then a foreign append: returns the
+    /// store (key 0 CommitUnknown), the target and the dataset's URI.
+    async fn unknown_key_then_foreign_append(dir: &std::path::Path) -> (Store, ProbeDown, String) {
+        let uri = dir.join("retention.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let handler = Arc::new(FaultyHandler::default());
+        let target = ProbeDown {
+            inner: LanceTarget::new(&uri).with_commit_handler(handler.clone()),
+            probe_down: AtomicBool::new(false),
+        };
+        let job = JobId::new("retention").unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
+            .backend(CrashBackend::new())
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open store: {e}"));
+        let id = CheckpointId::new("input-0").unwrap_or_else(|e| panic!("{e}"));
+        let results = write_fragments(dataset, vec![rows(&["ours"])]).await.unwrap_or_else(|e| panic!("{e}"));
+        let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"input-0".to_vec()]).results(results);
+        store.stage(&id, part).await.unwrap_or_else(|e| panic!("stage: {e}"));
+        store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+        handler.armed.store(LAND_THEN_LOSE_ACK, Ordering::SeqCst);
+        let committer = Committer::new(&store, &target);
+        let first = committer.finish().await;
+        println!("first commit: {first:?}");
+        assert_eq!(names_in(&uri).await, ["ours"], "the commit landed");
+        let foreign = Dataset::write(
+            RecordBatchIterator::new(vec![Ok(rows(&["foreign"]))], schema()),
+            uri.as_str(),
+            Some(WriteParams { mode: WriteMode::Append, ..WriteParams::default() }),
+        )
+        .await;
+        foreign.unwrap_or_else(|e| panic!("foreign append: {e}"));
+        (store, target, uri)
+    }
+
+    fn landed_once(names: &[String]) {
+        let mut sorted = names.to_vec();
+        sorted.sort();
+        assert_eq!(sorted, ["foreign", "ours"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cleanup_that_honours_the_retention_watermark_keeps_the_probe_exact() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let (store, target, uri) = unknown_key_then_foreign_append(dir.path()).await;
+        let watermark = store.retention_watermark().unwrap_or_else(|e| panic!("{e}"));
+        assert!(watermark.is_some(), "key 0 is in flight, so maintenance is constrained");
+        let removed = target.inner.cleanup_old_versions(expire_everything(), watermark).await;
+        println!("cleanup under watermark {watermark:?}: {:?}", removed.unwrap_or_else(|e| panic!("cleanup: {e}")));
+        target.probe_down.store(false, Ordering::SeqCst);
+        let report = Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        assert!(report.blocked.is_none(), "{report:?}");
+        assert!(report.finished, "{report:?}");
+        landed_once(&names_in(&uri).await);
+        assert_eq!(store.retention_watermark().unwrap_or_else(|e| panic!("{e}")), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cleanup_that_ignores_the_watermark_leaves_the_key_unknown_until_the_operator_settles_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let (store, target, uri) = unknown_key_then_foreign_append(dir.path()).await;
+        let removed = target.inner.cleanup_old_versions(expire_everything(), None).await;
+        println!("cleanup ignoring the watermark: {:?}", removed.unwrap_or_else(|e| panic!("cleanup: {e}")));
+        target.probe_down.store(false, Ordering::SeqCst);
+        let report = Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        assert!(report.blocked.is_some(), "the probe cannot see key 0's version any more: {report:?}");
+        landed_once(&names_in(&uri).await);
+        // The documented operator path: look at the table, then record the verdict.
+        store
+            .resolve(0, Resolution::Committed, "pylance shows the rows of input-0 at version 2")
+            .await
+            .unwrap_or_else(|e| panic!("resolve: {e}"));
+        let report = Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        assert!(report.blocked.is_none(), "{report:?}");
+        landed_once(&names_in(&uri).await);
+    }
+}
