@@ -15,6 +15,7 @@ mod codec;
 pub mod commit;
 mod dir_table;
 pub mod error;
+pub mod inspect;
 pub mod limits;
 pub mod mirror;
 pub mod state;

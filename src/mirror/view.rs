@@ -76,6 +76,11 @@ impl MirrorView {
         Self { remote, db: Arc::new(loaded.db), next_slot: loaded.next_slot, epoch, next_seq }
     }
 
+    /// The restored tables, for a read-only [`crate::inspect::Inspector`].
+    pub(crate) fn shared_database(&self) -> Arc<Database> {
+        self.db.clone()
+    }
+
     /// Applies the slots written since the last read; returns how many records it applied. If the mirror's
     /// collection deleted the slots this view had reached, the view is restored afresh.
     pub async fn refresh(&mut self) -> Result<u64> {

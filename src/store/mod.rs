@@ -9,6 +9,7 @@ mod read;
 
 pub use builder::{StagingDurability, StoreBuilder, StoreSettings};
 pub(crate) use protocol::Protocol;
+pub(crate) use read::Snapshot as TableSnapshot;
 pub use read::{CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome};
 
 use std::sync::Arc;
@@ -20,13 +21,10 @@ use crate::state::{CheckpointState, StateFilter};
 use crate::types::{CheckpointId, Epoch, JobId, StagePart, TargetIdentity, WriteResult, check_source_key};
 use crate::wal::apply::Applied;
 use crate::wal::record::{Record, Resolution};
-use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, CommitValue, KEYS, META, PARTS, STATES, read_checkpoint, read_commit, read_meta, read_parts,
-};
+use crate::wal::tables::{CHECKPOINTS, COMMITS, CommitValue, PARTS, read_checkpoint, read_commit, read_parts};
 use crate::wal::writer::{CallDurability, Shared, Writer, WriterStats};
 use checks::{check_reason, check_stage, sorted_ids};
-use open::stored_id;
-use read::read_pending;
+use read::Snapshot;
 use redb::{Database, ReadableDatabase};
 
 /// The handle on one checkpoint store.
@@ -216,13 +214,13 @@ impl Store {
     /// `None` when no key is in flight (or the target gave no version), so nothing constrains maintenance.
     /// Expiring a version a probe needs turns its answer into Unknown, which only an operator can settle.
     pub fn retention_watermark(&self) -> Result<Option<u64>> {
+        self.snapshot()?.retention_watermark()
+    }
+
+    /// A read snapshot of the tables, once the writer is known to be healthy.
+    fn snapshot(&self) -> Result<Snapshot> {
         self.shared.check()?;
-        let txn = self.db.begin_read()?;
-        let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
-        let Some(key) = meta.seq.in_flight else { return Ok(None) };
-        let commit = read_commit(&txn.open_table(COMMITS)?, key)?
-            .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
-        Ok(commit.target_version)
+        Snapshot::begin(&*self.db)
     }
 
     /// Records that this open's committer found the target without key 0.
@@ -244,36 +242,17 @@ impl Store {
 
     /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.
     pub(crate) fn in_flight_key(&self) -> Result<Option<u64>> {
-        self.shared.check()?;
-        let txn = self.db.begin_read()?;
-        let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
-        Ok(meta.seq.in_flight)
+        Ok(self.snapshot()?.meta()?.seq.in_flight)
     }
 
     /// One checkpoint, if it exists.
     pub fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
-        self.shared.check()?;
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(CHECKPOINTS)?;
-        Ok(read_checkpoint(&table, id)?.map(|r| CheckpointInfo::new(id.clone(), r)))
+        self.snapshot()?.get(id)
     }
 
     /// Every checkpoint in a state, by id.
     pub fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
-        self.shared.check()?;
-        let txn = self.db.begin_read()?;
-        let states = txn.open_table(STATES)?;
-        let checkpoints = txn.open_table(CHECKPOINTS)?;
-        let code = filter.code();
-        let mut out = Vec::new();
-        for entry in states.range((code, "")..(code + 1, ""))? {
-            let (k, _) = entry?;
-            let id = stored_id(k.value().1)?;
-            let record = read_checkpoint(&checkpoints, &id)?
-                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
-            out.push(CheckpointInfo::new(id, record));
-        }
-        Ok(out)
+        self.snapshot()?.list(filter)
     }
 
     /// Whether a source key is processed: it belongs to a Sealed (or later) checkpoint. An indexed read.
@@ -282,22 +261,19 @@ impl Store {
     /// asynchronous mirror mode, not in the mirror yet, so a lost disk can take it back). Right for *skipping*
     /// work, since a rerun asks again; never a reason to delete a source (see [`Store::seal`]).
     pub fn is_processed(&self, key: &[u8]) -> Result<bool> {
-        self.shared.check()?;
         check_source_key(key)?;
-        let txn = self.db.begin_read()?;
-        Ok(txn.open_table(KEYS)?.get(key)?.is_some())
+        self.snapshot()?.is_processed(key)
     }
 
     /// Every processed source key, in key order, read a page at a time: memory stays flat in the number of keys.
     pub fn processed_keys(&self) -> ProcessedKeys {
-        ProcessedKeys { db: self.db.clone(), after: None, page: Vec::new().into_iter(), done: false }
+        ProcessedKeys::new(self.db.clone(), None)
     }
 
     /// One consistent snapshot of every Sealed, Committing and CommitUnknown checkpoint with its write results,
     /// and the commit sequence.
     pub fn pending(&self) -> Result<Pending> {
-        self.shared.check()?;
-        read_pending(&self.db)
+        self.snapshot()?.pending()
     }
 
     /// [`Store::pending`] on tokio's blocking pool: it decodes every pending checkpoint's write results, which
@@ -305,7 +281,7 @@ impl Store {
     pub(crate) async fn pending_off_runtime(&self) -> Result<Pending> {
         self.shared.check()?;
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || read_pending(&db))
+        tokio::task::spawn_blocking(move || Snapshot::begin(&*db)?.pending())
             .await
             .map_err(|e| Error::bug(format!("pending task: {e}")))?
     }
@@ -352,16 +328,12 @@ impl Store {
 
     /// The stored record of commit key `key`, if it was begun.
     pub(crate) fn commit_value(&self, key: u64) -> Result<Option<CommitValue>> {
-        self.shared.check()?;
-        let txn = self.db.begin_read()?;
-        read_commit(&txn.open_table(COMMITS)?, key)
+        self.snapshot()?.commit_value(key)
     }
 
     /// Whether the job's final commit has landed (the fast path of a rerun).
     pub fn is_finished(&self) -> Result<bool> {
-        self.shared.check()?;
-        let txn = self.db.begin_read()?;
-        Ok(read_meta(&txn.open_table(META)?)?.is_some_and(|m| m.finished))
+        Ok(self.snapshot()?.meta()?.finished)
     }
 
     /// Reads every frame of the local log in order and checks it (dense sequence numbers from the log's start,
@@ -369,8 +341,7 @@ impl Store {
     /// [`crate::ErrorKind::Corrupt`] error naming its sequence number. Opening never reads the whole log; this
     /// is the on-demand check.
     pub fn verify_log(&self) -> Result<u64> {
-        self.shared.check()?;
-        crate::wal::verify::verify_log(&self.db.begin_read()?)
+        self.snapshot()?.verify_log()
     }
 
     /// What the group-commit writer has done since this open: calls answered, batches formed and redb commits

@@ -5,49 +5,121 @@ use std::sync::Arc;
 use super::open::stored_id;
 use crate::error::{Error, Result};
 use crate::limits::KEY_PAGE_KEYS_MAX;
+use crate::state::StateFilter;
 use crate::state::{CheckpointRecord, CheckpointState};
 use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, CommitValue, KEYS, META, PARTS, STATES, read_checkpoint, read_commit, read_meta, read_parts,
+    CHECKPOINTS, COMMITS, CommitValue, KEYS, META, Meta, PARTS, STATES, read_checkpoint, read_commit, read_meta,
+    read_parts,
 };
-use redb::{Database, ReadableDatabase};
+use redb::{ReadTransaction, ReadableDatabase};
 
-/// One consistent snapshot of everything pending, read from `db` (see [`crate::Store::pending`]).
-pub(super) fn read_pending(db: &Database) -> Result<Pending> {
-    let txn = db.begin_read()?;
-    let states = txn.open_table(STATES)?;
-    let checkpoints = txn.open_table(CHECKPOINTS)?;
-    let parts = txn.open_table(PARTS)?;
-    let commits = txn.open_table(COMMITS)?;
-    let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
-    let mut out = Vec::new();
-    let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
-    for entry in states.range((lo, "")..(hi + 1, ""))? {
-        let (k, _) = entry?;
-        let id = stored_id(k.value().1)?;
-        let record = read_checkpoint(&checkpoints, &id)?
-            .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
-        let results: Vec<WriteResult> =
-            read_parts(&parts, &id, record.attempt)?.into_iter().flat_map(|(_, p)| p.results).collect();
-        if results.len() != record.results as usize {
-            return Err(Error::corrupt(format!(
-                "checkpoint {id} records {} write results but {} are stored",
-                record.results,
-                results.len()
-            )));
-        }
-        out.push(PendingCheckpoint { info: CheckpointInfo::new(id, record), results });
+/// One read transaction over a store's tables: every read [`crate::Store`] and [`crate::inspect::Inspector`]
+/// make goes through it, so a live store and a read-only inspection answer alike.
+pub(crate) struct Snapshot {
+    txn: ReadTransaction,
+}
+
+impl Snapshot {
+    /// A consistent snapshot of `db` as of now.
+    pub(crate) fn begin(db: &dyn ReadableDatabase) -> Result<Self> {
+        Ok(Self { txn: db.begin_read()? })
     }
-    out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
-    let in_flight = match meta.seq.in_flight {
-        None => None,
-        Some(key) => {
-            let value = read_commit(&commits, key)?
-                .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
-            Some(CommitInfo::from_value(key, value))
+
+    /// The store's meta record.
+    pub(crate) fn meta(&self) -> Result<Meta> {
+        read_meta(&self.txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))
+    }
+
+    /// One checkpoint, if it exists.
+    pub(crate) fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
+        Ok(read_checkpoint(&self.txn.open_table(CHECKPOINTS)?, id)?.map(|r| CheckpointInfo::new(id.clone(), r)))
+    }
+
+    /// Every checkpoint in a state, by id.
+    pub(crate) fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
+        let states = self.txn.open_table(STATES)?;
+        let checkpoints = self.txn.open_table(CHECKPOINTS)?;
+        let code = filter.code();
+        let mut out = Vec::new();
+        for entry in states.range((code, "")..(code + 1, ""))? {
+            let (k, _) = entry?;
+            let id = stored_id(k.value().1)?;
+            let record = read_checkpoint(&checkpoints, &id)?
+                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
+            out.push(CheckpointInfo::new(id, record));
         }
-    };
-    Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
+        Ok(out)
+    }
+
+    /// How many checkpoints are in a state (one index range, nothing decoded).
+    pub(crate) fn count(&self, filter: StateFilter) -> Result<u64> {
+        let code = filter.code();
+        let mut count = 0;
+        for entry in self.txn.open_table(STATES)?.range((code, "")..(code + 1, ""))? {
+            entry?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Whether a source key belongs to a Sealed (or later) checkpoint.
+    pub(crate) fn is_processed(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.txn.open_table(KEYS)?.get(key)?.is_some())
+    }
+
+    /// The stored record of commit key `key`, if it was begun.
+    pub(crate) fn commit_value(&self, key: u64) -> Result<Option<CommitValue>> {
+        read_commit(&self.txn.open_table(COMMITS)?, key)
+    }
+
+    /// The key in flight's record, if a key is in flight.
+    pub(crate) fn in_flight(&self, meta: &Meta) -> Result<Option<CommitInfo>> {
+        let Some(key) = meta.seq.in_flight else { return Ok(None) };
+        let value = self
+            .commit_value(key)?
+            .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
+        Ok(Some(CommitInfo::from_value(key, value)))
+    }
+
+    /// See [`crate::Store::retention_watermark`].
+    pub(crate) fn retention_watermark(&self) -> Result<Option<u64>> {
+        Ok(self.in_flight(&self.meta()?)?.and_then(|c| c.prepared_version))
+    }
+
+    /// See [`crate::Store::verify_log`].
+    pub(crate) fn verify_log(&self) -> Result<u64> {
+        crate::wal::verify::verify_log(&self.txn)
+    }
+
+    /// Everything pending (see [`crate::Store::pending`]).
+    pub(crate) fn pending(&self) -> Result<Pending> {
+        let states = self.txn.open_table(STATES)?;
+        let checkpoints = self.txn.open_table(CHECKPOINTS)?;
+        let parts = self.txn.open_table(PARTS)?;
+        let meta = self.meta()?;
+        let mut out = Vec::new();
+        let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
+        for entry in states.range((lo, "")..(hi + 1, ""))? {
+            let (k, _) = entry?;
+            let id = stored_id(k.value().1)?;
+            let record = read_checkpoint(&checkpoints, &id)?
+                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
+            let results: Vec<WriteResult> =
+                read_parts(&parts, &id, record.attempt)?.into_iter().flat_map(|(_, p)| p.results).collect();
+            if results.len() != record.results as usize {
+                return Err(Error::corrupt(format!(
+                    "checkpoint {id} records {} write results but {} are stored",
+                    record.results,
+                    results.len()
+                )));
+            }
+            out.push(PendingCheckpoint { info: CheckpointInfo::new(id, record), results });
+        }
+        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+        let in_flight = self.in_flight(&meta)?;
+        Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
+    }
 }
 
 /// What the store holds of one checkpoint.
@@ -148,10 +220,17 @@ pub enum StageOutcome {
 /// Every processed source key, a page at a time (see [`crate::Store::processed_keys`]). Each page is read in its own
 /// read transaction, so a key processed during the iteration may or may not be seen; none is seen twice.
 pub struct ProcessedKeys {
-    pub(super) db: Arc<Database>,
-    pub(super) after: Option<Vec<u8>>,
-    pub(super) page: std::vec::IntoIter<Vec<u8>>,
-    pub(super) done: bool,
+    pub(crate) db: Arc<dyn ReadableDatabase + Send + Sync>,
+    pub(crate) after: Option<Vec<u8>>,
+    pub(crate) page: std::vec::IntoIter<Vec<u8>>,
+    pub(crate) done: bool,
+}
+
+impl ProcessedKeys {
+    /// Every key of `db` after `after` (all of them for `None`), in key order.
+    pub(crate) fn new(db: Arc<dyn ReadableDatabase + Send + Sync>, after: Option<Vec<u8>>) -> Self {
+        Self { db, after, page: Vec::new().into_iter(), done: false }
+    }
 }
 
 impl ProcessedKeys {

@@ -15,6 +15,7 @@
 //! - [`FaultStore`]: an object store wrapper that fails puts before or after they land, holds them at a gate,
 //!   adds latency, counts requests, bytes and listed objects, and crashes at operation k.
 //! - [`ManualClock`]: a clock that moves only when the test says so.
+//! - [`s3_endpoint`], [`create_s3_bucket`]: the S3-API test server (moto) `.ci/run` starts, for tests on S3.
 //! - [`conformance`]: the suite an adapter author runs against their own [`crate::Target`] (not a stable part of
 //!   the public API; may change in any release).
 //! - [`ProcessCrash`]: one simulated process's crash point, shared by a [`CrashBackend`], a [`FaultStore`] and
@@ -31,6 +32,7 @@ pub mod crash;
 mod faults;
 #[doc(hidden)]
 pub mod fuzz;
+mod moto;
 mod process;
 mod protocol;
 mod rng;
@@ -39,6 +41,7 @@ mod target;
 pub use backend::CrashBackend;
 pub use clock::ManualClock;
 pub use faults::{Counts, FaultStore, Journal, Mutation, PutFault};
+pub use moto::{create_s3_bucket, s3_endpoint};
 pub use process::{Component, ProcessCrash};
 pub use protocol::RawProtocol;
 pub use rng::SplitMix64;

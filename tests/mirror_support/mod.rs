@@ -3,7 +3,6 @@
 //! and small helpers to build stores and checkpoints.
 #![allow(dead_code, reason = "each suite uses a different part of the support module")]
 
-use std::io::{Read as _, Write as _};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,17 +44,6 @@ fn unique(test: &str) -> String {
 }
 
 /// Creates a bucket on moto with a plain HTTP `PUT /{name}` (moto does not check signatures).
-fn create_s3_bucket(endpoint: &str, name: &str) {
-    let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    let mut conn = std::net::TcpStream::connect(hostport).expect("connect to moto");
-    let request = format!("PUT /{name} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    conn.write_all(request.as_bytes()).unwrap();
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).unwrap();
-    let status = answer.lines().next().unwrap_or_default().to_owned();
-    assert!(status.contains(" 200") || status.contains(" 409"), "creating bucket {name}: {status}");
-}
-
 /// The backends to run on: the S3 one only when moto is there. Without it, outside CI the test says so loudly
 /// and runs the other two; in CI (`CI` set) a missing moto fails the test.
 pub fn kinds() -> Vec<Kind> {
@@ -86,7 +74,7 @@ impl Bucket {
             }
             Kind::S3 => {
                 let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT").unwrap();
-                create_s3_bucket(&endpoint, &name);
+                sinkpoint::testkit::create_s3_bucket(&endpoint, &name).unwrap();
                 let s3 = object_store::aws::AmazonS3Builder::new()
                     .with_endpoint(&endpoint)
                     .with_allow_http(true)

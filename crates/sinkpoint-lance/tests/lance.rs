@@ -302,8 +302,24 @@ mod faults {
         let dataset = create_empty(&uri).await;
         let handler = Arc::new(FaultyHandler::default());
         let target = LanceTarget::new(&uri).with_commit_handler(handler.clone());
-        let job = JobId::new("faults").unwrap_or_else(|e| panic!("{e}"));
-        let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
+        run_job_with_fault(dataset, &target, &handler, fault, "faults").await;
+        let mut names = names_in(&uri).await;
+        names.sort();
+        names
+    }
+
+    /// Stages and seals rows 0..3, one input each; `fault` hits the first commit (of inputs 0 and 1), whatever
+    /// the committer makes of it; then recovers and finishes with nothing left pending.
+    pub(super) async fn run_job_with_fault(
+        dataset: Arc<Dataset>,
+        target: &LanceTarget,
+        handler: &FaultyHandler,
+        fault: u8,
+        job: &str,
+    ) {
+        let job = JobId::new(job).unwrap_or_else(|e| panic!("{e}"));
+        let identity = TargetIdentity::new(target.uri()).unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::builder(job, identity)
             .backend(CrashBackend::new())
             .open()
             .await
@@ -313,23 +329,17 @@ mod faults {
             let name = format!("row-{i}");
             let results =
                 write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
-            store
-                .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results))
-                .await
-                .unwrap_or_else(|e| panic!("stage: {e}"));
+            let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results);
+            store.stage(&id, part).await.unwrap_or_else(|e| panic!("stage: {e}"));
             store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
             if i == 1 {
-                // The fault hits the first commit (of inputs 0 and 1); its outcome is whatever the committer says.
                 handler.armed.store(fault, Ordering::SeqCst);
-                println!("first commit: {:?}", Committer::new(&store, &target).commit_pending().await);
+                println!("first commit: {:?}", Committer::new(&store, target).commit_pending().await);
             }
         }
-        Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
-        Committer::new(&store, &target).finish().await.unwrap_or_else(|e| panic!("final commit: {e}"));
+        Committer::new(&store, target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        Committer::new(&store, target).finish().await.unwrap_or_else(|e| panic!("final commit: {e}"));
         assert!(store.pending().unwrap_or_else(|e| panic!("{e}")).checkpoints.is_empty());
-        let mut names = names_in(&uri).await;
-        names.sort();
-        names
     }
 
     fn every_row_once() -> Vec<String> {
@@ -523,36 +533,11 @@ mod write_results {
 /// it. Outside CI without it the test says SKIP loudly; in CI a missing endpoint fails it.
 mod s3 {
     use std::collections::HashMap;
-    use std::io::{Read as _, Write as _};
-    use std::sync::atomic::Ordering;
 
     use lance_io::object_store::{ObjectStoreParams, StorageOptionsAccessor};
-    use sinkpoint::testkit::CrashBackend;
-    use sinkpoint::{Committer, Store, TargetIdentity};
 
-    use super::faults::{FaultyHandler, LAND_THEN_LOSE_ACK};
+    use super::faults::{FaultyHandler, LAND_THEN_LOSE_ACK, run_job_with_fault};
     use super::*;
-
-    fn endpoint() -> Option<String> {
-        let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT").ok();
-        if endpoint.is_none() {
-            assert!(std::env::var("CI").is_err(), "CI is set but SINKPOINT_S3_ENDPOINT is not: .ci/run starts moto");
-            eprintln!("\n*** SKIP S3: SINKPOINT_S3_ENDPOINT is not set (source .ci/moto.sh && moto_start) ***\n");
-        }
-        endpoint
-    }
-
-    fn create_bucket(endpoint: &str, name: &str) {
-        let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/');
-        let mut conn = std::net::TcpStream::connect(hostport).unwrap_or_else(|e| panic!("connect to moto: {e}"));
-        let request =
-            format!("PUT /{name} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        conn.write_all(request.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-        let mut answer = String::new();
-        conn.read_to_string(&mut answer).unwrap_or_else(|e| panic!("{e}"));
-        let status = answer.lines().next().unwrap_or_default().to_owned();
-        assert!(status.contains(" 200") || status.contains(" 409"), "creating bucket {name}: {status}");
-    }
 
     fn options(endpoint: &str) -> HashMap<String, String> {
         [
@@ -570,9 +555,9 @@ mod s3 {
     /// A job on S3 whose first commit lands and loses its acknowledgement (F1): every row once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_on_the_s3_api_with_a_lost_ack_commits_every_row_once() {
-        let Some(endpoint) = endpoint() else { return };
+        let Some(endpoint) = sinkpoint::testkit::s3_endpoint() else { return };
         let bucket = format!("sinkpoint-lance-{}", std::process::id());
-        create_bucket(&endpoint, &bucket);
+        sinkpoint::testkit::create_s3_bucket(&endpoint, &bucket).unwrap_or_else(|e| panic!("{e}"));
         let uri = format!("s3://{bucket}/table.lance");
         let params = ObjectStoreParams {
             storage_options_accessor: Some(Arc::new(StorageOptionsAccessor::with_static_options(options(&endpoint)))),
@@ -586,29 +571,7 @@ mod s3 {
         let handler = Arc::new(FaultyHandler::default());
         let target =
             LanceTarget::new(&uri).with_storage_options(options(&endpoint)).with_commit_handler(handler.clone());
-        let store = Store::builder(
-            JobId::new("on-s3").unwrap_or_else(|e| panic!("{e}")),
-            TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")),
-        )
-        .backend(CrashBackend::new())
-        .open()
-        .await
-        .unwrap_or_else(|e| panic!("open store: {e}"));
-        for i in 0..3 {
-            let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
-            let name = format!("row-{i}");
-            let results =
-                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
-            let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results);
-            store.stage(&id, part).await.unwrap_or_else(|e| panic!("stage: {e}"));
-            store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
-            if i == 1 {
-                handler.armed.store(LAND_THEN_LOSE_ACK, Ordering::SeqCst);
-                println!("first commit: {:?}", Committer::new(&store, &target).commit_pending().await);
-            }
-        }
-        Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
-        Committer::new(&store, &target).finish().await.unwrap_or_else(|e| panic!("final commit: {e}"));
+        run_job_with_fault(dataset, &target, &handler, LAND_THEN_LOSE_ACK, "on-s3").await;
         let dataset = target.open().await.unwrap_or_else(|e| panic!("open: {e}"));
         let mut names = names_of(&dataset).await;
         names.sort();

@@ -1,0 +1,88 @@
+//! The changing commands: each opens the store as its writer (refused while a job holds it), records the change
+//! with who made it and why, and closes.
+
+use std::path::Path;
+
+use sinkpoint::inspect::Inspector;
+use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::{CheckpointId, Resolution, Store, WriteResult};
+
+use crate::Writable;
+use crate::exit::{Code, Failure};
+use crate::render::key_text;
+use crate::source::{mirror, writer};
+
+/// `who: why`, as the log records it.
+fn attributed(reason: &str) -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown-user".into());
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    format!("sinkpoint CLI, {user}@{host}: {reason}")
+}
+
+async fn with_writer<T>(
+    store: &Writable,
+    change: impl AsyncFnOnce(&Store, &str) -> sinkpoint::Result<T>,
+) -> Result<T, Failure> {
+    let opened = writer(&store.store, store.mirror.as_deref()).await?;
+    let result = change(&opened, &attributed(&store.reason)).await;
+    // Closing waits for the writer (and the mirror, in synchronous mode) to finish what was recorded.
+    opened.close_async().await;
+    Ok(result?)
+}
+
+pub(crate) async fn resolve(store: &Writable, key: u64, resolution: Resolution) -> Result<Code, Failure> {
+    with_writer(store, async |s, why| s.resolve(key, resolution, why).await).await?;
+    println!("key {key} resolved {resolution:?}; the next run of the job acts on it");
+    Ok(Code::Ok)
+}
+
+pub(crate) async fn unbind(store: &Writable, key: u64) -> Result<Code, Failure> {
+    with_writer(store, async |s, why| s.unbind(key, why).await).await?;
+    println!("key {key} un-bound: its checkpoints are Sealed again; the next run commits them under a fresh probe");
+    Ok(Code::Ok)
+}
+
+pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code, Failure> {
+    let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
+    let dropped = with_writer(store, async |s, why| s.force_abort(&ids, why).await).await?;
+    println!("aborted {} checkpoints; their inputs will be read again. Write results to clean up:", ids.len());
+    for result in &dropped {
+        println!("  {}", result_text(result));
+    }
+    Ok(Code::Ok)
+}
+
+fn result_text(result: &WriteResult) -> String {
+    format!("{:?} {}", result.format(), key_text(result.bytes()))
+}
+
+pub(crate) async fn restore(url: &str, to: &Path, take_over: bool) -> Result<Code, Failure> {
+    if !take_over {
+        return Err(Failure::new(
+            Code::Usage,
+            "restore takes the mirror over: a writer still running on it is fenced and stops. Stop the job first, \
+             then add --take-over (to look without taking over, use `sinkpoint status --mirror URL`)",
+        ));
+    }
+    if to.exists() {
+        return Err(Failure::new(Code::Usage, format!("{} exists: restore into a new path", to.display())));
+    }
+    let summary = crate::source::mirror_inspector(url).await?.summary()?;
+    let (object_store, prefix) = mirror(url)?;
+    let store = Store::builder(summary.job.clone(), summary.target.clone())
+        .path(to)
+        .mirror(object_store, prefix, MirrorSettings::default())
+        .open()
+        .await?;
+    let epoch = store.epoch();
+    store.close_async().await;
+    let checked = Inspector::open_file(to)?.verify()?;
+    println!(
+        "restored job {} into {} as epoch {epoch}: {} checkpoints, {} commit keys; run the job with this file",
+        summary.job,
+        to.display(),
+        checked.checkpoints,
+        checked.commits
+    );
+    Ok(Code::Ok)
+}

@@ -1,0 +1,202 @@
+//! `sinkpoint`: the operator's view of a sinkpoint store, and the hatches that settle a stuck job.
+//!
+//! Reading commands open the store file read-only (refused while a running job holds it) or restore its mirror
+//! into memory (never disturbing the writer). Changing commands open the store as its writer, so they are
+//! refused while the job runs, and each records who and why in the log. Exit codes are in [`exit`].
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs, unreachable_pub)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+mod exit;
+mod hatch;
+mod read;
+mod render;
+mod source;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Inspect a sinkpoint store (a job's local file or its mirror), verify it, and settle a stuck job.
+#[derive(Parser, Debug)]
+#[command(name = "sinkpoint", version, after_help = exit::HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where a reading command reads the store from.
+#[derive(Args, Debug, Clone)]
+struct Source {
+    /// The store file (opened read-only; refused while a running job holds it: use --mirror then).
+    #[arg(long, value_name = "PATH", required_unless_present = "mirror")]
+    store: Option<PathBuf>,
+    /// The store's mirror: file:///dir/prefix, or s3://bucket/prefix configured from the AWS_* environment.
+    #[arg(long, value_name = "URL")]
+    mirror: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The store a changing command opens as its writer.
+#[derive(Args, Debug, Clone)]
+struct Writable {
+    /// The store file (refused while a running job holds it).
+    #[arg(long, value_name = "PATH")]
+    store: PathBuf,
+    /// The job's mirror, if the job runs with one: the change is mirrored before the command returns.
+    #[arg(long, value_name = "URL")]
+    mirror: Option<String>,
+    /// Why, recorded in the log with the change (required: the next operator reads it).
+    #[arg(long)]
+    reason: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Job, target, epoch, checkpoints per state, the key in flight, and what blocks the job.
+    Status(Source),
+    /// Checkpoints, by id (all states, or one).
+    List {
+        #[command(flatten)]
+        source: Source,
+        /// Only checkpoints in this state.
+        #[arg(long, value_enum)]
+        state: Option<State>,
+    },
+    /// One checkpoint.
+    Show {
+        #[command(flatten)]
+        source: Source,
+        /// The checkpoint id.
+        id: String,
+    },
+    /// Processed source keys (the skip set), in key order.
+    Keys {
+        #[command(flatten)]
+        source: Source,
+        /// Only keys starting with this text.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// At most this many keys.
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
+    },
+    /// Every commit key begun: its checkpoints, prepared table version and state.
+    Commits(Source),
+    /// Reads and checks every log frame, checkpoint, commit and pending write result.
+    Verify(Source),
+    /// Every checkpoint, commit key and processed key as JSON lines.
+    Export(Source),
+    /// Restores the store from its mirror into a new file, taking the mirror over (a new epoch: the writer that
+    /// held it is fenced, as when a machine that lost its disk resumes the job).
+    Restore {
+        /// The mirror to restore from.
+        #[arg(long, value_name = "URL")]
+        mirror: String,
+        /// The new store file (must not exist).
+        #[arg(long, value_name = "PATH")]
+        to: PathBuf,
+        /// Confirms the takeover: any writer still running on this mirror stops, fenced.
+        #[arg(long)]
+        take_over: bool,
+    },
+    /// Settles a key whose outcome is unknown, after looking at the table yourself.
+    Resolve {
+        #[command(flatten)]
+        store: Writable,
+        /// The commit key.
+        key: u64,
+        /// What the table holds: `committed` (marks its checkpoints Committed) or `not-committed` (the next commit
+        /// re-sends the key once).
+        #[arg(value_enum)]
+        verdict: Verdict,
+    },
+    /// Aborts checkpoints that are not yet in a commit; prints their write results for cleanup.
+    ForceAbort {
+        #[command(flatten)]
+        store: Writable,
+        /// The checkpoint ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Un-binds a key that is not in the table (a mismatch): its checkpoints go back to Sealed, losing nothing.
+    Unbind {
+        #[command(flatten)]
+        store: Writable,
+        /// The commit key.
+        key: u64,
+    },
+}
+
+/// A checkpoint state on the command line.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum State {
+    Staged,
+    Sealed,
+    Committing,
+    CommitUnknown,
+    Committed,
+    Aborted,
+}
+
+/// An operator's verdict on a key.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Verdict {
+    Committed,
+    NotCommitted,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return exit::fail(&format!("cannot start the async runtime: {e}"), exit::Code::Io),
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code.into(),
+        Err(failure) => exit::fail(&failure.message, failure.code),
+    }
+}
+
+async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
+    match command {
+        Command::Status(source) => read::status(&source).await,
+        Command::List { source, state } => read::list(&source, state.map(State::filter)).await,
+        Command::Show { source, id } => read::show(&source, &id).await,
+        Command::Keys { source, prefix, limit } => read::keys(&source, &prefix, limit).await,
+        Command::Commits(source) => read::commits(&source).await,
+        Command::Verify(source) => read::verify(&source).await,
+        Command::Export(source) => read::export(&source).await,
+        Command::Restore { mirror, to, take_over } => hatch::restore(&mirror, &to, take_over).await,
+        Command::Resolve { store, key, verdict } => hatch::resolve(&store, key, verdict.resolution()).await,
+        Command::ForceAbort { store, ids } => hatch::force_abort(&store, &ids).await,
+        Command::Unbind { store, key } => hatch::unbind(&store, key).await,
+    }
+}
+
+impl State {
+    fn filter(self) -> sinkpoint::StateFilter {
+        use sinkpoint::StateFilter as F;
+        match self {
+            State::Staged => F::Staged,
+            State::Sealed => F::Sealed,
+            State::Committing => F::Committing,
+            State::CommitUnknown => F::CommitUnknown,
+            State::Committed => F::Committed,
+            State::Aborted => F::Aborted,
+        }
+    }
+}
+
+impl Verdict {
+    fn resolution(self) -> sinkpoint::Resolution {
+        match self {
+            Verdict::Committed => sinkpoint::Resolution::Committed,
+            Verdict::NotCommitted => sinkpoint::Resolution::NotCommitted,
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Text and JSON forms of what the commands read. The text forms are golden-tested: change them deliberately.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use sinkpoint::inspect::StoreSummary;
+use sinkpoint::{CheckpointInfo, CheckpointState, CommitInfo};
+
+/// What blocks the job, and what to do about it.
+pub(crate) struct Advice {
+    pub(crate) blocked: bool,
+    pub(crate) text: String,
+}
+
+pub(crate) fn advice(summary: &StoreSummary) -> Advice {
+    let Some(commit) = &summary.in_flight else {
+        let text = if summary.finished { "the job finished; nothing to do" } else { "nothing blocks the job" };
+        return Advice { blocked: false, text: text.into() };
+    };
+    let key = commit.key;
+    match commit.state {
+        CheckpointState::CommitUnknown { .. } => Advice {
+            blocked: true,
+            text: format!(
+                "key {key}'s outcome is unknown. Run the job: its committer probes the table. If the probe cannot \
+                 tell (the table's history was expired), look at the table and run `sinkpoint resolve {key} \
+                 committed|not-committed --reason ...` while the job is stopped"
+            ),
+        },
+        _ if commit.awaits_recommit => Advice {
+            blocked: false,
+            text: format!("key {key} waits to be re-committed once (an operator's not-committed verdict): run the job"),
+        },
+        _ => Advice {
+            blocked: false,
+            text: format!("key {key} is being committed: run the job to finish it (a crashed run is recovered)"),
+        },
+    }
+}
+
+pub(crate) fn state_name(state: CheckpointState) -> &'static str {
+    match state {
+        CheckpointState::Staged => "staged",
+        CheckpointState::Sealed => "sealed",
+        CheckpointState::Committing { .. } => "committing",
+        CheckpointState::CommitUnknown { .. } => "commit-unknown",
+        CheckpointState::Committed { .. } => "committed",
+        CheckpointState::Aborted => "aborted",
+    }
+}
+
+fn state_key(state: CheckpointState) -> Option<u64> {
+    match state {
+        CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } => Some(key),
+        CheckpointState::Committed { key } => key,
+        _ => None,
+    }
+}
+
+fn filter_name(filter: sinkpoint::StateFilter) -> &'static str {
+    use sinkpoint::StateFilter as F;
+    match filter {
+        F::Staged => "staged",
+        F::Sealed => "sealed",
+        F::Committing => "committing",
+        F::CommitUnknown => "commit-unknown",
+        F::Committed => "committed",
+        F::Aborted => "aborted",
+    }
+}
+
+pub(crate) fn summary_text(source: &str, s: &StoreSummary, lag: Option<u64>, advice: &Advice) -> String {
+    let counts: Vec<String> = s.counts.iter().map(|(f, n)| format!("{} {n}", filter_name(*f))).collect();
+    let in_flight = s.in_flight.as_ref().map_or("none".to_string(), |c| {
+        format!(
+            "key {} ({}, {} checkpoints, prepared at table version {})",
+            c.key,
+            state_name(c.state),
+            c.ids.len(),
+            version(c.prepared_version)
+        )
+    });
+    let retention = s.retention_watermark.map_or("no constraint (nothing in flight)".to_string(), |v| {
+        format!("keep table versions >= {v} (a probe may read them)")
+    });
+    let mut out = String::new();
+    let _ = writeln!(out, "store        {source}");
+    let _ = writeln!(out, "job          {}", s.job);
+    let _ = writeln!(out, "target       {}", s.target);
+    let _ = writeln!(out, "epoch        {}", s.epoch);
+    let _ = writeln!(out, "checkpoints  {}", counts.join(", "));
+    let _ = writeln!(out, "commits      next key {}, in flight: {in_flight}", s.next_key);
+    let _ = writeln!(out, "finished     {}", if s.finished { "yes" } else { "no" });
+    let _ = writeln!(out, "retention    {retention}");
+    if let Some(lag) = lag {
+        let _ = writeln!(out, "mirror lag   {lag} records");
+    }
+    let _ = writeln!(out, "{}  {}", if advice.blocked { "BLOCKED    " } else { "next       " }, advice.text);
+    out
+}
+
+fn version(v: Option<u64>) -> String {
+    v.map_or("(none given)".to_string(), |v| v.to_string())
+}
+
+pub(crate) fn summary_json(s: &StoreSummary, advice: &Advice) -> Value {
+    let counts: serde_json::Map<String, Value> =
+        s.counts.iter().map(|(f, n)| (filter_name(*f).to_string(), json!(n))).collect();
+    json!({
+        "job": s.job.as_str(), "target": s.target.as_str(), "epoch": s.epoch, "counts": counts,
+        "next_key": s.next_key, "in_flight": s.in_flight.as_ref().map(commit_json), "finished": s.finished,
+        "retention_watermark": s.retention_watermark, "next_seq": s.next_seq,
+        "blocked": advice.blocked, "advice": advice.text,
+    })
+}
+
+pub(crate) fn checkpoint_json(c: &CheckpointInfo) -> Value {
+    json!({
+        "id": c.id.as_str(), "state": state_name(c.state), "key": state_key(c.state), "attempt": c.attempt.get(),
+        "epoch": c.epoch, "parts": c.parts, "results": c.results,
+    })
+}
+
+pub(crate) fn checkpoint_line(c: &CheckpointInfo) -> String {
+    let key = state_key(c.state).map_or(String::new(), |k| format!(" key {k}"));
+    format!("{}  {}{key}  attempt {}  parts {}  results {}", c.id, state_name(c.state), c.attempt, c.parts, c.results)
+}
+
+pub(crate) fn checkpoint_text(c: &CheckpointInfo, commit: Option<&CommitInfo>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "id           {}", c.id);
+    let _ = writeln!(out, "state        {}", state_name(c.state));
+    let _ = writeln!(out, "attempt      {} (begun by epoch {})", c.attempt, c.epoch);
+    let _ = writeln!(out, "parts        {}", c.parts);
+    let _ = writeln!(out, "results      {}", c.results);
+    if let Some(commit) = commit {
+        let _ = writeln!(out, "commit       {}", commit_line(commit));
+    }
+    out
+}
+
+pub(crate) fn commit_json(c: &CommitInfo) -> Value {
+    json!({
+        "key": c.key, "ids": c.ids.iter().map(|i| i.as_str()).collect::<Vec<_>>(), "state": state_name(c.state),
+        "prepared_version": c.prepared_version, "final_commit": c.final_commit, "epoch": c.epoch,
+        "awaits_recommit": c.awaits_recommit,
+    })
+}
+
+pub(crate) fn commit_line(c: &CommitInfo) -> String {
+    let last = if c.final_commit { ", final" } else { "" };
+    let again = if c.awaits_recommit { ", awaits its re-commit" } else { "" };
+    format!(
+        "key {}  {}  {} checkpoints  prepared at version {}  epoch {}{last}{again}",
+        c.key,
+        state_name(c.state),
+        c.ids.len(),
+        version(c.prepared_version),
+        c.epoch
+    )
+}
+
+/// A source key as text when it is UTF-8, else as hex (marked so).
+pub(crate) fn key_text(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(text) => text.to_string(),
+        Err(_) => format!("hex:{}", hex(key)),
+    }
+}
+
+pub(crate) fn key_json(key: &[u8]) -> Value {
+    match std::str::from_utf8(key) {
+        Ok(text) => json!({ "key": text }),
+        Err(_) => json!({ "key_hex": hex(key) }),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+pub(crate) fn print_json(value: &Value) {
+    println!("{value}");
+}

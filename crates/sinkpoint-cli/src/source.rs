@@ -1,0 +1,98 @@
+//! Opening what a command names: a store file read-only, a mirror URL, or a store file as its writer.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use sinkpoint::inspect::Inspector;
+use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::{Store, StoreBuilder};
+use url::Url;
+
+use crate::Source;
+use crate::exit::{Code, Failure};
+
+/// The object store and prefix a mirror URL names.
+pub(crate) fn mirror(url: &str) -> Result<(Arc<dyn ObjectStore>, object_store::path::Path), Failure> {
+    let parsed = Url::parse(url).map_err(|e| {
+        Failure::new(
+            Code::Usage,
+            format!("--mirror {url:?} is not a URL ({e}): use file:///dir/prefix or s3://bucket/prefix"),
+        )
+    })?;
+    match parsed.scheme() {
+        "file" => {
+            let (store, prefix) = object_store::parse_url(&parsed)
+                .map_err(|e| Failure::new(Code::Usage, format!("--mirror {url}: {e}")))?;
+            if !Path::new(parsed.path()).is_dir() {
+                return Err(Failure::new(Code::NotFound, format!("there is no mirror directory at {}", parsed.path())));
+            }
+            Ok((Arc::from(store), prefix))
+        }
+        "s3" => s3(url, &parsed),
+        other => Err(Failure::new(
+            Code::Usage,
+            format!("--mirror {url}: scheme {other:?} is not supported; use file:// or s3://"),
+        )),
+    }
+}
+
+/// An S3 mirror configured from the environment, refused up front when no credentials are set: the SDK's
+/// fallback (instance metadata) would otherwise stall for a minute before saying so.
+fn s3(url: &str, parsed: &Url) -> Result<(Arc<dyn ObjectStore>, object_store::path::Path), Failure> {
+    let has = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    let credentials = (has("AWS_ACCESS_KEY_ID") && has("AWS_SECRET_ACCESS_KEY"))
+        || has("AWS_WEB_IDENTITY_TOKEN_FILE")
+        || has("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        || std::env::var("AWS_SKIP_SIGNATURE").is_ok_and(|v| v == "true");
+    if !credentials {
+        return Err(Failure::new(
+            Code::Usage,
+            format!(
+                "--mirror {url}: no AWS credentials in the environment: set AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY (and AWS_REGION, AWS_ENDPOINT for a non-AWS endpoint)"
+            ),
+        ));
+    }
+    let store = AmazonS3Builder::from_env()
+        .with_url(url)
+        .build()
+        .map_err(|e| Failure::new(Code::Usage, format!("--mirror {url}: {e}")))?;
+    let prefix = object_store::path::Path::from(parsed.path().trim_start_matches('/'));
+    Ok((Arc::new(store), prefix))
+}
+
+/// The inspector a reading command reads from: the file when one is given, else the mirror.
+pub(crate) async fn inspector(source: &Source) -> Result<Inspector, Failure> {
+    match (&source.store, &source.mirror) {
+        (Some(path), _) => Ok(Inspector::open_file(path)?),
+        (None, Some(url)) => mirror_inspector(url).await,
+        (None, None) => Err(Failure::new(Code::Usage, "give --store PATH or --mirror URL")),
+    }
+}
+
+/// The mirror at `url`, restored into memory.
+pub(crate) async fn mirror_inspector(url: &str) -> Result<Inspector, Failure> {
+    let (store, prefix) = mirror(url)?;
+    Ok(Inspector::open_mirror(store, prefix).await?)
+}
+
+/// The store file at `path` opened as its writer (and with its mirror), for a command that changes it. The
+/// job and target are read from the file first: the operator never retypes them.
+pub(crate) async fn writer(path: &Path, mirror_url: Option<&str>) -> Result<Store, Failure> {
+    let summary = Inspector::open_file(path)?.summary()?;
+    let mut builder: StoreBuilder = Store::builder(summary.job, summary.target).path(path).must_exist();
+    if let Some(url) = mirror_url {
+        let (store, prefix) = mirror(url)?;
+        builder = builder.mirror(store, prefix, MirrorSettings::default());
+    }
+    match builder.open().await {
+        Ok(store) => Ok(store),
+        // A mirrored store refuses a writer without its mirror (the change would never reach it): say which flag.
+        Err(e) if mirror_url.is_none() && e.kind() == sinkpoint::ErrorKind::WrongStore => {
+            Err(Failure::new(Code::Usage, format!("{e}; give the mirror with --mirror URL")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,197 @@
+//! Read-only inspection of a store, for operators and tools (the `sinkpoint` CLI): from its file while no writer
+//! holds it, or from its mirror at any time. Nothing here writes, bumps the epoch or fences anyone; the hatches
+//! that change a store ([`crate::Store::resolve`], [`crate::Store::force_abort`], [`crate::Store::unbind`]) need a
+//! writer's open.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), sinkpoint::Error> {
+//! use sinkpoint::inspect::Inspector;
+//! use sinkpoint::{JobId, StateFilter, Store, TargetIdentity};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("sink.redb");
+//! let store = Store::builder(JobId::new("job-1")?, TargetIdentity::new("mem://t")?).path(&path).open().await?;
+//! store.close();
+//!
+//! let inspector = Inspector::open_file(&path)?;
+//! let summary = inspector.summary()?;
+//! assert_eq!(summary.job.as_str(), "job-1");
+//! assert_eq!(summary.count(StateFilter::Staged), 0);
+//! # Ok(()) }
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use redb::ReadableDatabase;
+
+use crate::error::{Error, Result};
+use crate::mirror::MirrorView;
+use crate::state::StateFilter;
+use crate::store::{CheckpointInfo, CommitInfo, ProcessedKeys, TableSnapshot};
+use crate::types::{CheckpointId, Epoch, JobId, TargetIdentity};
+
+/// A read-only view of one store's tables.
+pub struct Inspector {
+    db: Arc<dyn ReadableDatabase + Send + Sync>,
+    source: String,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector").field("source", &self.source).finish_non_exhaustive()
+    }
+}
+
+/// A store at a glance: what `sinkpoint status` prints.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct StoreSummary {
+    /// The job the store belongs to.
+    pub job: JobId,
+    /// The target it commits to.
+    pub target: TargetIdentity,
+    /// The epoch of the writer that last opened it.
+    pub epoch: Epoch,
+    /// How many checkpoints are in each state, in [`StateFilter::ALL`] order.
+    pub counts: Vec<(StateFilter, u64)>,
+    /// The next commit key the job will begin.
+    pub next_key: u64,
+    /// The key in flight (Committing or CommitUnknown), if any.
+    pub in_flight: Option<CommitInfo>,
+    /// Whether the job's final commit landed.
+    pub finished: bool,
+    /// See [`crate::Store::retention_watermark`].
+    pub retention_watermark: Option<u64>,
+    /// The sequence number the next log record gets (compare a file's with its mirror's for the mirror's lag).
+    pub next_seq: u64,
+}
+
+impl StoreSummary {
+    /// How many checkpoints are in `state`.
+    pub fn count(&self, state: StateFilter) -> u64 {
+        self.counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n)
+    }
+}
+
+/// What [`Inspector::verify`] read and found whole.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct VerifyReport {
+    /// Log frames still in the file (behind the last snapshot they are truncated), each checksum checked.
+    pub frames: u64,
+    /// Checkpoints decoded, with their state index.
+    pub checkpoints: u64,
+    /// Commit keys decoded.
+    pub commits: u64,
+    /// Write results of pending checkpoints decoded and counted against their records.
+    pub pending_results: u64,
+}
+
+impl Inspector {
+    /// Opens the store file at `path` read-only. A running job holds its file: that is
+    /// [`crate::ErrorKind::AlreadyOpen`]; inspect its mirror instead, which never needs the writer to stop.
+    pub fn open_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let place = format!("store file {}", path.display());
+        if !path.is_file() {
+            return Err(Error::wrong_store(format!("there is no {place}: check the path")));
+        }
+        let db = redb::Builder::new().open_read_only(path).map_err(|e| crate::error::open_failed(&place, e))?;
+        Self::checked(Arc::new(db), place)
+    }
+
+    /// Restores the store's state from its mirror at `prefix` of `store` into memory (every check a restore
+    /// makes), without claiming an epoch: the running writer, if any, is not disturbed.
+    pub async fn open_mirror(store: Arc<dyn ObjectStore>, prefix: object_store::path::Path) -> Result<Self> {
+        let place = format!("mirror at {prefix}");
+        let view = MirrorView::open(store, prefix).await?;
+        Self::checked(view.shared_database(), place)
+    }
+
+    fn checked(db: Arc<dyn ReadableDatabase + Send + Sync>, source: String) -> Result<Self> {
+        let inspector = Self { db, source };
+        inspector.snapshot()?.meta()?;
+        Ok(inspector)
+    }
+
+    fn snapshot(&self) -> Result<TableSnapshot> {
+        TableSnapshot::begin(&*self.db)
+    }
+
+    /// Where the store was read from, for messages.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The store at a glance, from one snapshot.
+    pub fn summary(&self) -> Result<StoreSummary> {
+        let snapshot = self.snapshot()?;
+        let meta = snapshot.meta()?;
+        let counts = StateFilter::ALL.iter().map(|s| Ok((*s, snapshot.count(*s)?))).collect::<Result<Vec<_>>>()?;
+        let in_flight = snapshot.in_flight(&meta)?;
+        Ok(StoreSummary {
+            retention_watermark: in_flight.as_ref().and_then(|c| c.prepared_version),
+            job: meta.job,
+            target: meta.target,
+            epoch: meta.epoch,
+            counts,
+            next_key: meta.seq.next_key,
+            in_flight,
+            finished: meta.finished,
+            next_seq: meta.next_seq,
+        })
+    }
+
+    /// One checkpoint, if it exists.
+    pub fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
+        self.snapshot()?.get(id)
+    }
+
+    /// Every checkpoint in a state, by id.
+    pub fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
+        self.snapshot()?.list(filter)
+    }
+
+    /// Every commit key begun, in key order.
+    pub fn commits(&self) -> Result<Vec<CommitInfo>> {
+        let snapshot = self.snapshot()?;
+        let next_key = snapshot.meta()?.seq.next_key;
+        let mut out = Vec::new();
+        for key in 0..next_key {
+            let value = snapshot
+                .commit_value(key)?
+                .ok_or_else(|| Error::corrupt(format!("commit key {key} is below the next key but has no record")))?;
+            out.push(CommitInfo::from_value(key, value));
+        }
+        Ok(out)
+    }
+
+    /// Every processed source key, in key order, a page at a time.
+    pub fn processed_keys(&self) -> ProcessedKeys {
+        ProcessedKeys::new(self.db.clone(), None)
+    }
+
+    /// Reads and checks everything: every log frame (checksum, sequence, record), every checkpoint and its
+    /// state index, every commit key, every pending checkpoint's write results. The first damage found is a
+    /// [`crate::ErrorKind::Corrupt`] error naming its place.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let snapshot = self.snapshot()?;
+        let frames = snapshot.verify_log()?;
+        let mut checkpoints = 0;
+        for state in StateFilter::ALL {
+            checkpoints += snapshot.list(state)?.len() as u64;
+        }
+        let next_key = snapshot.meta()?.seq.next_key;
+        for key in 0..next_key {
+            if snapshot.commit_value(key)?.is_none() {
+                return Err(Error::corrupt(format!("commit key {key} is below the next key but has no record")));
+            }
+        }
+        let pending = snapshot.pending()?;
+        let pending_results = pending.checkpoints.iter().map(|c| c.results.len() as u64).sum();
+        Ok(VerifyReport { frames, checkpoints, commits: next_key, pending_results })
+    }
+}

@@ -1,0 +1,40 @@
+//! The S3-API test server `.ci/run` starts (moto): its endpoint, and bucket creation without an SDK.
+
+use std::io::{Read as _, Write as _};
+
+use crate::error::{Error, Result};
+
+/// The S3-API endpoint in `SINKPOINT_S3_ENDPOINT`. Without it a test prints a loud SKIP and gets `None`; in CI
+/// (`CI` set) a missing endpoint panics, since `.ci/run` always starts the server (`source .ci/moto.sh &&
+/// moto_start`).
+pub fn s3_endpoint() -> Option<String> {
+    let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT").ok();
+    if endpoint.is_none() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI is set but SINKPOINT_S3_ENDPOINT is not: .ci/run must start moto (source .ci/moto.sh; moto_start)"
+        );
+        eprintln!("\n*** SKIP S3: SINKPOINT_S3_ENDPOINT is not set (source .ci/moto.sh && moto_start) ***\n");
+    }
+    endpoint
+}
+
+/// Creates bucket `name` on the S3-API server at `endpoint` (`http://host:port`; moto takes unsigned requests).
+/// A bucket that already exists is fine.
+pub fn create_s3_bucket(endpoint: &str, name: &str) -> Result<()> {
+    let hostport = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let io = |e: std::io::Error| {
+        Error::from(std::io::Error::new(e.kind(), format!("creating bucket {name} at {endpoint}: {e}")))
+    };
+    let mut conn = std::net::TcpStream::connect(hostport).map_err(io)?;
+    let request = format!("PUT /{name} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).map_err(io)?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).map_err(io)?;
+    let status = answer.lines().next().unwrap_or_default();
+    if status.contains(" 200") || status.contains(" 409") {
+        Ok(())
+    } else {
+        Err(Error::from(std::io::Error::other(format!("creating bucket {name} at {endpoint}: {status}"))))
+    }
+}
