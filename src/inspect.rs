@@ -28,6 +28,7 @@ use object_store::ObjectStore;
 use redb::ReadableDatabase;
 
 use crate::error::{Error, Result};
+use crate::limits::INSPECT_REPAIR_BYTES_MAX;
 use crate::mirror::MirrorView;
 use crate::state::StateFilter;
 use crate::store::{CheckpointInfo, CommitInfo, ProcessedKeys, TableSnapshot};
@@ -99,8 +100,33 @@ impl Inspector {
         if !path.is_file() {
             return Err(Error::wrong_store(format!("there is no {place}: check the path")));
         }
-        let db = redb::Builder::new().open_read_only(path).map_err(|e| crate::error::open_failed(&place, e))?;
-        Self::checked(Arc::new(db), place)
+        match redb::Builder::new().open_read_only(path) {
+            Ok(db) => Self::checked(Arc::new(db), place),
+            // The job that wrote it crashed: redb must repair the file first, which a read-only open never does.
+            Err(redb::DatabaseError::RepairAborted) => Self::repaired_in_memory(path, place),
+            Err(e) => Err(crate::error::open_failed(&place, e)),
+        }
+    }
+
+    /// Opens a copy of the unclean file at `path` in memory, repaired there: the file itself is never written.
+    /// No writer held the file a moment ago (redb's shared lock was granted); one that opens it during the copy
+    /// can make the copy torn, which the repair reports as damage, and a second try succeeds.
+    fn repaired_in_memory(path: &Path, place: String) -> Result<Self> {
+        use redb::StorageBackend as _;
+        let bytes = std::fs::metadata(path)?.len();
+        if bytes > INSPECT_REPAIR_BYTES_MAX {
+            return Err(Error::invalid_input(format!(
+                "{place} was left unclean by a crash and needs repair, and at {bytes} bytes it is over the \
+                 {INSPECT_REPAIR_BYTES_MAX} bytes repaired in memory: inspect the job's mirror, or rerun the job \
+                 (its open repairs the file), then inspect the file"
+            )));
+        }
+        let backend = redb::backends::InMemoryBackend::new();
+        let content = std::fs::read(path)?;
+        backend.set_len(content.len() as u64)?;
+        backend.write(0, &content)?;
+        let db = redb::Builder::new().create_with_backend(backend).map_err(|e| crate::error::open_failed(&place, e))?;
+        Self::checked(Arc::new(db), format!("{place} (left unclean by a crash; repaired in memory, file untouched)"))
     }
 
     /// Restores the store's state from its mirror at `prefix` of `store` into memory (every check a restore

@@ -100,3 +100,7 @@ pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
 /// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.
 pub const MIRROR_HISTORY_EPOCHS_MAX: usize = 4096;
 const _: () = assert!(STORE_CACHE_BYTES_MIN <= STORE_CACHE_BYTES_DEFAULT);
+/// The largest store file an [`crate::inspect::Inspector`] repairs in memory, in bytes: a file a crashed job left
+/// unclean needs redb's repair, which the inspector makes on a copy in memory so the file itself is never
+/// written. A larger one is refused with the advice to inspect the mirror (or let the job reopen it) instead.
+pub const INSPECT_REPAIR_BYTES_MAX: u64 = 1024 * 1024 * 1024;

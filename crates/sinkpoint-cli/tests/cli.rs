@@ -287,6 +287,27 @@ async fn restore_takes_the_mirror_over_only_when_told() {
     assert_eq!((restored["counts"]["committed"].as_u64(), restored["epoch"].as_u64()), (Some(2), Some(2)));
 }
 
+/// A store a crashed job left unclean (here: the bytes of a live store, as a crash would leave them) needs
+/// redb's repair, which a read-only open refuses: the inspector repairs a copy in memory and never writes the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_a_store_a_crash_left_unclean_without_writing_it() {
+    let job = Job::new();
+    let store = job.open().await;
+    for i in 0..2 {
+        job.seal(&store, i).await;
+    }
+    let crashed = job.dir.path().join("crashed.redb");
+    std::fs::copy(job.store_path(), &crashed).unwrap_or_else(|e| panic!("{e}"));
+    store.close_async().await;
+    let before = std::fs::read(&crashed).unwrap_or_else(|e| panic!("{e}"));
+    let out = cli(&["status", "--json", "--store", &crashed.to_string_lossy()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let value = json(&out);
+    assert_eq!(value["counts"]["sealed"], 2, "{value}");
+    assert!(value["source"].as_str().is_some_and(|s| s.contains("repaired in memory")), "{value}");
+    assert_eq!(std::fs::read(&crashed).unwrap_or_else(|e| panic!("{e}")), before, "the file was written");
+}
+
 /// What a person tries first: help, a wrong path, a wrong URL, S3 without credentials, a store a job holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persons_habits_get_one_line_errors_and_the_right_exit_codes() {
