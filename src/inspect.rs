@@ -181,6 +181,11 @@ impl Inspector {
         self.snapshot()?.list(filter)
     }
 
+    /// The record of commit key `key`, if it was begun.
+    pub fn commit(&self, key: u64) -> Result<Option<CommitInfo>> {
+        Ok(self.snapshot()?.commit_value(key)?.map(|value| CommitInfo::from_value(key, value)))
+    }
+
     /// Every commit key begun, in key order.
     pub fn commits(&self) -> Result<Vec<CommitInfo>> {
         let snapshot = self.snapshot()?;

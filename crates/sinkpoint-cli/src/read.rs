@@ -1,7 +1,7 @@
 //! The reading commands: nothing here writes.
 
 use serde_json::json;
-use sinkpoint::{CheckpointId, CheckpointState, StateFilter};
+use sinkpoint::{CheckpointId, StateFilter};
 
 use crate::Source;
 use crate::exit::{Code, Failure};
@@ -52,12 +52,8 @@ pub(crate) async fn show(source: &Source, id: &str) -> Result<Code, Failure> {
     let Some(info) = inspector.get(&id)? else {
         return Err(Failure::new(Code::NotFound, format!("no checkpoint {id} in {}", inspector.source())));
     };
-    let commit = match info.state {
-        CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } => Some(key),
-        CheckpointState::Committed { key } => key,
-        _ => None,
-    };
-    let commit = commit.and_then(|key| inspector.commits().ok()?.into_iter().find(|c| c.key == key));
+    // One indexed read of the key's record; an error reading it is reported, not hidden.
+    let commit = render::state_key(info.state).map(|key| inspector.commit(key)).transpose()?.flatten();
     if source.json {
         let mut value = render::checkpoint_json(&info);
         value["commit"] = commit.as_ref().map_or(json!(null), render::commit_json);

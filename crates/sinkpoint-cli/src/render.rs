@@ -49,7 +49,8 @@ pub(crate) fn state_name(state: CheckpointState) -> &'static str {
     }
 }
 
-fn state_key(state: CheckpointState) -> Option<u64> {
+/// The commit key a state names, if any.
+pub(crate) fn state_key(state: CheckpointState) -> Option<u64> {
     match state {
         CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } => Some(key),
         CheckpointState::Committed { key } => key,
