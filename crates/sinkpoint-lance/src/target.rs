@@ -124,11 +124,11 @@ impl LanceTarget {
         };
         let fence = Arc::new(NextVersionOnly::new(inner.clone(), read_version + 1));
         let handler: Arc<dyn CommitHandler> = if self.fenced { fence.clone() as Arc<dyn CommitHandler> } else { inner };
-        let result = CommitBuilder::new(Arc::new(dataset))
-            .with_commit_handler(handler)
-            .with_max_retries(0)
-            .execute(transaction)
-            .await;
+        let builder = CommitBuilder::new(Arc::new(dataset)).with_commit_handler(handler);
+        // Fenced, Lance must not rebase past V + 1 on its own; unfenced keeps Lance's default retries, so two
+        // racing appends both land whatever their timing (with none, the loser's conflict hid the duplicate).
+        let builder = if self.fenced { builder.with_max_retries(0) } else { builder };
+        let result = builder.execute(transaction).await;
         classify(result.map(|_| ()), if self.fenced { fence.reached() } else { Reached::Failed })
     }
 }
