@@ -156,6 +156,21 @@ pub enum TransitionError {
         /// The checkpoint that owns the key.
         owner: CheckpointId,
     },
+    /// Another attempt of this checkpoint (a retried or speculative task, on any worker) won its seal; this
+    /// attempt's results were not sealed and never will be: delete their data files and stop the task.
+    #[error(
+        "checkpoint {id} was sealed by another attempt ({winner}); this attempt's {} write results were not \
+         sealed and never will be: delete their data files and stop this task",
+        results.len()
+    )]
+    SealLost {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// Who sealed it: the worker's name and its session.
+        winner: String,
+        /// This attempt's write results, for cleanup.
+        results: Vec<crate::types::WriteResult>,
+    },
     /// The operation needs a Sealed checkpoint.
     #[error("checkpoint {id} is {state:?}, not Sealed")]
     NotSealed {
@@ -424,6 +439,11 @@ impl Error {
 
     pub(crate) fn mismatch(message: impl Into<String>) -> Self {
         Inner::CommitMismatch(message.into()).into()
+    }
+
+    /// A transient failure with its message ([`ErrorKind::Io`]): a request timed out or could not be settled.
+    pub(crate) fn io(message: impl Into<String>) -> Self {
+        Inner::Io(std::io::Error::other(message.into())).into()
     }
 
     pub(crate) fn count(what: &'static str, count: usize, max: usize) -> Self {

@@ -18,6 +18,7 @@ pub mod error;
 pub mod inspect;
 pub mod limits;
 pub mod mirror;
+pub mod shared;
 pub mod state;
 mod store;
 #[cfg(any(test, feature = "testkit"))]

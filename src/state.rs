@@ -202,7 +202,7 @@ pub(crate) struct Step {
     pub effect: Effect,
 }
 
-const LIST_PREVIEW_MAX: usize = 16;
+pub(crate) const LIST_PREVIEW_MAX: usize = 16;
 
 /// The one transition function: given a checkpoint's record (or none), the writer's epoch and an event with
 /// its facts, returns the next record and the effect to apply, or the typed reason it is illegal. It reads and

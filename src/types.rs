@@ -42,7 +42,7 @@ fn check_segment(what: &'static str, value: &str, max: usize) -> Result<(), Erro
 // store fail. The encoding is unchanged: a newtype of a string encodes as the string.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String")]
-pub struct CheckpointId(String);
+pub struct CheckpointId(pub(crate) String);
 
 impl CheckpointId {
     /// Checks `id` and wraps it.

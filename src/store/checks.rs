@@ -7,7 +7,7 @@ use crate::limits::{
 };
 use crate::types::{CheckpointId, Part, SourceKey, WriteResult, check_source_key};
 
-pub(super) fn check_stage(part: Part, keys: &[SourceKey], results: &[WriteResult]) -> Result<()> {
+pub(crate) fn check_stage(part: Part, keys: &[SourceKey], results: &[WriteResult]) -> Result<()> {
     // A part at or beyond the seal limit could never be sealed; refusing it here also bounds a checkpoint's
     // result count well inside its u32.
     let part = part.get();

@@ -2,12 +2,13 @@
 //! record for the group-commit writer. Reads go straight to redb read transactions.
 
 mod builder;
-mod checks;
+pub(crate) mod checks;
 mod open;
 mod protocol;
 mod read;
 
 pub use builder::{StagingDurability, StoreBuilder, StoreSettings};
+pub(crate) use open::random_tag;
 pub(crate) use protocol::Protocol;
 pub(crate) use read::Snapshot as TableSnapshot;
 pub use read::{CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome};

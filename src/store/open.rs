@@ -18,7 +18,7 @@ use redb::{Database, ReadableDatabase};
 /// The default writer tag: unique per process and open. It only has to differ between writers (it resolves an
 /// ambiguous mirror put); tests inject their own with [`StoreBuilder::writer_tag`].
 #[expect(clippy::disallowed_methods, reason = "the default writer tag is the one place that wants real entropy")]
-pub(super) fn random_tag() -> u128 {
+pub(crate) fn random_tag() -> u128 {
     use std::hash::{BuildHasher, Hasher};
     let mut out = 0u128;
     for i in 0..2u64 {

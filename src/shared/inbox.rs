@@ -1,0 +1,181 @@
+//! The committer's side: find what workers sealed since the last round (the inbox holds only that), adopt it
+//! into the committer's own store, make that durable in its mirror, then clear the inbox.
+
+use std::collections::BTreeMap;
+
+use object_store::path::Path;
+
+use super::SharedStaging;
+use super::envelope::{self, Body, Seal, Staged};
+use crate::error::{Error, Result, TransitionError};
+use crate::state::CheckpointState;
+use crate::store::Store;
+use crate::types::{Attempt, CheckpointId, Part, StagePart, WriteResult};
+
+/// A sealed checkpoint the committer's store refused (its key is owned by another adopted checkpoint): it is
+/// aborted there, and its results are in [`AdoptReport::cleanup`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Refused {
+    /// The checkpoint.
+    pub id: CheckpointId,
+    /// Why.
+    pub reason: String,
+}
+
+/// What one [`Inbox::adopt`] round did.
+#[derive(Clone, Default, Debug)]
+pub struct AdoptReport {
+    /// Checkpoints sealed by workers and now Sealed in the committer's store (durable in its mirror).
+    pub adopted: Vec<CheckpointId>,
+    /// Sealed checkpoints the store already held (a round that crashed after adopting, before clearing).
+    pub already_adopted: usize,
+    /// Checkpoints with staged parts and no seal yet: tasks still running, or attempts that died before
+    /// sealing (their parts stay until a seal of the same checkpoint arrives).
+    pub unsealed: usize,
+    /// Write results staged by attempts that did not win their checkpoint's seal: delete their data files.
+    pub cleanup: Vec<WriteResult>,
+    /// Sealed checkpoints the store refused.
+    pub refused: Vec<Refused>,
+    /// Object-store requests this round made (lists, reads, deletes).
+    pub requests: u64,
+}
+
+/// The committer's view of a job's shared staging. Its rounds cost what is new: one listing of the inbox
+/// (which only holds parts not yet adopted), one read per sealed checkpoint, one read per part of an attempt
+/// that lost, one delete per inbox entry; nothing is read from the job's history.
+#[derive(Clone, Debug)]
+pub struct Inbox {
+    shared: SharedStaging,
+}
+
+/// What adopting one seal came to.
+enum Adoption {
+    New,
+    Already,
+    Refused(String),
+}
+
+impl Inbox {
+    /// The committer's inbox of `shared`'s job.
+    pub fn new(shared: SharedStaging) -> Self {
+        Self { shared }
+    }
+
+    /// Adopts every checkpoint sealed since the last round into `store` (the committer's, of the same job),
+    /// waits until its mirror holds them, then deletes their inbox entries. A crash anywhere repeats nothing
+    /// wrongly: adoption is idempotent, and entries are deleted only after their adoption is durable.
+    pub async fn adopt(&self, store: &Store) -> Result<AdoptReport> {
+        if store.job() != self.shared.job() {
+            return Err(Error::wrong_store(format!(
+                "the inbox is job {}'s, the store job {}'s: open both for the same job",
+                self.shared.job(),
+                store.job()
+            )));
+        }
+        let mut report = AdoptReport::default();
+        let groups = self.groups().await?;
+        report.requests += 1;
+        let mut clear: Vec<Path> = Vec::new();
+        for (hash, entries) in groups {
+            let path = self.shared.claim(&hash);
+            report.requests += 1;
+            let winner = match self.shared.get(&path).await? {
+                None => {
+                    report.unsealed += 1;
+                    continue;
+                }
+                Some(bytes) => match envelope::decode(&bytes, &self.shared.describe(&path))? {
+                    Body::Seal(seal) => Some(seal),
+                    // A `for_key` checkpoint whose key another checkpoint claimed: none of its attempts can seal.
+                    Body::KeyClaim(_) => None,
+                    Body::Staged(_) => {
+                        return Err(Error::corrupt(format!(
+                            "{}: a staged part in place of a seal",
+                            self.shared.describe(&path)
+                        )));
+                    }
+                },
+            };
+            if let Some(seal) = &winner {
+                match adopt_one(store, seal).await? {
+                    Adoption::New => report.adopted.push(seal.id.clone()),
+                    Adoption::Already => report.already_adopted += 1,
+                    Adoption::Refused(reason) => {
+                        report.cleanup.extend(seal.results.iter().cloned());
+                        report.refused.push(Refused { id: seal.id.clone(), reason });
+                    }
+                }
+            }
+            for entry in entries {
+                if !winner.as_ref().is_some_and(|s| is_winners(&entry, s)) {
+                    report.requests += 1;
+                    if let Some(staged) = self.read_staged(&entry).await? {
+                        report.cleanup.extend(staged.results);
+                    }
+                }
+                clear.push(entry);
+            }
+        }
+        // Entries go only once the adoption is in the mirror: a committer that loses its disk now restores
+        // the adopted checkpoints and does not need the inbox to find them again.
+        store.flush().await?;
+        for entry in &clear {
+            self.shared.delete(entry).await?;
+            report.requests += 1;
+        }
+        Ok(report)
+    }
+
+    /// The inbox's entries grouped by the claim they stage toward, in claim order.
+    async fn groups(&self) -> Result<BTreeMap<String, Vec<Path>>> {
+        let root = self.shared.inbox_root();
+        let mut groups: BTreeMap<String, Vec<Path>> = BTreeMap::new();
+        for meta in self.shared.list(&root).await? {
+            let parts: Vec<_> = meta.location.prefix_match(&root).map(|p| p.collect()).unwrap_or_default();
+            match parts.as_slice() {
+                [hash, _name] => groups.entry(hash.as_ref().to_owned()).or_default().push(meta.location.clone()),
+                _ => tracing::warn!(path = %meta.location, "an object in the inbox that no worker writes; left alone"),
+            }
+        }
+        Ok(groups)
+    }
+
+    async fn read_staged(&self, path: &Path) -> Result<Option<Staged>> {
+        let Some(bytes) = self.shared.get(path).await? else { return Ok(None) };
+        match envelope::decode(&bytes, &self.shared.describe(path))? {
+            Body::Staged(s) => Ok(Some(s)),
+            _ => Err(Error::corrupt(format!("{}: not a staged part", self.shared.describe(path)))),
+        }
+    }
+}
+
+/// Whether an inbox entry is one of the winning attempt's parts (its results are in the seal): named by the
+/// winner's session and attempt.
+fn is_winners(entry: &Path, seal: &Seal) -> bool {
+    let prefix = format!("{:032x}-{:010}-", seal.author.session, seal.attempt);
+    entry.filename().is_some_and(|name| name.starts_with(&prefix))
+}
+
+/// Adopts one seal into the store as a one-part checkpoint: idempotent across a crash at any point.
+async fn adopt_one(store: &Store, seal: &Seal) -> Result<Adoption> {
+    let id = &seal.id;
+    if store.get(id)?.is_some_and(|info| info.state != CheckpointState::Staged) {
+        return Ok(Adoption::Already);
+    }
+    let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(seal.keys.clone()).results(seal.results.clone());
+    match store.stage(id, part).await {
+        // Staged by an earlier committer that crashed before sealing: complete, so it may be sealed.
+        Err(e) if matches!(e.transition(), Some(TransitionError::Orphaned { .. })) => {}
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    match store.seal(id, 1).await {
+        Ok(()) => Ok(Adoption::New),
+        Err(e) if matches!(e.transition(), Some(TransitionError::KeyConflict { .. })) => {
+            let reason = e.to_string();
+            store.abort(id).await?;
+            Ok(Adoption::Refused(reason))
+        }
+        Err(e) => Err(e),
+    }
+}

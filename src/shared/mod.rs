@@ -1,0 +1,248 @@
+//! Workers on many machines: stage and seal through shared object storage; one committer adopts and commits.
+//!
+//! A [`Worker`] runs wherever the engine runs a task (a Ray worker, a Spark executor) and shares nothing with
+//! the driver but an object store and a prefix. Its `stage` puts one object into the job's **inbox**; its
+//! `seal` wins the checkpoint's **claim** with one conditional create (`PutMode::Create`), so that of two
+//! attempts of one checkpoint (a retried task whose first attempt still runs, a speculative copy, a zombie
+//! that wakes up) exactly one is ever sealed, decided by the object store and not by timing. The committer's
+//! [`Inbox::adopt`] lists only the inbox (what is new), adopts each sealed checkpoint into its own
+//! [`crate::Store`] (a redb WAL mirrored as usual, so a committer that loses its disk restores, and a new
+//! driver fences the old one), waits for the mirror, and only then deletes the inbox entries.
+//!
+//! Object layout under `<prefix>/jobs/<job>/shared/` (docs/ARCHITECTURE.md has the races):
+//!
+//! | object | written by | condition | holds |
+//! |---|---|---|---|
+//! | `claims/<h>` for a checkpoint id | the sealing worker | create | the seal: winner, keys, results |
+//! | `claims/<h>` for a source key | the sealing worker, before the seal | create | the id owning the key |
+//! | `inbox/<h>/<session>-<attempt>-<part>` | the staging worker | none (unique name) | one staged part |
+//!
+//! `<h>` is the hex SHA-256 of the name (`id\0…` or `key\0…`): fixed length, any key. A checkpoint id made by
+//! [`CheckpointId::for_key`] *is* its key's claim, so a one-input checkpoint (Daft's shape) seals with one
+//! create and no separate key claim.
+
+mod envelope;
+mod inbox;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt as _};
+use sha2::{Digest as _, Sha256};
+
+use crate::error::{Error, Result};
+use crate::types::{CheckpointId, JobId};
+
+pub use inbox::{AdoptReport, Inbox, Refused};
+pub use worker::{SealedBy, WORKER_NAME_BYTES_MAX, Worker};
+
+/// The prefix of the hex SHA-256 of a key that [`CheckpointId::for_key`] puts before it.
+const FOR_KEY_PREFIX: &str = "k-";
+
+/// The most one object-store request may take before it is abandoned (and, for a put, settled by reading).
+pub const SHARED_REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// Where a job's workers stage and seal: an object store and a prefix, the only thing workers and the
+/// committer share. Cheap to clone; every [`Worker`] and the [`Inbox`] of one job are built from one.
+///
+/// ```
+/// use std::sync::Arc;
+/// use object_store::memory::InMemory;
+/// use sinkpoint::JobId;
+/// use sinkpoint::shared::SharedStaging;
+/// let shared = SharedStaging::new(Arc::new(InMemory::new()), "tables/events", JobId::new("nightly")?)?;
+/// assert_eq!(shared.root().as_ref(), "tables/events/jobs/nightly/shared");
+/// # Ok::<(), sinkpoint::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct SharedStaging {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    job: JobId,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for SharedStaging {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedStaging({} in {})", self.root, self.store)
+    }
+}
+
+impl SharedStaging {
+    /// The job's shared staging under `prefix` of `store`. `prefix` may be empty (the store's root).
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, job: JobId) -> Result<Self> {
+        let base = Path::parse(prefix)
+            .map_err(|e| Error::invalid_input(format!("shared staging prefix {prefix:?} is not a path: {e}")))?;
+        let root = base.clone().join("jobs").join(job.as_str()).join("shared");
+        Ok(Self { store, root, job, timeout: Duration::from_millis(SHARED_REQUEST_TIMEOUT_MS) })
+    }
+
+    /// The same staging with another per-request timeout (tests with a held store use a short one).
+    #[must_use]
+    pub fn with_request_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout = Duration::from_millis(ms.max(1));
+        self
+    }
+
+    /// The job.
+    pub fn job(&self) -> &JobId {
+        &self.job
+    }
+
+    /// The directory every object of the job's shared staging lives under.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the claim named `hash` lives.
+    fn claim(&self, hash: &str) -> Path {
+        self.root.clone().join("claims").join(hash)
+    }
+
+    /// The inbox directory of everything staged toward the claim `hash`.
+    fn inbox_dir(&self, hash: &str) -> Path {
+        self.root.clone().join("inbox").join(hash)
+    }
+
+    fn inbox_root(&self) -> Path {
+        self.root.clone().join("inbox")
+    }
+
+    /// For messages.
+    fn describe(&self, path: &Path) -> String {
+        format!("{path} in {}", self.store)
+    }
+}
+
+/// The claim hash of a source key.
+fn key_hash(key: &[u8]) -> String {
+    hash(b"key\0", key)
+}
+
+/// The claim hash of a checkpoint's seal: its key's claim for an id made by [`CheckpointId::for_key`], else
+/// the id's own.
+fn seal_hash(id: &CheckpointId) -> String {
+    match for_key_hash(id) {
+        Some(h) => h.to_owned(),
+        None => hash(b"id\0", id.as_str().as_bytes()),
+    }
+}
+
+/// The key hash inside an id made by [`CheckpointId::for_key`].
+fn for_key_hash(id: &CheckpointId) -> Option<&str> {
+    let h = id.as_str().strip_prefix(FOR_KEY_PREFIX)?;
+    (h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then_some(h)
+}
+
+fn hash(domain: &[u8], name: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(domain);
+    hasher.update(name);
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl CheckpointId {
+    /// The checkpoint id of a checkpoint that holds exactly one source key: `k-` and the key's SHA-256. With
+    /// [`Worker`], such a checkpoint's seal is also its key's claim (one conditional create seals it), and a
+    /// retried task derives the same id from its input.
+    ///
+    /// ```
+    /// use sinkpoint::CheckpointId;
+    /// let id = CheckpointId::for_key(b"s3://in/0001.parquet");
+    /// assert!(id.as_str().starts_with("k-"));
+    /// assert_eq!(id, CheckpointId::for_key(b"s3://in/0001.parquet"));
+    /// ```
+    pub fn for_key(key: &[u8]) -> CheckpointId {
+        CheckpointId(format!("{FOR_KEY_PREFIX}{}", key_hash(key)))
+    }
+}
+
+/// What a conditional create found at its path once settled.
+enum Created {
+    /// Our bytes are there.
+    Ours,
+    /// Someone else's object is there: its bytes.
+    Taken(bytes::Bytes),
+}
+
+/// How many times an ambiguous create is retried before the caller is told it could not be settled.
+const CREATE_ATTEMPTS_MAX: u32 = 5;
+
+impl SharedStaging {
+    async fn timed<T>(&self, what: &Path, f: impl Future<Output = object_store::Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r.map_err(Error::from),
+            Err(_) => Err(Error::io(format!("{}: no answer in {} ms", self.describe(what), self.timeout.as_millis()))),
+        }
+    }
+
+    /// The object's bytes, `None` if absent.
+    async fn get(&self, path: &Path) -> Result<Option<bytes::Bytes>> {
+        let store = self.store.clone();
+        let got = tokio::time::timeout(self.timeout, async move { store.get(path).await?.bytes().await }).await;
+        match got {
+            Ok(Ok(b)) => Ok(Some(b)),
+            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(Error::io(format!("{}: no answer in {} ms", self.describe(path), self.timeout.as_millis()))),
+        }
+    }
+
+    /// Puts an object under a name no one else writes (overwriting an ambiguous earlier try of the same put).
+    async fn put(&self, path: &Path, bytes: Vec<u8>) -> Result<()> {
+        self.timed(path, self.store.put(path, bytes.into())).await.map(drop)
+    }
+
+    /// Creates `path` holding `bytes`; an ambiguous answer is settled by reading back (the bytes carry the
+    /// writer's session, so equal bytes mean ours). Never assumes: unsettled after
+    /// [`CREATE_ATTEMPTS_MAX`] tries, the error says so.
+    async fn create(&self, path: &Path, bytes: &[u8]) -> Result<Created> {
+        let mut last = String::new();
+        for attempt in 0..CREATE_ATTEMPTS_MAX {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(10 * u64::from(attempt))).await;
+            }
+            let opts = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+            let payload = object_store::PutPayload::from(bytes.to_vec());
+            match tokio::time::timeout(self.timeout, self.store.put_opts(path, payload, opts)).await {
+                Ok(Ok(_)) => return Ok(Created::Ours),
+                Ok(Err(
+                    e @ (object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. }),
+                )) => {
+                    return Err(e.into());
+                }
+                Ok(Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. })) => {}
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = format!("no answer in {} ms", self.timeout.as_millis()),
+            }
+            match self.get(path).await {
+                Ok(Some(found)) if found.as_ref() == bytes => return Ok(Created::Ours),
+                Ok(Some(found)) => return Ok(Created::Taken(found)),
+                Ok(None) => {}
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(Error::io(format!(
+            "{}: a conditional create could not be settled in {CREATE_ATTEMPTS_MAX} tries (last: {last}); \
+             retry the call: it is idempotent",
+            self.describe(path)
+        )))
+    }
+
+    /// Deletes one object; an absent one is already deleted.
+    async fn delete(&self, path: &Path) -> Result<()> {
+        match tokio::time::timeout(self.timeout, self.store.delete(path)).await {
+            Ok(Ok(()) | Err(object_store::Error::NotFound { .. })) => Ok(()),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(Error::io(format!("{}: no answer in {} ms", self.describe(path), self.timeout.as_millis()))),
+        }
+    }
+
+    /// Every object under `dir`.
+    async fn list(&self, dir: &Path) -> Result<Vec<object_store::ObjectMeta>> {
+        use futures::TryStreamExt as _;
+        self.timed(dir, self.store.list(Some(dir)).try_collect::<Vec<_>>()).await
+    }
+}

@@ -1,0 +1,417 @@
+//! The worker handle: stage into the inbox, seal by winning the checkpoint's claim.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use object_store::path::Path;
+
+use super::envelope::{self, Author, Body, KeyClaim, Seal, Staged};
+use super::{Created, SharedStaging, for_key_hash, key_hash, seal_hash};
+use crate::error::{Error, Result, TransitionError};
+use crate::state::CheckpointState;
+use crate::store::StageOutcome;
+use crate::store::checks::check_stage;
+use crate::types::{Attempt, CheckpointId, Part, SourceKey, StagePart, WriteResult};
+
+/// The most bytes of a worker's name (it is recorded in every object it writes, for messages).
+pub const WORKER_NAME_BYTES_MAX: usize = 256;
+
+/// Who sealed a checkpoint.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SealedBy {
+    /// The worker's name.
+    pub worker: String,
+    /// The session of the [`Worker`] handle that sealed it.
+    pub session: u128,
+    /// Its attempt.
+    pub attempt: u32,
+}
+
+impl std::fmt::Display for SealedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "worker {:?}, session {:032x}, attempt {}", self.worker, self.session, self.attempt)
+    }
+}
+
+/// One checkpoint as this handle staged it.
+#[derive(Debug)]
+struct Local {
+    attempt: u32,
+    parts: BTreeMap<u32, Staged>,
+    state: CheckpointState,
+}
+
+/// A worker's handle on a job's shared staging: `is_processed`, `stage`, `seal`, `restart`, `abort`, with the
+/// state rules of [`crate::Store`]. Every call returns only once what it recorded is in the object store; what
+/// the handle remembers (the parts it staged) is a cache of its own calls, never a second truth: a task retried
+/// in a new process starts a new handle (a new session) and stages again.
+///
+/// ```
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// use std::sync::Arc;
+/// use object_store::memory::InMemory;
+/// use sinkpoint::shared::{SharedStaging, Worker};
+/// use sinkpoint::{CheckpointId, Format, JobId, WriteResult};
+/// let shared = SharedStaging::new(Arc::new(InMemory::new()), "t", JobId::new("j")?)?;
+/// let worker = Worker::new(shared, "task-7")?;
+/// let input = b"s3://in/0001.parquet";
+/// let id = CheckpointId::for_key(input);
+/// assert!(!worker.is_processed(input).await?);
+/// let result = WriteResult::new(Format::Parquet, b"data/0001.parquet".to_vec())?;
+/// worker.stage_and_seal(&id, vec![input.to_vec()], vec![result]).await?;
+/// assert!(worker.is_processed(input).await?);
+/// # Ok::<(), sinkpoint::Error>(()) })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Worker {
+    shared: SharedStaging,
+    author: Author,
+    local: Mutex<HashMap<CheckpointId, Local>>,
+}
+
+impl Worker {
+    /// A handle for the worker named `name` (a host, a task attempt: it only appears in messages), with a
+    /// random session.
+    pub fn new(shared: SharedStaging, name: &str) -> Result<Self> {
+        Self::with_session(shared, name, crate::store::random_tag())
+    }
+
+    /// [`Worker::new`] with the session given: tests inject it; two live handles must never share one.
+    pub fn with_session(shared: SharedStaging, name: &str, session: u128) -> Result<Self> {
+        if name.is_empty() || name.len() > WORKER_NAME_BYTES_MAX {
+            return Err(Error::invalid_input(format!(
+                "worker name is {} bytes; it must be 1 to {WORKER_NAME_BYTES_MAX}",
+                name.len()
+            )));
+        }
+        let author = Author { worker: name.to_owned(), session };
+        Ok(Self { shared, author, local: Mutex::new(HashMap::new()) })
+    }
+
+    /// This handle's session.
+    pub fn session(&self) -> u128 {
+        self.author.session
+    }
+
+    /// Whether `key` belongs to a checkpoint some worker sealed. One read (two for a key of a checkpoint that
+    /// holds several keys).
+    pub async fn is_processed(&self, key: &[u8]) -> Result<bool> {
+        crate::types::check_source_key(key)?;
+        let path = self.shared.claim(&key_hash(key));
+        match self.read_claim(&path).await? {
+            None => Ok(false),
+            Some(Body::Seal(_)) => Ok(true),
+            Some(Body::KeyClaim(claim)) => Ok(self.sealed_by(&claim.id).await?.is_some()),
+            Some(Body::Staged(_)) => {
+                Err(Error::corrupt(format!("{}: a staged part in place of a claim", self.describe(&path))))
+            }
+        }
+    }
+
+    /// Who sealed checkpoint `id`, if anyone has. One read.
+    pub async fn sealed_by(&self, id: &CheckpointId) -> Result<Option<SealedBy>> {
+        id.check()?;
+        let path = self.shared.claim(&seal_hash(id));
+        Ok(match self.read_claim(&path).await? {
+            Some(Body::Seal(seal)) if &seal.id == id => Some(sealed_by(&seal)),
+            _ => None,
+        })
+    }
+
+    /// Stages one part of checkpoint `id`: one put into the inbox. The same part again with the same bytes is
+    /// `AlreadyStaged` and puts nothing.
+    pub async fn stage(&self, id: &CheckpointId, part: StagePart) -> Result<StageOutcome> {
+        id.check()?;
+        check_stage(part.part, &part.keys, &part.results)?;
+        if part.keys.is_empty() && part.results.is_empty() {
+            return Err(Error::invalid_input("a stage call carries no keys and no results; give it one or both"));
+        }
+        let staged = Staged {
+            id: id.clone(),
+            author: self.author.clone(),
+            attempt: part.attempt.get(),
+            part: part.part.get(),
+            keys: part.keys,
+            results: part.results,
+        };
+        if self.check_stage_locally(&staged)? {
+            return Ok(StageOutcome::AlreadyStaged);
+        }
+        let bytes = envelope::encode(&Body::Staged(staged.clone()))?;
+        self.shared.put(&self.inbox_path(&staged), bytes).await?;
+        let mut local = self.lock()?;
+        let entry = local.entry(id.clone()).or_insert_with(new_local);
+        // A concurrent restart of the same id in this handle bumped the attempt: the part is dropped then.
+        if entry.attempt == staged.attempt && entry.state == CheckpointState::Staged {
+            entry.parts.insert(staged.part, staged);
+        }
+        Ok(StageOutcome::Staged)
+    }
+
+    /// Seals checkpoint `id` with parts `0..parts` of its current attempt, all staged by this handle: claims
+    /// its keys (none for an id from [`CheckpointId::for_key`]), then creates its seal. Of two attempts racing
+    /// on one id, the create decides; the loser gets [`TransitionError::SealLost`] naming the winner and
+    /// carrying its own results for cleanup. Sealing again what this handle sealed is a no-op.
+    pub async fn seal(&self, id: &CheckpointId, parts: u32) -> Result<()> {
+        id.check()?;
+        let Some(seal) = self.collect_seal(id, parts)? else { return Ok(()) };
+        self.claim_keys(&seal).await?;
+        let path = self.shared.claim(&seal_hash(id));
+        let bytes = envelope::encode(&Body::Seal(seal.clone()))?;
+        match self.shared.create(&path, &bytes).await? {
+            Created::Ours => {
+                self.set_state(id, CheckpointState::Sealed)?;
+                Ok(())
+            }
+            Created::Taken(found) => self.lost(id, &path, &found, seal.results).await,
+        }
+    }
+
+    /// Stages everything in one part and seals it: two requests (the inbox entry, the seal).
+    pub async fn stage_and_seal(
+        &self,
+        id: &CheckpointId,
+        keys: Vec<SourceKey>,
+        results: Vec<WriteResult>,
+    ) -> Result<()> {
+        let attempt = self.lock()?.get(id).map_or(Attempt::FIRST.get(), |l| l.attempt);
+        let part = StagePart::new(Attempt::new(attempt), Part::FIRST).keys(keys).results(results);
+        self.stage(id, part).await?;
+        self.seal(id, 1).await
+    }
+
+    /// Drops this handle's current attempt of `id` (its inbox entries are deleted) and begins the next;
+    /// returns the dropped results for cleanup.
+    pub async fn restart(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        self.drop_attempt(id, CheckpointState::Staged).await
+    }
+
+    /// Aborts `id` in this handle: its inbox entries are deleted, the results returned for cleanup. A sealed
+    /// checkpoint cannot be aborted here (only by the committer's operator, `force_abort`).
+    pub async fn abort(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
+        self.drop_attempt(id, CheckpointState::Aborted).await
+    }
+
+    // ---- internals ----
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<CheckpointId, Local>>> {
+        self.local.lock().map_err(|_| Error::bug("a worker handle's lock was poisoned by a panic"))
+    }
+
+    fn describe(&self, path: &Path) -> String {
+        self.shared.describe(path)
+    }
+
+    fn inbox_path(&self, staged: &Staged) -> Path {
+        let name = format!("{:032x}-{:010}-{:010}", self.author.session, staged.attempt, staged.part);
+        self.shared.inbox_dir(&seal_hash(&staged.id)).join(name)
+    }
+
+    async fn read_claim(&self, path: &Path) -> Result<Option<Body>> {
+        match self.shared.get(path).await? {
+            None => Ok(None),
+            Some(bytes) => envelope::decode(&bytes, &self.describe(path)).map(Some),
+        }
+    }
+
+    /// The state rules of a stage call against what this handle staged. `Ok(true)`: the same part is there.
+    fn check_stage_locally(&self, staged: &Staged) -> Result<bool> {
+        let local = self.lock()?;
+        let Some(cur) = local.get(&staged.id) else {
+            return if staged.attempt == Attempt::FIRST.get() {
+                Ok(false)
+            } else {
+                let (offered, current) = (staged.attempt, Attempt::FIRST.get());
+                Err(TransitionError::AttemptAhead { id: staged.id.clone(), offered, current }.into())
+            };
+        };
+        let id = staged.id.clone();
+        match cur.state {
+            CheckpointState::Aborted => return Err(TransitionError::Aborted { id }.into()),
+            CheckpointState::Staged => {}
+            state => {
+                let same = cur.parts.get(&staged.part).map(|p| p == staged);
+                return Err(TransitionError::AlreadySealed { id, state, part_matches: Some(same == Some(true)) }.into());
+            }
+        }
+        if staged.attempt < cur.attempt {
+            return Err(TransitionError::StaleAttempt { id, offered: staged.attempt, current: cur.attempt }.into());
+        }
+        if staged.attempt > cur.attempt {
+            return Err(TransitionError::AttemptAhead { id, offered: staged.attempt, current: cur.attempt }.into());
+        }
+        match cur.parts.get(&staged.part) {
+            None => Ok(false),
+            Some(p) if p == staged => Ok(true),
+            Some(_) => Err(TransitionError::PartConflict { id, attempt: staged.attempt, part: staged.part }.into()),
+        }
+    }
+
+    /// The seal of `id`'s current attempt from its parts `0..parts`, checked as one stage call (the committer
+    /// adopts it as one); `None` if this handle already sealed it.
+    fn collect_seal(&self, id: &CheckpointId, parts: u32) -> Result<Option<Seal>> {
+        let local = self.lock()?;
+        let Some(cur) = local.get(id) else { return Err(TransitionError::NotFound { id: id.clone() }.into()) };
+        match cur.state {
+            CheckpointState::Staged => {}
+            CheckpointState::Aborted => return Err(TransitionError::Aborted { id: id.clone() }.into()),
+            _ if cur.parts.len() == parts as usize => return Ok(None),
+            _ => {
+                let sealed = u32::try_from(cur.parts.len()).unwrap_or(u32::MAX);
+                return Err(TransitionError::SealMismatch { id: id.clone(), sealed, offered: parts }.into());
+            }
+        }
+        let missing: Vec<u32> = (0..parts).filter(|p| !cur.parts.contains_key(p)).collect();
+        if !missing.is_empty() {
+            let count = u32::try_from(missing.len()).unwrap_or(u32::MAX);
+            let first = missing.into_iter().take(crate::state::LIST_PREVIEW_MAX).collect();
+            return Err(TransitionError::MissingParts {
+                id: id.clone(),
+                attempt: cur.attempt,
+                expected: parts,
+                count,
+                first,
+            }
+            .into());
+        }
+        let extra: Vec<u32> = cur.parts.keys().copied().filter(|p| *p >= parts).collect();
+        if !extra.is_empty() {
+            return Err(TransitionError::UnexpectedParts {
+                id: id.clone(),
+                attempt: cur.attempt,
+                expected: parts,
+                first: extra,
+            }
+            .into());
+        }
+        let keys: Vec<SourceKey> = cur.parts.values().flat_map(|p| p.keys.iter().cloned()).collect();
+        let results: Vec<WriteResult> = cur.parts.values().flat_map(|p| p.results.iter().cloned()).collect();
+        check_stage(Part::FIRST, &keys, &results).map_err(|e| {
+            Error::invalid_input(format!(
+                "checkpoint {id}: a shared checkpoint holds at most one stage call's worth: {e}"
+            ))
+        })?;
+        check_keys(id, &keys)?;
+        Ok(Some(Seal { id: id.clone(), author: self.author.clone(), attempt: cur.attempt, keys, results }))
+    }
+
+    /// Claims each key of `seal` for its id, in key order; a key owned by another checkpoint refuses the
+    /// seal (its claim stays: a retry of the same id passes it). An id from `for_key` is its key's claim.
+    async fn claim_keys(&self, seal: &Seal) -> Result<()> {
+        if for_key_hash(&seal.id).is_some() {
+            return Ok(());
+        }
+        let mut keys: Vec<&SourceKey> = seal.keys.iter().collect();
+        keys.sort();
+        let claim = KeyClaim { id: seal.id.clone(), author: self.author.clone() };
+        let bytes = envelope::encode(&Body::KeyClaim(claim))?;
+        for key in keys {
+            let path = self.shared.claim(&key_hash(key));
+            let Created::Taken(found) = self.shared.create(&path, &bytes).await? else { continue };
+            let owner = match envelope::decode(&found, &self.describe(&path))? {
+                Body::KeyClaim(c) => c.id,
+                Body::Seal(s) => s.id,
+                Body::Staged(_) => {
+                    return Err(Error::corrupt(format!("{}: a staged part in place of a claim", self.describe(&path))));
+                }
+            };
+            if owner != seal.id {
+                let key = String::from_utf8_lossy(key).into_owned();
+                return Err(TransitionError::KeyConflict { key, id: seal.id.clone(), owner }.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The seal was taken: ours after all (bytes differ only if another session wrote them), or lost.
+    async fn lost(&self, id: &CheckpointId, path: &Path, found: &[u8], results: Vec<WriteResult>) -> Result<()> {
+        let winner = match envelope::decode(found, &self.describe(path))? {
+            Body::Seal(s) if s.author == self.author && &s.id == id => {
+                self.set_state(id, CheckpointState::Sealed)?;
+                return Ok(());
+            }
+            Body::Seal(s) => sealed_by(&s).to_string(),
+            Body::KeyClaim(c) => format!("its key is claimed by checkpoint {}", c.id),
+            Body::Staged(_) => {
+                return Err(Error::corrupt(format!("{}: a staged part in place of a seal", self.describe(path))));
+            }
+        };
+        // The loser's inbox entries are garbage now; the committer would report them, this saves it the reads.
+        let staged: Vec<Staged> = self.take_parts(id, CheckpointState::Aborted)?;
+        for part in &staged {
+            self.shared.delete(&self.inbox_path(part)).await?;
+        }
+        Err(TransitionError::SealLost { id: id.clone(), winner, results }.into())
+    }
+
+    fn set_state(&self, id: &CheckpointId, state: CheckpointState) -> Result<()> {
+        if let Some(l) = self.lock()?.get_mut(id) {
+            l.state = state;
+        }
+        Ok(())
+    }
+
+    /// Takes the current attempt's parts out and moves the checkpoint to `state` (Staged: the next attempt).
+    fn take_parts(&self, id: &CheckpointId, state: CheckpointState) -> Result<Vec<Staged>> {
+        let mut local = self.lock()?;
+        let Some(cur) = local.get_mut(id) else { return Err(TransitionError::NotFound { id: id.clone() }.into()) };
+        match (cur.state, state) {
+            (CheckpointState::Staged, _) | (CheckpointState::Aborted, CheckpointState::Staged) => {}
+            (CheckpointState::Aborted, _) => return Ok(Vec::new()),
+            (CheckpointState::Sealed, CheckpointState::Aborted) => {
+                return Err(TransitionError::SealedCannotAbort { id: id.clone() }.into());
+            }
+            (s, _) => {
+                return Err(TransitionError::AlreadySealed { id: id.clone(), state: s, part_matches: None }.into());
+            }
+        }
+        let parts = std::mem::take(&mut cur.parts).into_values().collect();
+        if state == CheckpointState::Staged {
+            cur.attempt += 1;
+        }
+        cur.state = state;
+        Ok(parts)
+    }
+
+    async fn drop_attempt(&self, id: &CheckpointId, state: CheckpointState) -> Result<Vec<WriteResult>> {
+        id.check()?;
+        let parts = self.take_parts(id, state)?;
+        for part in &parts {
+            self.shared.delete(&self.inbox_path(part)).await?;
+        }
+        Ok(parts.into_iter().flat_map(|p| p.results).collect())
+    }
+}
+
+fn new_local() -> Local {
+    Local { attempt: Attempt::FIRST.get(), parts: BTreeMap::new(), state: CheckpointState::Staged }
+}
+
+fn sealed_by(seal: &Seal) -> SealedBy {
+    SealedBy { worker: seal.author.worker.clone(), session: seal.author.session, attempt: seal.attempt }
+}
+
+/// An id from [`CheckpointId::for_key`] must hold exactly its key: its seal is that key's claim. Keys of one
+/// checkpoint are distinct.
+fn check_keys(id: &CheckpointId, keys: &[SourceKey]) -> Result<()> {
+    if let Some(h) = for_key_hash(id)
+        && (keys.len() != 1 || key_hash(&keys[0]) != h)
+    {
+        return Err(Error::invalid_input(format!(
+            "checkpoint {id} is named for one source key (CheckpointId::for_key) but holds {} keys{}; \
+             seal exactly that key, or name the checkpoint otherwise",
+            keys.len(),
+            if keys.len() == 1 { ", not that one" } else { "" }
+        )));
+    }
+    let mut sorted: Vec<&SourceKey> = keys.iter().collect();
+    sorted.sort();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::invalid_input(format!(
+            "checkpoint {id} holds source key {:?} twice; a key belongs to one part once",
+            String::from_utf8_lossy(w[0])
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,266 @@
+//! Workers on many machines (issue 12): workers stage and seal through a shared object store, one committer
+//! adopts and commits. Each test names the race it ends with one winner; the table is read back every time.
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::shared::{Inbox, SharedStaging, Worker};
+use sinkpoint::testkit::{FaultStore, PutFault};
+use sinkpoint::{
+    Attempt, CheckpointId, Committer, DirTable, ErrorKind, JobId, Part, StagePart, Store, TargetIdentity,
+    TransitionError, WriteResult,
+};
+
+struct Job {
+    objects: Arc<FaultStore<InMemory>>,
+    shared: SharedStaging,
+    table: DirTable,
+    dir: tempfile::TempDir,
+}
+
+impl Job {
+    fn new() -> Self {
+        let objects = Arc::new(FaultStore::new(InMemory::new()));
+        let dyn_objects: Arc<dyn ObjectStore> = objects.clone();
+        let shared = SharedStaging::new(dyn_objects.clone(), "staging", job_id()).unwrap();
+        let table = DirTable::new(dyn_objects, Path::from("table"));
+        Self { objects, shared, table, dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn worker(&self, name: &str) -> Worker {
+        Worker::new(self.shared.clone(), name).unwrap()
+    }
+
+    /// The committer's store: a local file mirrored into the same object store.
+    async fn committer(&self) -> Store {
+        let objects: Arc<dyn ObjectStore> = self.objects.clone();
+        Store::builder(job_id(), TargetIdentity::new("dir:table").unwrap())
+            .path(self.dir.path().join("committer.redb"))
+            .mirror(objects, Path::from("mirror"), MirrorSettings::default())
+            .open()
+            .await
+            .unwrap()
+    }
+
+    /// Writes input `n`'s data file (one row naming the attempt) and returns its result.
+    async fn write(&self, n: u32, attempt: &str) -> WriteResult {
+        self.table.write_data_file(&format!("in-{n}-{attempt}"), format!("row-{n}\n").into_bytes()).await.unwrap()
+    }
+
+    async fn adopt_and_commit(&self, store: &Store) -> sinkpoint::shared::AdoptReport {
+        let report = Inbox::new(self.shared.clone()).adopt(store).await.unwrap();
+        Committer::new(store, &self.table).commit_pending().await.unwrap();
+        report
+    }
+
+    /// Each input's row count in the table.
+    async fn counts(&self, inputs: u32) -> Vec<usize> {
+        let rows = self.table.rows().await.unwrap();
+        (0..inputs).map(|n| rows.iter().filter(|r| **r == format!("row-{n}")).count()).collect()
+    }
+}
+
+fn job_id() -> JobId {
+    JobId::new("shared-job").unwrap()
+}
+
+fn input(n: u32) -> Vec<u8> {
+    format!("s3://in/{n:04}.parquet").into_bytes()
+}
+
+fn sealed_lost(e: &sinkpoint::Error) -> (String, Vec<WriteResult>) {
+    match e.transition() {
+        Some(TransitionError::SealLost { winner, results, .. }) => (winner.clone(), results.clone()),
+        _ => panic!("expected SealLost, got {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_and_one_committer_commit_every_input_once() {
+    let job = Job::new();
+    let store = job.committer().await;
+    let inputs = 40u32;
+    let workers: Vec<Worker> = (0..4).map(|w| job.worker(&format!("w{w}"))).collect();
+    let mut tasks = Vec::new();
+    for (w, worker) in workers.iter().enumerate() {
+        let job = &job;
+        tasks.push(async move {
+            for n in (0..inputs).filter(|n| *n as usize % 4 == w) {
+                let id = CheckpointId::for_key(&input(n));
+                assert!(!worker.is_processed(&input(n)).await.unwrap());
+                let result = job.write(n, "a").await;
+                worker.stage_and_seal(&id, vec![input(n)], vec![result]).await.unwrap();
+                assert!(worker.is_processed(&input(n)).await.unwrap());
+            }
+        });
+    }
+    // The committer adopts while the workers run, then once more after.
+    let (_, first) = tokio::join!(futures::future::join_all(tasks), job.adopt_and_commit(&store));
+    let second = job.adopt_and_commit(&store).await;
+    assert_eq!(first.adopted.len() + second.adopted.len(), inputs as usize, "{first:?} {second:?}");
+    assert!(first.cleanup.is_empty() && second.cleanup.is_empty());
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    assert_eq!(job.counts(inputs).await, vec![1; inputs as usize]);
+    // The inbox is empty once adopted: a later round lists nothing and reads nothing.
+    let idle = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
+    assert_eq!((idle.adopted.len(), idle.unsealed, idle.requests), (0, 0, 1), "{idle:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_attempts_of_one_checkpoint_sealing_at_once_end_with_one_winner_every_round() {
+    let job = Job::new();
+    let store = job.committer().await;
+    let rounds = 24u32;
+    for n in 0..rounds {
+        let (a, b) = (job.worker("first-attempt"), job.worker("speculative"));
+        let id = CheckpointId::for_key(&input(n));
+        let (ra, rb) = (job.write(n, "a").await, job.write(n, "b").await);
+        let (x, y) = tokio::join!(
+            a.stage_and_seal(&id, vec![input(n)], vec![ra.clone()]),
+            b.stage_and_seal(&id, vec![input(n)], vec![rb.clone()])
+        );
+        let (winner, loser_err, loser_result, winner_session) = match (x, y) {
+            (Ok(()), Err(e)) => ("a", e, rb, a.session()),
+            (Err(e), Ok(())) => ("b", e, ra, b.session()),
+            (x, y) => panic!("round {n}: not exactly one winner: {x:?} / {y:?}"),
+        };
+        let (named, returned) = sealed_lost(&loser_err);
+        println!("round {n}: {winner} won; loser told: {loser_err}");
+        assert!(named.contains(&format!("{winner_session:032x}")), "round {n}: the winner is named: {named}");
+        assert_eq!(returned, vec![loser_result], "round {n}: the loser gets its own results back");
+        assert_eq!(loser_err.kind(), ErrorKind::IllegalTransition);
+    }
+    let report = job.adopt_and_commit(&store).await;
+    assert_eq!(report.adopted.len(), rounds as usize);
+    assert_eq!(job.counts(rounds).await, vec![1; rounds as usize]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_worker_that_wakes_after_its_task_reran_elsewhere_never_reaches_the_table() {
+    let job = Job::new();
+    let store = job.committer().await;
+    let id = CheckpointId::new("task-7").unwrap();
+    let zombie = job.worker("zombie");
+    let first = job.write(7, "zombie").await;
+    zombie
+        .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![input(7)]).results(vec![first.clone()]))
+        .await
+        .unwrap();
+    // The zombie pauses; the engine re-runs its task on another worker, which finishes and is committed.
+    let retry = job.worker("retry");
+    let second = job.write(7, "retry").await;
+    retry.stage_and_seal(&id, vec![input(7)], vec![second]).await.unwrap();
+    let report = job.adopt_and_commit(&store).await;
+    assert_eq!(report.adopted, vec![id.clone()]);
+    assert_eq!(report.cleanup, vec![first.clone()], "the zombie's staged part is reported for cleanup");
+    // It wakes up: more parts, then its seal, refused, naming the winner.
+    let more = job.write(8, "zombie").await;
+    zombie.stage(&id, StagePart::new(Attempt::FIRST, Part::new(1)).results(vec![more.clone()])).await.unwrap();
+    let err = zombie.seal(&id, 2).await.unwrap_err();
+    let (winner, results) = sealed_lost(&err);
+    assert!(winner.contains("retry"), "{winner}");
+    assert_eq!(results, vec![first, more]);
+    let after = job.adopt_and_commit(&store).await;
+    assert!(after.adopted.is_empty(), "{after:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    assert_eq!(job.counts(9).await, vec![0, 0, 0, 0, 0, 0, 0, 1, 0], "row 7 once, nothing of the zombie");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_owned_by_another_checkpoint_refuses_the_seal_across_workers() {
+    let job = Job::new();
+    let (a, b) = (job.worker("a"), job.worker("b"));
+    let (one, two) = (CheckpointId::new("split-1").unwrap(), CheckpointId::new("split-2").unwrap());
+    let ra = job.write(1, "a").await;
+    a.stage_and_seal(&one, vec![input(1), input(2)], vec![ra]).await.unwrap();
+    let rb = job.write(2, "b").await;
+    let err = b.stage_and_seal(&two, vec![input(2), input(3)], vec![rb]).await.unwrap_err();
+    match err.transition() {
+        Some(TransitionError::KeyConflict { owner, .. }) => assert_eq!(owner, &one),
+        _ => panic!("expected KeyConflict, got {err}"),
+    }
+    assert!(b.is_processed(&input(1)).await.unwrap() && b.is_processed(&input(2)).await.unwrap());
+    assert!(!b.is_processed(&input(3)).await.unwrap(), "the refused checkpoint's other key is not processed");
+    // An id named for one key holds exactly that key: refused before anything is written.
+    let puts = job.objects.counts().puts;
+    let r = job.write(4, "c").await;
+    let err = a.stage_and_seal(&CheckpointId::for_key(&input(4)), vec![input(5)], vec![r]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(job.objects.counts().puts, puts + 2, "the data file and the inbox entry; no claim was made");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seal_whose_acknowledgement_was_lost_is_settled_as_ours_by_reading_it_back() {
+    let job = Job::new();
+    let worker = job.worker("w");
+    let id = CheckpointId::for_key(&input(1));
+    job.objects.fail_puts(PutFault::FailAfter, "claims", 1);
+    let r = job.write(1, "a").await;
+    worker.stage_and_seal(&id, vec![input(1)], vec![r]).await.unwrap();
+    assert!(worker.sealed_by(&id).await.unwrap().is_some_and(|s| s.session == worker.session()));
+    // Sealing again is a no-op, not a loss.
+    worker.seal(&id, 1).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_that_lost_its_disk_restores_from_the_mirror_and_commits_each_checkpoint_once() {
+    let job = Job::new();
+    let worker = job.worker("w");
+    let store = job.committer().await;
+    for n in 0..6 {
+        let r = job.write(n, "a").await;
+        worker.stage_and_seal(&CheckpointId::for_key(&input(n)), vec![input(n)], vec![r]).await.unwrap();
+    }
+    let report = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
+    assert_eq!(report.adopted.len(), 6);
+    // The driver's machine dies after adopting (the inbox is cleared), before committing.
+    store.close_async().await;
+    std::fs::remove_file(job.dir.path().join("committer.redb")).unwrap();
+    for n in 6..9 {
+        let r = job.write(n, "a").await;
+        worker.stage_and_seal(&CheckpointId::for_key(&input(n)), vec![input(n)], vec![r]).await.unwrap();
+    }
+    let store = job.committer().await;
+    assert!(!store.created(), "restored from the mirror");
+    let report = job.adopt_and_commit(&store).await;
+    assert_eq!(report.adopted.len(), 3, "{report:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    assert_eq!(job.counts(9).await, vec![1; 9]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_attempt_seals_its_new_parts_and_the_dropped_ones_come_back_for_cleanup() {
+    let job = Job::new();
+    let store = job.committer().await;
+    let worker = job.worker("w");
+    let id = CheckpointId::new("multi-part").unwrap();
+    let old = job.write(1, "old").await;
+    worker
+        .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![input(1)]).results(vec![old.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(worker.restart(&id).await.unwrap(), vec![old]);
+    let stale =
+        worker.stage(&id, StagePart::new(Attempt::FIRST, Part::new(1)).results(vec![job.write(2, "x").await])).await;
+    assert!(matches!(stale.unwrap_err().transition(), Some(TransitionError::StaleAttempt { .. })));
+    let next = Attempt::new(1);
+    worker
+        .stage(&id, StagePart::new(next, Part::FIRST).keys(vec![input(1)]).results(vec![job.write(1, "new").await]))
+        .await
+        .unwrap();
+    worker
+        .stage(&id, StagePart::new(next, Part::new(1)).keys(vec![input(2)]).results(vec![job.write(2, "new").await]))
+        .await
+        .unwrap();
+    let missing = worker.seal(&id, 3).await.unwrap_err();
+    assert!(matches!(missing.transition(), Some(TransitionError::MissingParts { .. })), "{missing}");
+    worker.seal(&id, 2).await.unwrap();
+    let err = worker.abort(&id).await.unwrap_err();
+    assert!(matches!(err.transition(), Some(TransitionError::SealedCannotAbort { .. })), "{err}");
+    let report = job.adopt_and_commit(&store).await;
+    assert_eq!(report.adopted, vec![id]);
+    assert_eq!(job.counts(3).await, vec![0, 1, 1]);
+}
