@@ -1,0 +1,276 @@
+//! The shared-staging model test (issue 12): simulated workers on many machines and one committer over an
+//! in-memory object store with injected faults: duplicate and speculative attempts, zombies that seal late,
+//! workers that die after staging, puts whose acknowledgement is lost, committers that restart or lose their
+//! disk mid-job. After every case the table must hold each input exactly once, written by the attempt whose
+//! seal succeeded, and nothing of any attempt that lost.
+//!
+//! `PROPTEST_CASES` sets the case count (default 1,000); `SINKPOINT_SHARED_SEED` replays a seed (printed).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::shared::{Inbox, SharedStaging, Worker};
+use sinkpoint::testkit::{FaultStore, PutFault, SplitMix64};
+use sinkpoint::{CheckpointId, Committer, DirTable, JobId, Store, TargetIdentity, TransitionError};
+
+/// One attempt of one input's task, staged and not yet sealed (or dead).
+struct Live {
+    input: u32,
+    worker: Worker,
+    file: String,
+}
+
+struct Case {
+    rng: SplitMix64,
+    objects: Arc<FaultStore<InMemory>>,
+    shared: SharedStaging,
+    table: DirTable,
+    dir: tempfile::TempDir,
+    store: Option<Store>,
+    live: Vec<Live>,
+    /// input → the data file of the attempt whose seal succeeded.
+    winners: BTreeMap<u32, String>,
+    /// Data files of attempts told they lost, or that died: none may ever be committed.
+    losers: Vec<String>,
+    sessions: u128,
+    log: Vec<String>,
+}
+
+const STEPS_MAX: u64 = 40;
+
+impl Case {
+    fn new(seed: u64) -> Self {
+        let objects = Arc::new(FaultStore::new(InMemory::new()));
+        let dyn_objects: Arc<dyn ObjectStore> = objects.clone();
+        let shared = SharedStaging::new(dyn_objects.clone(), "staging", JobId::new("model").unwrap()).unwrap();
+        let table = DirTable::new(dyn_objects, Path::from("table"));
+        let dir = tempfile::tempdir().unwrap();
+        let (store, live, winners, losers, log) = (None, Vec::new(), BTreeMap::new(), Vec::new(), Vec::new());
+        Self { rng: SplitMix64::new(seed), objects, shared, table, dir, store, live, winners, losers, sessions: 0, log }
+    }
+
+    /// The committer's store, reopened if it crashed; an open that fails (an injected fault) is a crash of
+    /// the committer process, which is run again.
+    async fn store(&mut self) -> &Store {
+        let mut tries = 0;
+        while self.store.is_none() {
+            tries += 1;
+            assert!(tries < 20, "the committer could not reopen in 20 tries\n{}", self.log.join("\n"));
+            let objects: Arc<dyn ObjectStore> = self.objects.clone();
+            let opened = Store::builder(JobId::new("model").unwrap(), TargetIdentity::new("dir:table").unwrap())
+                .path(self.dir.path().join("committer.redb"))
+                .mirror(objects, Path::from("mirror"), MirrorSettings::default())
+                .open()
+                .await;
+            match opened {
+                Ok(store) => self.store = Some(store),
+                Err(e) => self.log.push(format!("committer open failed: {e}")),
+            }
+        }
+        self.store.as_ref().unwrap()
+    }
+
+    async fn start(&mut self, input: u32) {
+        self.sessions += 1;
+        let worker = Worker::with_session(self.shared.clone(), &format!("w{input}"), self.sessions).unwrap();
+        let file = format!("in-{input}-{}", self.sessions);
+        let result = self.table.write_data_file(&file, format!("row-{input}\n").into_bytes()).await.unwrap();
+        let id = CheckpointId::for_key(&key(input));
+        let part = sinkpoint::StagePart::new(sinkpoint::Attempt::FIRST, sinkpoint::Part::FIRST)
+            .keys(vec![key(input)])
+            .results(vec![result]);
+        match worker.stage(&id, part).await {
+            Ok(_) => self.live.push(Live { input, worker, file }),
+            // An injected failure before the put landed: the task fails and will be retried.
+            Err(e) => {
+                self.log.push(format!("stage of {file} failed: {e}"));
+                self.losers.push(file);
+            }
+        }
+    }
+
+    async fn seal(&mut self, at: usize) {
+        let live = self.live.swap_remove(at);
+        let id = CheckpointId::for_key(&key(live.input));
+        let mut outcome = live.worker.seal(&id, 1).await;
+        // An unsettled create (faults stacked on the claim) is `Io`: the call is idempotent and is retried.
+        for _ in 0..10 {
+            match &outcome {
+                Err(e) if e.kind() == sinkpoint::ErrorKind::Io => outcome = live.worker.seal(&id, 1).await,
+                _ => break,
+            }
+        }
+        match outcome {
+            Ok(()) => {
+                self.log.push(format!("{} sealed", live.file));
+                let earlier = self.winners.insert(live.input, live.file.clone());
+                assert!(
+                    earlier.is_none(),
+                    "two seals of input {} succeeded: {earlier:?} and {}",
+                    live.input,
+                    live.file
+                );
+            }
+            Err(e) if matches!(e.transition(), Some(TransitionError::SealLost { .. })) => {
+                self.log.push(format!("{} lost: {e}", live.file));
+                self.losers.push(live.file);
+            }
+            Err(e) => panic!("seal of {}: {e}\n{}", live.file, self.log.join("\n")),
+        }
+    }
+
+    /// One committer round; any failure (an injected one) is a committer crash: it reopens next round.
+    async fn commit_round(&mut self) {
+        let inbox = Inbox::new(self.shared.clone());
+        let table = self.table.clone();
+        let store = self.store().await;
+        let outcome = async {
+            let report = inbox.adopt(store).await?;
+            Committer::new(store, &table).commit_pending().await?;
+            Ok::<_, sinkpoint::Error>(report)
+        }
+        .await;
+        match outcome {
+            Ok(report) => {
+                self.log.push(format!("round: adopted {:?}, {} cleanup", report.adopted, report.cleanup.len()))
+            }
+            Err(e) => {
+                self.log.push(format!("committer failed: {e}; it restarts"));
+                self.restart_committer(false).await;
+            }
+        }
+    }
+
+    async fn restart_committer(&mut self, lose_disk: bool) {
+        if let Some(store) = self.store.take() {
+            store.close_async().await;
+        }
+        if lose_disk {
+            let _ = std::fs::remove_file(self.dir.path().join("committer.redb"));
+        }
+        self.log.push(format!("committer restarts (disk lost: {lose_disk})"));
+    }
+
+    async fn step(&mut self, inputs: u32) {
+        match self.rng.below(10) {
+            // A task attempt starts: any input, done or not (a retry, a speculative copy).
+            0..=2 => {
+                let input = self.rng.below(u64::from(inputs)) as u32;
+                self.start(input).await;
+            }
+            // A live attempt seals (a zombie seals whenever the schedule reaches it).
+            3..=5 if !self.live.is_empty() => {
+                let at = self.rng.below(self.live.len() as u64) as usize;
+                self.seal(at).await;
+            }
+            // A worker dies after staging: its parts stay in the inbox.
+            6 if !self.live.is_empty() => {
+                let at = self.rng.below(self.live.len() as u64) as usize;
+                let dead = self.live.swap_remove(at);
+                self.log.push(format!("{} died", dead.file));
+                self.losers.push(dead.file);
+            }
+            7 => self.commit_round().await,
+            8 => {
+                let lose_disk = self.rng.below(2) == 0;
+                self.restart_committer(lose_disk).await;
+            }
+            _ => {
+                // The next put under one of these paths lands and then fails (a lost acknowledgement) or fails.
+                let fault = if self.rng.below(2) == 0 { PutFault::FailAfter } else { PutFault::FailBefore };
+                let place = ["claims", "inbox", "mirror", "table/_commits"][self.rng.below(4) as usize];
+                self.objects.fail_puts(fault, place, 1);
+                self.log.push(format!("next put under {place} fails {fault:?}"));
+            }
+        }
+    }
+
+    /// Runs the job to the end: the random steps, then every unfinished input run cleanly and a final commit.
+    async fn run(&mut self, inputs: u32) {
+        let steps = self.rng.below(STEPS_MAX) + 1;
+        for _ in 0..steps {
+            self.step(inputs).await;
+        }
+        self.log.push("-- the job is retried to completion".into());
+        // Zombies still alive seal at the end, after their inputs may have been re-run.
+        while !self.live.is_empty() {
+            self.seal(0).await;
+        }
+        for input in 0..inputs {
+            while !self.winners.contains_key(&input) {
+                let probe = Worker::new(self.shared.clone(), "probe").unwrap();
+                assert!(!probe.is_processed(&key(input)).await.unwrap(), "input {input} is processed without a winner");
+                let before = self.live.len();
+                self.start(input).await; // An injected fault still pending may fail it: then it runs again.
+                if self.live.len() > before {
+                    self.seal(before).await;
+                }
+            }
+        }
+        // Faults still pending fail some rounds; each failed round is a committer crash and a restart.
+        for round in 0.. {
+            assert!(round < 10, "the committer did not finish in 10 rounds\n{}", self.log.join("\n"));
+            let (table, inbox) = (self.table.clone(), Inbox::new(self.shared.clone()));
+            let store = self.store().await;
+            let done = async {
+                inbox.adopt(store).await?;
+                Committer::new(store, &table).finish().await
+            }
+            .await;
+            match done {
+                Ok(_) => break,
+                Err(e) => {
+                    self.log.push(format!("final round failed: {e}"));
+                    self.restart_committer(false).await;
+                }
+            }
+        }
+    }
+
+    async fn check(&self, inputs: u32) {
+        let commits = self.table.commits().await.unwrap();
+        let files: Vec<&String> = commits.iter().flat_map(|c| c.files.iter()).collect();
+        for input in 0..inputs {
+            let winner = &self.winners[&input];
+            let of_input: Vec<&&String> = files.iter().filter(|f| f.starts_with(&format!("in-{input}-"))).collect();
+            assert_eq!(of_input, vec![&winner], "input {input}: committed {of_input:?}, the winner wrote {winner}");
+        }
+        for loser in &self.losers {
+            assert!(!files.contains(&loser), "{loser} lost its seal or died, and was committed");
+        }
+    }
+}
+
+fn key(input: u32) -> Vec<u8> {
+    format!("s3://in/{input:03}.parquet").into_bytes()
+}
+
+#[test]
+fn workers_and_a_restarting_committer_commit_every_input_exactly_once() {
+    let cases: u64 = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    #[expect(clippy::disallowed_methods, reason = "the default seed comes from the clock and is printed")]
+    let base: u64 = std::env::var("SINKPOINT_SHARED_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
+    });
+    eprintln!("shared model: {cases} cases, seed {base} (replay: SINKPOINT_SHARED_SEED={base})");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for i in 0..cases {
+        let seed = base.wrapping_add(i);
+        rt.block_on(async {
+            let mut case = Case::new(seed);
+            let inputs = case.rng.below(6) as u32 + 1;
+            let run = std::panic::AssertUnwindSafe(async {
+                case.run(inputs).await;
+                case.check(inputs).await;
+            });
+            if let Err(panic) = futures::FutureExt::catch_unwind(run).await {
+                eprintln!("case seed {seed} failed; its log:\n{}", case.log.join("\n"));
+                std::panic::resume_unwind(panic);
+            }
+        });
+    }
+}
