@@ -13,6 +13,10 @@
 //! `DIR/sink.redb` between runs and the next run restores it from the mirror. `--local DIR2` keeps the local
 //! file elsewhere (a second machine); `--no-mirror` runs on the local file alone.
 //!
+//! `--worker-processes N` runs the distributed shape on one machine: N worker processes stage and seal through
+//! `DIR/shared` (standing in for the object store every machine sees), this process adopts and commits; kill
+//! any of them (or this one) and run again.
+//!
 //! Crash points: after-stage, after-seal, after-begin-commit, after-target-commit-before-mark, unknown-outcome.
 //! A crash is a real process exit with code 86, with no clean shutdown.
 
@@ -24,6 +28,7 @@ use std::sync::Arc;
 use sinkpoint::DirTable;
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::shared::{Inbox, SharedStaging, Worker};
 use sinkpoint::{Attempt, Part, StagePart};
 use sinkpoint::{
     CheckpointId, CommitKey, CommitOutcome, JobId, ProbeOutcome, Store, Target, TargetCommit, TargetIdentity,
@@ -45,11 +50,16 @@ struct Args {
     crash_at: Option<String>,
     fresh: bool,
     work_ms: u64,
+    /// Workers as child processes staging through `DIR/shared` (0: tasks in this process).
+    worker_processes: usize,
+    /// Set in a worker child: its index and the worker count.
+    worker_of: Option<(usize, usize)>,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: job [--dir DIR] [--local DIR] [--no-mirror] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--work-ms MS] [--fresh]\n           \
+         [--worker-processes N]\n           \
          [--crash-at after-stage|after-seal|after-begin-commit|after-target-commit-before-mark|unknown-outcome]"
     );
     std::process::exit(2)
@@ -67,6 +77,8 @@ fn parse() -> Args {
         crash_at: None,
         fresh: false,
         work_ms: 0,
+        worker_processes: 0,
+        worker_of: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -82,6 +94,12 @@ fn parse() -> Args {
             "--crash-at" => args.crash_at = Some(value()),
             "--fresh" => args.fresh = true,
             "--work-ms" => args.work_ms = value().parse().unwrap_or_else(|_| usage()),
+            "--worker-processes" => args.worker_processes = value().parse().unwrap_or_else(|_| usage()),
+            "--worker-of" => {
+                let v = value();
+                let (k, n) = v.split_once('/').unwrap_or_else(|| usage());
+                args.worker_of = Some((k.parse().unwrap_or_else(|_| usage()), n.parse().unwrap_or_else(|_| usage())));
+            }
             _ => usage(),
         }
     }
@@ -186,7 +204,100 @@ async fn work(
     Ok(true)
 }
 
+/// The job's shared staging: `DIR/shared`, a local directory standing in for the object store every machine
+/// sees (fsynced puts, conditional creates).
+fn shared_staging(dir: &std::path::Path) -> sinkpoint::Result<SharedStaging> {
+    let root = dir.join("shared");
+    std::fs::create_dir_all(&root)?;
+    let fs = object_store::local::LocalFileSystem::new_with_prefix(&root)?.with_fsync(true);
+    SharedStaging::new(Arc::new(fs), "", JobId::new("demo-job")?)
+}
+
+/// A worker process (`--worker-of K/N`): inputs K, K + N, …; each one not yet processed is written and
+/// staged-and-sealed from here; a seal lost to another attempt of the same input is reported and dropped.
+async fn run_worker(args: &Args, k: usize, n: usize) -> sinkpoint::Result<ExitCode> {
+    let shared = shared_staging(&args.dir)?;
+    let table = DirTable::local(args.dir.join("table"))?;
+    let worker = Worker::new(shared, &format!("worker-{k}-pid-{}", std::process::id()))?;
+    let (mut sealed, mut skipped, mut lost) = (0, 0, 0);
+    for i in (k..args.inputs).step_by(n) {
+        if worker.is_processed(&input_key(i)).await? {
+            skipped += 1;
+            continue;
+        }
+        let data: String = (0..args.rows).map(|r| format!("{i}:{r}\n")).collect();
+        let name = format!("input-{i:05}-s{:032x}.rows", worker.session());
+        let result = table.write_data_file(&name, data.into_bytes()).await?;
+        if args.work_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(args.work_ms)).await;
+        }
+        let id = CheckpointId::for_key(&input_key(i));
+        match worker.stage_and_seal(&id, vec![input_key(i)], vec![result]).await {
+            Ok(()) => sealed += 1,
+            Err(e) if matches!(e.transition(), Some(sinkpoint::TransitionError::SealLost { .. })) => {
+                println!("worker {k}: seal lost for input {i}: {e}");
+                lost += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    println!("worker {k}: {sealed} sealed, {skipped} already processed, {lost} lost to another attempt");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The driver of `--worker-processes N`: runs N worker processes (a worker that dies is started again), and
+/// while they run adopts what they sealed and commits it. Returns the number of worker restarts.
+async fn drive_workers(args: &Args, store: &Store, committer: &Committer<'_>) -> sinkpoint::Result<usize> {
+    let inbox = Inbox::new(shared_staging(&args.dir)?);
+    let n = args.worker_processes;
+    let spawn = |k: usize| -> std::io::Result<std::process::Child> {
+        std::process::Command::new(std::env::current_exe()?)
+            .args(["--dir", &args.dir.to_string_lossy(), "--inputs", &args.inputs.to_string()])
+            .args(["--rows", &args.rows.to_string(), "--work-ms", &args.work_ms.to_string()])
+            .args(["--worker-of", &format!("{k}/{n}")])
+            .spawn()
+    };
+    let mut children: Vec<Option<std::process::Child>> =
+        (0..n).map(|k| spawn(k).map(Some)).collect::<Result<_, _>>()?;
+    let mut restarts = 0;
+    while children.iter().any(Option::is_some) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        for (k, slot) in children.iter_mut().enumerate() {
+            let Some(child) = slot else { continue };
+            match child.try_wait()? {
+                None => {}
+                Some(status) if status.success() => *slot = None,
+                Some(status) => {
+                    restarts += 1;
+                    println!("worker {k} died ({status}); starting it again");
+                    if restarts > WORKER_RESTARTS_MAX {
+                        return Err(std::io::Error::other("workers keep dying; giving up").into());
+                    }
+                    *slot = Some(spawn(k)?);
+                }
+            }
+        }
+        let report = inbox.adopt(store).await?;
+        if !report.adopted.is_empty() {
+            committer.commit_pending().await?;
+        }
+    }
+    let report = inbox.adopt(store).await?;
+    println!(
+        "adopted the last {} checkpoints; {} write results of lost attempts to clean up",
+        report.adopted.len(),
+        report.cleanup.len()
+    );
+    Ok(restarts)
+}
+
+/// How many times the driver starts dead workers again before it gives up.
+const WORKER_RESTARTS_MAX: usize = 100;
+
 async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
+    if let Some((k, n)) = args.worker_of {
+        return run_worker(&args, k, n).await;
+    }
     if args.fresh && args.dir.exists() {
         std::fs::remove_dir_all(&args.dir)?;
     }
@@ -251,6 +362,13 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
     } else if let Some(blocked) = &report.blocked {
         println!("blocked: {blocked:?}; run again when the target answers");
         return Ok(ExitCode::from(3));
+    } else if args.worker_processes > 0 {
+        let restarts = drive_workers(&args, &store, &committer).await?;
+        let commit = committer.finish().await?;
+        println!(
+            "{} worker processes, {restarts} restarted; committed keys {:?}",
+            args.worker_processes, commit.committed_keys
+        );
     } else {
         let mut written = 0usize;
         let mut skipped = 0usize;
