@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
 
-use super::SharedStaging;
 use super::envelope::{self, Body, Seal, Staged};
+use super::{SHARED_CONCURRENT_MAX, SharedStaging};
 use crate::error::{Error, Result, TransitionError};
 use crate::state::CheckpointState;
 use crate::store::Store;
@@ -48,6 +49,12 @@ pub struct Inbox {
     shared: SharedStaging,
 }
 
+/// What a group's claim holds.
+enum ClaimAt {
+    Seal(Seal),
+    KeyClaim,
+}
+
 /// What adopting one seal came to.
 enum Adoption {
     New,
@@ -75,55 +82,73 @@ impl Inbox {
         let mut report = AdoptReport::default();
         let groups = self.groups().await?;
         report.requests += 1;
+        // Reads and adoptions run up to SHARED_CONCURRENT_MAX at a time: a round after 64 workers sealed costs
+        // a few round trips, not 64, and the store folds the concurrent adoptions into a few group commits.
+        let claims: Vec<(Option<ClaimAt>, Vec<Path>)> = futures::stream::iter(groups)
+            .map(|(hash, entries)| async move { Ok::<_, Error>((self.read_seal(&hash).await?, entries)) })
+            .buffered(SHARED_CONCURRENT_MAX)
+            .try_collect()
+            .await?;
+        report.requests += claims.len() as u64;
         let mut clear: Vec<Path> = Vec::new();
-        for (hash, entries) in groups {
-            let path = self.shared.claim(&hash);
-            report.requests += 1;
-            let winner = match self.shared.get(&path).await? {
-                None => {
-                    report.unsealed += 1;
-                    continue;
+        let mut losers: Vec<Path> = Vec::new();
+        let mut sealed: Vec<Seal> = Vec::new();
+        for (claim, entries) in claims {
+            match claim {
+                None => report.unsealed += 1,
+                Some(ClaimAt::KeyClaim) => {
+                    losers.extend(entries.iter().cloned());
+                    clear.extend(entries);
                 }
-                Some(bytes) => match envelope::decode(&bytes, &self.shared.describe(&path))? {
-                    Body::Seal(seal) => Some(seal),
-                    // A `for_key` checkpoint whose key another checkpoint claimed: none of its attempts can seal.
-                    Body::KeyClaim(_) => None,
-                    Body::Staged(_) => {
-                        return Err(Error::corrupt(format!(
-                            "{}: a staged part in place of a seal",
-                            self.shared.describe(&path)
-                        )));
-                    }
-                },
-            };
-            if let Some(seal) = &winner {
-                match adopt_one(store, seal).await? {
-                    Adoption::New => report.adopted.push(seal.id.clone()),
-                    Adoption::Already => report.already_adopted += 1,
-                    Adoption::Refused(reason) => {
-                        report.cleanup.extend(seal.results.iter().cloned());
-                        report.refused.push(Refused { id: seal.id.clone(), reason });
-                    }
+                Some(ClaimAt::Seal(seal)) => {
+                    losers.extend(entries.iter().filter(|e| !is_winners(e, &seal)).cloned());
+                    clear.extend(entries);
+                    sealed.push(seal);
                 }
-            }
-            for entry in entries {
-                if !winner.as_ref().is_some_and(|s| is_winners(&entry, s)) {
-                    report.requests += 1;
-                    if let Some(staged) = self.read_staged(&entry).await? {
-                        report.cleanup.extend(staged.results);
-                    }
-                }
-                clear.push(entry);
             }
         }
+        let adoptions: Vec<(Seal, Adoption)> = futures::stream::iter(sealed)
+            .map(|seal| async move { adopt_one(store, &seal).await.map(|a| (seal, a)) })
+            .buffered(SHARED_CONCURRENT_MAX)
+            .try_collect()
+            .await?;
+        for (seal, adoption) in adoptions {
+            match adoption {
+                Adoption::New => report.adopted.push(seal.id),
+                Adoption::Already => report.already_adopted += 1,
+                Adoption::Refused(reason) => {
+                    report.cleanup.extend(seal.results);
+                    report.refused.push(Refused { id: seal.id, reason });
+                }
+            }
+        }
+        let lost: Vec<Option<Staged>> = futures::stream::iter(&losers)
+            .map(|path| self.read_staged(path))
+            .buffered(SHARED_CONCURRENT_MAX)
+            .try_collect()
+            .await?;
+        report.requests += losers.len() as u64;
+        report.cleanup.extend(lost.into_iter().flatten().flat_map(|s| s.results));
         // Entries go only once the adoption is in the mirror: a committer that loses its disk now restores
         // the adopted checkpoints and does not need the inbox to find them again.
         store.flush().await?;
-        for entry in &clear {
-            self.shared.delete(entry).await?;
-            report.requests += 1;
-        }
+        report.requests += clear.len() as u64;
+        self.shared.delete_all(clear).await?;
         Ok(report)
+    }
+
+    /// The claim at `hash`: a seal, another checkpoint's key claim, or nothing yet.
+    async fn read_seal(&self, hash: &str) -> Result<Option<ClaimAt>> {
+        let path = self.shared.claim(hash);
+        let Some(bytes) = self.shared.get(&path).await? else { return Ok(None) };
+        match envelope::decode(&bytes, &self.shared.describe(&path))? {
+            Body::Seal(seal) => Ok(Some(ClaimAt::Seal(seal))),
+            // A `for_key` checkpoint whose key another checkpoint claimed: none of its attempts can seal.
+            Body::KeyClaim(_) => Ok(Some(ClaimAt::KeyClaim)),
+            Body::Staged(_) => {
+                Err(Error::corrupt(format!("{}: a staged part in place of a seal", self.shared.describe(&path))))
+            }
+        }
     }
 
     /// The inbox's entries grouped by the claim they stage toward, in claim order.

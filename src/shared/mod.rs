@@ -167,6 +167,9 @@ enum Created {
     Taken(bytes::Bytes),
 }
 
+/// The most object-store requests one committer round has in flight at once.
+pub const SHARED_CONCURRENT_MAX: usize = 16;
+
 /// How many times an ambiguous create is retried before the caller is told it could not be settled.
 const CREATE_ATTEMPTS_MAX: u32 = 5;
 
@@ -238,6 +241,23 @@ impl SharedStaging {
             Ok(Err(e)) => Err(e.into()),
             Err(_) => Err(Error::io(format!("{}: no answer in {} ms", self.describe(path), self.timeout.as_millis()))),
         }
+    }
+
+    /// Deletes every path (an absent one is already deleted), through the store's bulk delete where it has
+    /// one (S3 deletes up to 1,000 objects per request).
+    async fn delete_all(&self, paths: Vec<Path>) -> Result<()> {
+        use futures::StreamExt as _;
+        let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+        let mut results = self.store.delete_stream(locations);
+        while let Some(r) = tokio::time::timeout(self.timeout, results.next()).await.map_err(|_| {
+            Error::io(format!("{}: a delete got no answer in {} ms", self.root, self.timeout.as_millis()))
+        })? {
+            match r {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Every object under `dir`.
