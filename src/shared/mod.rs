@@ -243,21 +243,31 @@ impl SharedStaging {
         }
     }
 
-    /// Deletes every path (an absent one is already deleted), through the store's bulk delete where it has
-    /// one (S3 deletes up to 1,000 objects per request).
+    /// Deletes every path (an absent one is already deleted), in up to [`SHARED_CONCURRENT_MAX`] streams at
+    /// once, each through the store's bulk delete where it has one (S3 deletes up to 1,000 objects a request).
     async fn delete_all(&self, paths: Vec<Path>) -> Result<()> {
-        use futures::StreamExt as _;
-        let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
-        let mut results = self.store.delete_stream(locations);
-        while let Some(r) = tokio::time::timeout(self.timeout, results.next()).await.map_err(|_| {
-            Error::io(format!("{}: a delete got no answer in {} ms", self.root, self.timeout.as_millis()))
-        })? {
-            match r {
-                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        use futures::{StreamExt as _, TryStreamExt as _};
+        let chunk = paths.len().div_ceil(SHARED_CONCURRENT_MAX).max(1);
+        let chunks: Vec<Vec<Path>> = paths.chunks(chunk).map(<[Path]>::to_vec).collect();
+        futures::stream::iter(chunks)
+            .map(|chunk| async move {
+                let locations = futures::stream::iter(chunk.into_iter().map(Ok)).boxed();
+                let mut results = self.store.delete_stream(locations);
+                loop {
+                    let next = tokio::time::timeout(self.timeout, results.next()).await.map_err(|_| {
+                        Error::io(format!("{}: a delete got no answer in {} ms", self.root, self.timeout.as_millis()))
+                    })?;
+                    match next {
+                        None => return Ok::<_, Error>(()),
+                        Some(Ok(_) | Err(object_store::Error::NotFound { .. })) => {}
+                        Some(Err(e)) => return Err(e.into()),
+                    }
+                }
+            })
+            .buffer_unordered(SHARED_CONCURRENT_MAX)
+            .try_collect::<Vec<()>>()
+            .await
+            .map(drop)
     }
 
     /// Every object under `dir`.
