@@ -54,12 +54,14 @@ struct Args {
     worker_processes: usize,
     /// Set in a worker child: its index and the worker count.
     worker_of: Option<(usize, usize)>,
+    /// Stage through this bucket of the S3-API server at `SINKPOINT_S3_ENDPOINT` instead of `DIR/shared`.
+    shared_s3: Option<String>,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: job [--dir DIR] [--local DIR] [--no-mirror] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--work-ms MS] [--fresh]\n           \
-         [--worker-processes N]\n           \
+         [--worker-processes N] [--shared-s3 BUCKET]\n           \
          [--crash-at after-stage|after-seal|after-begin-commit|after-target-commit-before-mark|unknown-outcome]"
     );
     std::process::exit(2)
@@ -79,6 +81,7 @@ fn parse() -> Args {
         work_ms: 0,
         worker_processes: 0,
         worker_of: None,
+        shared_s3: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -94,6 +97,7 @@ fn parse() -> Args {
             "--crash-at" => args.crash_at = Some(value()),
             "--fresh" => args.fresh = true,
             "--work-ms" => args.work_ms = value().parse().unwrap_or_else(|_| usage()),
+            "--shared-s3" => args.shared_s3 = Some(value()),
             "--worker-processes" => args.worker_processes = value().parse().unwrap_or_else(|_| usage()),
             "--worker-of" => {
                 let v = value();
@@ -205,18 +209,36 @@ async fn work(
 }
 
 /// The job's shared staging: `DIR/shared`, a local directory standing in for the object store every machine
-/// sees (fsynced puts, conditional creates).
-fn shared_staging(dir: &std::path::Path) -> sinkpoint::Result<SharedStaging> {
-    let root = dir.join("shared");
-    std::fs::create_dir_all(&root)?;
-    let fs = object_store::local::LocalFileSystem::new_with_prefix(&root)?.with_fsync(true);
-    SharedStaging::new(Arc::new(fs), "", JobId::new("demo-job")?)
+/// sees (fsynced puts, conditional creates), or with `--shared-s3 BUCKET` that bucket on the S3-API server at
+/// `SINKPOINT_S3_ENDPOINT` (moto in CI).
+fn shared_staging(args: &Args) -> sinkpoint::Result<SharedStaging> {
+    let objects: Arc<dyn object_store::ObjectStore> = match &args.shared_s3 {
+        Some(bucket) => {
+            let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT")
+                .map_err(|_| sinkpoint::Error::invalid_input("--shared-s3 needs SINKPOINT_S3_ENDPOINT"))?;
+            let s3 = object_store::aws::AmazonS3Builder::new()
+                .with_endpoint(&endpoint)
+                .with_allow_http(true)
+                .with_bucket_name(bucket)
+                .with_access_key_id("test")
+                .with_secret_access_key("test")
+                .with_region("us-east-1")
+                .build()?;
+            Arc::new(s3)
+        }
+        None => {
+            let root = args.dir.join("shared");
+            std::fs::create_dir_all(&root)?;
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root)?.with_fsync(true))
+        }
+    };
+    SharedStaging::new(objects, "", JobId::new("demo-job")?)
 }
 
 /// A worker process (`--worker-of K/N`): inputs K, K + N, …; each one not yet processed is written and
 /// staged-and-sealed from here; a seal lost to another attempt of the same input is reported and dropped.
 async fn run_worker(args: &Args, k: usize, n: usize) -> sinkpoint::Result<ExitCode> {
-    let shared = shared_staging(&args.dir)?;
+    let shared = shared_staging(args)?;
     let table = DirTable::local(args.dir.join("table"))?;
     let worker = Worker::new(shared, &format!("worker-{k}-pid-{}", std::process::id()))?;
     let (mut sealed, mut skipped, mut lost) = (0, 0, 0);
@@ -248,11 +270,14 @@ async fn run_worker(args: &Args, k: usize, n: usize) -> sinkpoint::Result<ExitCo
 /// The driver of `--worker-processes N`: runs N worker processes (a worker that dies is started again), and
 /// while they run adopts what they sealed and commits it. Returns the number of worker restarts.
 async fn drive_workers(args: &Args, store: &Store, committer: &Committer<'_>) -> sinkpoint::Result<usize> {
-    let inbox = Inbox::new(shared_staging(&args.dir)?);
+    let inbox = Inbox::new(shared_staging(args)?);
     let n = args.worker_processes;
     let spawn = |k: usize| -> std::io::Result<std::process::Child> {
-        std::process::Command::new(std::env::current_exe()?)
-            .args(["--dir", &args.dir.to_string_lossy(), "--inputs", &args.inputs.to_string()])
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        if let Some(bucket) = &args.shared_s3 {
+            cmd.args(["--shared-s3", bucket]);
+        }
+        cmd.args(["--dir", &args.dir.to_string_lossy(), "--inputs", &args.inputs.to_string()])
             .args(["--rows", &args.rows.to_string(), "--work-ms", &args.work_ms.to_string()])
             .args(["--worker-of", &format!("{k}/{n}")])
             .spawn()

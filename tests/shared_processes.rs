@@ -24,7 +24,12 @@ fn job_binary() -> PathBuf {
 }
 
 fn driver(dir: &Path, work_ms: u64) -> Command {
+    driver_with(dir, work_ms, &[])
+}
+
+fn driver_with(dir: &Path, work_ms: u64, extra: &[&str]) -> Command {
     let mut cmd = Command::new(job_binary());
+    cmd.args(extra);
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.with_extension("log")).unwrap();
     cmd.args(["--dir", dir.to_str().unwrap(), "--inputs", &INPUTS.to_string(), "--rows", &ROWS.to_string()])
         .args(["--worker-processes", "4", "--work-ms", &work_ms.to_string()])
@@ -69,15 +74,16 @@ fn seed() -> u64 {
         .unwrap_or_else(|| now.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_and_driver_killed_at_random_moments_leave_every_row_once() {
+/// Runs the job with `extra` flags, killing random workers or the driver `KILLS` times at seeded moments,
+/// then to completion; the table must hold every row once.
+async fn kill_loop(extra: &[&str]) {
     let seed = seed();
-    println!("shared kill test seed {seed} (replay with SINKPOINT_KILL_SEED={seed})");
+    println!("shared kill test seed {seed} (replay with SINKPOINT_KILL_SEED={seed}), flags {extra:?}");
     let mut rng = SplitMix64::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut kills = (0, 0);
     for _ in 0..KILLS {
-        let mut child = driver(dir.path(), 20).spawn().unwrap();
+        let mut child = driver_with(dir.path(), 20, extra).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(50 + rng.below(300)));
         if child.try_wait().unwrap().is_some() {
             break;
@@ -96,13 +102,29 @@ async fn workers_and_driver_killed_at_random_moments_leave_every_row_once() {
         }
         child.wait().unwrap();
     }
-    let status = driver(dir.path(), 0).status().unwrap();
+    let status = driver_with(dir.path(), 0, extra).status().unwrap();
     kill_all_on(dir.path());
     println!("{} driver kills, {} worker kills", kills.0, kills.1);
-    assert!(kills.0 + kills.1 >= KILLS / 2, "too few kills landed to test anything (seed {seed}): {kills:?}");
     let log = std::fs::read_to_string(dir.path().with_extension("log")).unwrap_or_default();
     assert!(status.success(), "the final run failed: {status:?} (seed {seed}); log:\n{log}");
+    assert!(kills.0 + kills.1 >= KILLS / 2, "too few kills landed to test anything (seed {seed}): {kills:?}");
     assert_every_row_once(dir.path(), &format!("seed {seed}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_and_driver_killed_at_random_moments_leave_every_row_once() {
+    kill_loop(&[]).await;
+}
+
+/// The same on the S3 API (moto in CI): the shared staging in a bucket, conditional creates over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_s3_api_workers_and_driver_killed_at_random_moments_leave_every_row_once() {
+    let Some(endpoint) = sinkpoint::testkit::s3_endpoint() else { return };
+    #[expect(clippy::disallowed_methods, reason = "a unique bucket name per run")]
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let bucket = format!("shared-kill-{nanos}");
+    sinkpoint::testkit::create_s3_bucket(&endpoint, &bucket).unwrap();
+    kill_loop(&["--shared-s3", &bucket]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
