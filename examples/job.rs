@@ -197,11 +197,13 @@ async fn work(
     // Like Lance fragments, data file names are unique per writer: a zombie never overwrites a live file.
     let name = format!("input-{i:05}-e{}-a{attempt}.rows", store.epoch());
     let result = table.write_data_file(&name, data.into_bytes()).await?;
-    store.stage(&id, StagePart::new(attempt, Part::FIRST).keys(vec![input_key(i)]).results(vec![result])).await?;
+    let part = StagePart::new(attempt, Part::FIRST).keys(vec![input_key(i)]).results(vec![result]);
     if crash_at == Some("after-stage") {
+        store.stage(&id, part).await?;
         crash("after-stage");
     }
-    store.seal(&id, 1).await?;
+    // The one part and the seal in one durable commit.
+    store.stage_and_seal(&id, part, 1).await?;
     if crash_at == Some("after-seal") {
         crash("after-seal");
     }

@@ -188,13 +188,13 @@ async fn adopt_one(store: &Store, seal: &Seal) -> Result<Adoption> {
         return Ok(Adoption::Already);
     }
     let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(seal.keys.clone()).results(seal.results.clone());
-    match store.stage(id, part).await {
-        // Staged by an earlier committer that crashed before sealing: complete, so it may be sealed.
-        Err(e) if matches!(e.transition(), Some(TransitionError::Orphaned { .. })) => {}
-        Err(e) => return Err(e),
-        Ok(_) => {}
-    }
-    match store.seal(id, 1).await {
+    // One durable commit: the part and the seal together.
+    let sealed = match store.stage_and_seal(id, part, 1).await {
+        // Left Staged by an earlier committer (a refused seal whose abort a crash cut off): complete, so sealed.
+        Err(e) if matches!(e.transition(), Some(TransitionError::Orphaned { .. })) => store.seal(id, 1).await,
+        other => other.map(drop),
+    };
+    match sealed {
         Ok(()) => Ok(Adoption::New),
         Err(e) if matches!(e.transition(), Some(TransitionError::KeyConflict { .. })) => {
             let reason = e.to_string();

@@ -61,9 +61,11 @@ pub(crate) enum CallDurability {
 }
 
 struct Call {
-    record: Record,
+    /// One record, or several applied in order in one transaction (`Store::stage_and_seal`): the first refused
+    /// one ends the call, and its answer is that refusal.
+    records: Vec<Record>,
     durability: CallDurability,
-    reply: oneshot::Sender<Result<Result<Applied, TransitionError>>>,
+    reply: oneshot::Sender<Result<Result<Vec<Applied>, TransitionError>>>,
 }
 
 /// What the writer has done since the store was opened (see [`crate::Store::stats`]). Cheap to read: a few
@@ -175,15 +177,19 @@ impl Writer {
         Ok(Self { tx: Some(tx), thread: Some(thread), shared })
     }
 
-    /// Queues one record and waits for its group commit.
+    /// Queues records applied in order in one transaction, and waits for their group commit: the answers of
+    /// all, or the refusal that stopped them (the records before it are applied).
     pub(crate) async fn call(
         &self,
-        record: Record,
+        records: Vec<Record>,
         durability: CallDurability,
-    ) -> Result<Result<Applied, TransitionError>> {
+    ) -> Result<Result<Vec<Applied>, TransitionError>> {
+        if records.is_empty() {
+            return Err(Error::bug("a writer call without records"));
+        }
         let (reply, rx) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(|| Error::bug("writer already closed"))?;
-        tx.send(Call { record, durability, reply })
+        tx.send(Call { records, durability, reply })
             .await
             .map_err(|_| Error::poisoned("the writer thread has stopped".to_string()))?;
         self.shared.counters.sent.fetch_add(1, Ordering::AcqRel);
@@ -277,7 +283,7 @@ fn commit_batch(
     unsynced: &mut bool,
     keep_from: &mut u64,
     shared: &Shared,
-) -> Result<Vec<Result<Applied, TransitionError>>> {
+) -> Result<Vec<Result<Vec<Applied>, TransitionError>>> {
     let mut next = meta.clone();
     let mut txn = db.begin_write()?;
     let durable = batch.iter().any(|c| c.durability == CallDurability::Immediate);
@@ -287,7 +293,18 @@ fn commit_batch(
     {
         let mut tables = Tables::open(&txn)?;
         for call in batch {
-            results.push(tables.execute(&mut next, &call.record, &mut frames, CHECKPOINT_BYTES_MAX)?);
+            let mut applied = Vec::with_capacity(call.records.len());
+            let mut refused = None;
+            for record in &call.records {
+                match tables.execute(&mut next, record, &mut frames, CHECKPOINT_BYTES_MAX)? {
+                    Ok(a) => applied.push(a),
+                    Err(t) => {
+                        refused = Some(t);
+                        break;
+                    }
+                }
+            }
+            results.push(refused.map_or(Ok(applied), Err));
         }
         if !frames.is_empty() {
             // Without a mirror the log is cut in steps of LOG_RECORDS_RETAINED_MAX records, once it holds twice that:
@@ -304,7 +321,8 @@ fn commit_batch(
             tables.write_meta(&next)?;
         }
     }
-    let must_wait = batch.iter().zip(&results).any(|(call, result)| result.is_ok() && is_commit_protocol(&call.record));
+    let must_wait =
+        batch.iter().zip(&results).any(|(call, result)| result.is_ok() && call.records.iter().any(is_commit_protocol));
     if frames.is_empty() && !(durable && *unsynced) {
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
