@@ -3,7 +3,8 @@
 //! printed; `SINKPOINT_KILL_SEED` replays one) and bounded in count, and no assertion depends on timing: a kill
 //! that lands before the child did anything, or after it finished, is as valid as any other.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -14,17 +15,8 @@ const KILLS_MAX: usize = 20;
 const INPUTS: usize = 300;
 const ROWS: usize = 50;
 
-fn job_binary() -> PathBuf {
-    // Integration tests run from target/<profile>/deps; cargo builds the examples next to it before the tests.
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let job = profile_dir.join("examples").join(format!("job{}", std::env::consts::EXE_SUFFIX));
-    assert!(job.exists(), "the quick-start example is not built at {}", job.display());
-    job
-}
-
 fn job(dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(job_binary());
+    let mut cmd = Command::new(common::job_binary());
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.with_extension("log")).unwrap();
     cmd.args(["--dir", dir.to_str().unwrap(), "--inputs", &INPUTS.to_string(), "--rows", &ROWS.to_string()])
         .args(["--workers", "4", "--commit-every", "25"])

@@ -4,7 +4,9 @@
 //! task, its inputs re-run to completion, SIGCONT) whose seal is refused. Seeds are printed
 //! (`SINKPOINT_KILL_SEED` replays one); no assertion depends on timing.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -15,20 +17,12 @@ const INPUTS: usize = 200;
 const ROWS: usize = 20;
 const KILLS: usize = 12;
 
-fn job_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let job = profile_dir.join("examples").join(format!("job{}", std::env::consts::EXE_SUFFIX));
-    assert!(job.exists(), "the quick-start example is not built at {}", job.display());
-    job
-}
-
 fn driver(dir: &Path, work_ms: u64) -> Command {
     driver_with(dir, work_ms, &[])
 }
 
 fn driver_with(dir: &Path, work_ms: u64, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(job_binary());
+    let mut cmd = Command::new(common::job_binary());
     cmd.args(extra);
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.with_extension("log")).unwrap();
     cmd.args(["--dir", dir.to_str().unwrap(), "--inputs", &INPUTS.to_string(), "--rows", &ROWS.to_string()])

@@ -6,7 +6,9 @@
 //! The second driver starts once the first has put a number of groups into the mirror (observed on disk, so the
 //! overlap does not hang on timing); what is asserted holds whichever driver gets how far.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -16,15 +18,9 @@ const INPUTS: usize = 250;
 const ROWS: usize = 200;
 const FENCED_EXIT_CODE: i32 = 5;
 
-fn job_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    profile_dir.join("examples").join(format!("job{}", std::env::consts::EXE_SUFFIX))
-}
-
 fn driver(shared: &Path, local: &Path, log: &Path) -> Child {
     let log = std::fs::File::create(log).unwrap();
-    Command::new(job_binary())
+    Command::new(common::job_binary())
         .args(["--dir", shared.to_str().unwrap(), "--local", local.to_str().unwrap()])
         .args(["--inputs", &INPUTS.to_string(), "--rows", &ROWS.to_string()])
         .args(["--workers", "4", "--work-ms", "4", "--commit-every", "50"])

@@ -87,3 +87,13 @@ pub async fn account(table: &DirTable, inputs: usize) -> Accounting {
 pub fn exactly_once(inputs: usize) -> Accounting {
     Accounting { rows: inputs * ROWS_PER_INPUT, duplicates: 0, missing: 0 }
 }
+
+/// The quick-start job's binary: integration tests run from target/<profile>/deps, and cargo builds the examples
+/// next to it before the tests.
+pub fn job_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let job = profile_dir.join("examples").join(format!("job{}", std::env::consts::EXE_SUFFIX));
+    assert!(job.exists(), "the quick-start example is not built at {}", job.display());
+    job
+}
