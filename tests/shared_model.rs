@@ -1,6 +1,7 @@
 //! The shared-staging model test (issue 12): simulated workers on many machines and one committer over an
 //! in-memory object store with injected faults: duplicate and speculative attempts, zombies that seal late,
-//! workers that die after staging, puts whose acknowledgement is lost, committers that restart or lose their
+//! workers paused inside their seal (its put held at the store's gate while the job goes on), workers that die
+//! after staging, puts whose acknowledgement is lost, committers that restart or lose their
 //! disk mid-job. After every case the table must hold each input exactly once, written by the attempt whose
 //! seal succeeded, and nothing of any attempt that lost.
 //!
@@ -38,6 +39,9 @@ struct Case {
     losers: Vec<String>,
     sessions: u128,
     log: Vec<String>,
+    /// A seal started with its claim's put held, and the input it is for.
+    paused: Option<tokio::task::JoinHandle<(Live, sinkpoint::Result<()>)>>,
+    paused_on: Option<u32>,
 }
 
 const STEPS_MAX: u64 = 40;
@@ -50,7 +54,9 @@ impl Case {
         let table = DirTable::new(dyn_objects, Path::from("table"));
         let dir = tempfile::tempdir().unwrap();
         let (store, live, winners, losers, log) = (None, Vec::new(), BTreeMap::new(), Vec::new(), Vec::new());
-        Self { rng: SplitMix64::new(seed), objects, shared, table, dir, store, live, winners, losers, sessions: 0, log }
+        let (paused, paused_on) = (None, None);
+        let rng = SplitMix64::new(seed);
+        Self { rng, objects, shared, table, dir, store, live, winners, losers, sessions: 0, log, paused, paused_on }
     }
 
     /// The committer's store, reopened if it crashed; an open that fails (an injected fault) is a crash of
@@ -95,15 +101,35 @@ impl Case {
 
     async fn seal(&mut self, at: usize) {
         let live = self.live.swap_remove(at);
-        let id = CheckpointId::for_key(&key(live.input));
-        let mut outcome = live.worker.seal(&id, 1).await;
-        // An unsettled create (faults stacked on the claim) is `Io`: the call is idempotent and is retried.
-        for _ in 0..10 {
-            match &outcome {
-                Err(e) if e.kind() == sinkpoint::ErrorKind::Io => outcome = live.worker.seal(&id, 1).await,
-                _ => break,
-            }
+        let outcome = seal_call(&live).await;
+        self.record(live, outcome);
+    }
+
+    /// Starts a live attempt's seal with its claim's put held at the object store's gate: a worker paused
+    /// mid-request (a GC pause, a partition) while the rest of the job goes on.
+    fn pause(&mut self, at: usize) {
+        let live = self.live.swap_remove(at);
+        let hash = CheckpointId::for_key(&key(live.input)).as_str()[2..].to_owned();
+        self.objects.hold_puts_under(&format!("claims/{hash}"));
+        self.log.push(format!("{} pauses inside its seal", live.file));
+        self.paused_on = Some(live.input);
+        self.paused = Some(tokio::spawn(async move {
+            let outcome = seal_call(&live).await;
+            (live, outcome)
+        }));
+    }
+
+    async fn resume(&mut self) {
+        if let Some(paused) = self.paused.take() {
+            self.paused_on = None;
+            self.objects.hold_puts(false);
+            let (live, outcome) = paused.await.unwrap();
+            self.log.push(format!("{} resumes", live.file));
+            self.record(live, outcome);
         }
+    }
+
+    fn record(&mut self, live: Live, outcome: sinkpoint::Result<()>) {
         match outcome {
             Ok(()) => {
                 self.log.push(format!("{} sealed", live.file));
@@ -121,6 +147,12 @@ impl Case {
             }
             Err(e) => panic!("seal of {}: {e}\n{}", live.file, self.log.join("\n")),
         }
+    }
+
+    /// The input whose seal is paused, if one is: no other attempt of it may seal inline meanwhile (its
+    /// create would wait at the same gate, and the schedule with it).
+    fn paused_input(&self) -> Option<u32> {
+        self.paused_on
     }
 
     /// One committer round; any failure (an injected one) is a committer crash: it reopens next round.
@@ -156,17 +188,25 @@ impl Case {
     }
 
     async fn step(&mut self, inputs: u32) {
-        match self.rng.below(10) {
+        // Attempts that may seal inline now: none of the paused input (its create would wait at the gate).
+        let sealable: Vec<usize> =
+            (0..self.live.len()).filter(|&i| Some(self.live[i].input) != self.paused_input()).collect();
+        match self.rng.below(12) {
             // A task attempt starts: any input, done or not (a retry, a speculative copy).
             0..=2 => {
                 let input = self.rng.below(u64::from(inputs)) as u32;
                 self.start(input).await;
             }
             // A live attempt seals (a zombie seals whenever the schedule reaches it).
-            3..=5 if !self.live.is_empty() => {
-                let at = self.rng.below(self.live.len() as u64) as usize;
+            3..=5 if !sealable.is_empty() => {
+                let at = sealable[self.rng.below(sealable.len() as u64) as usize];
                 self.seal(at).await;
             }
+            9 if self.paused.is_none() && !sealable.is_empty() => {
+                let at = sealable[self.rng.below(sealable.len() as u64) as usize];
+                self.pause(at);
+            }
+            10 => self.resume().await,
             // A worker dies after staging: its parts stay in the inbox.
             6 if !self.live.is_empty() => {
                 let at = self.rng.below(self.live.len() as u64) as usize;
@@ -196,6 +236,7 @@ impl Case {
             self.step(inputs).await;
         }
         self.log.push("-- the job is retried to completion".into());
+        self.resume().await;
         // Zombies still alive seal at the end, after their inputs may have been re-run.
         while !self.live.is_empty() {
             self.seal(0).await;
@@ -243,6 +284,19 @@ impl Case {
             assert!(!files.contains(&loser), "{loser} lost its seal or died, and was committed");
         }
     }
+}
+
+/// One seal call, retried while it is `Io` (an unsettled create under stacked faults: the call is idempotent).
+async fn seal_call(live: &Live) -> sinkpoint::Result<()> {
+    let id = CheckpointId::for_key(&key(live.input));
+    let mut outcome = live.worker.seal(&id, 1).await;
+    for _ in 0..10 {
+        match &outcome {
+            Err(e) if e.kind() == sinkpoint::ErrorKind::Io => outcome = live.worker.seal(&id, 1).await,
+            _ => break,
+        }
+    }
+    outcome
 }
 
 fn key(input: u32) -> Vec<u8> {
