@@ -264,3 +264,40 @@ async fn a_restarted_attempt_seals_its_new_parts_and_the_dropped_ones_come_back_
     assert_eq!(report.adopted, vec![id]);
     assert_eq!(job.counts(3).await, vec![0, 1, 1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_driver_fences_the_old_committer_and_every_sealed_checkpoint_is_committed_once() {
+    let job = Job::new();
+    let worker = job.worker("w");
+    let seal = |n: u32| {
+        let (job, worker) = (&job, &worker);
+        async move {
+            let r = job.write(n, "a").await;
+            worker.stage_and_seal(&CheckpointId::for_key(&input(n)), vec![input(n)], vec![r]).await.unwrap();
+        }
+    };
+    let old = job.committer().await;
+    for n in 0..3 {
+        seal(n).await;
+    }
+    assert_eq!(Inbox::new(job.shared.clone()).adopt(&old).await.unwrap().adopted.len(), 3);
+    // A new driver on another machine: its own local file, the same mirror; it takes over.
+    let objects: Arc<dyn ObjectStore> = job.objects.clone();
+    let other_disk = tempfile::tempdir().unwrap();
+    let new = Store::builder(job_id(), TargetIdentity::new("dir:table").unwrap())
+        .path(other_disk.path().join("committer.redb"))
+        .mirror(objects, Path::from("mirror"), MirrorSettings::default())
+        .open()
+        .await
+        .unwrap();
+    for n in 3..6 {
+        seal(n).await;
+    }
+    // The old driver, still running, tries a round: fenced before it clears anything.
+    let err = Inbox::new(job.shared.clone()).adopt(&old).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    let report = job.adopt_and_commit(&new).await;
+    assert_eq!(report.adopted.len(), 3, "the new driver finds what the fenced one could not clear: {report:?}");
+    Committer::new(&new, &job.table).finish().await.unwrap();
+    assert_eq!(job.counts(6).await, vec![1; 6]);
+}
