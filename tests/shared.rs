@@ -301,3 +301,33 @@ async fn a_new_driver_fences_the_old_committer_and_every_sealed_checkpoint_is_co
     Committer::new(&new, &job.table).finish().await.unwrap();
     assert_eq!(job.counts(6).await, vec![1; 6]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_claimed_by_an_attempt_that_lost_its_seal_is_not_processed_unless_the_winner_holds_it() {
+    use sha2::{Digest as _, Sha256};
+    let job = Job::new();
+    let id = CheckpointId::new("task-9").unwrap();
+    // The first attempt claims its keys {x, y}; its seal's create then fails every time (the job's store is
+    // unreachable for that request): it does not seal.
+    let seal_hash: String = Sha256::new()
+        .chain_update(b"id\0")
+        .chain_update(id.as_str().as_bytes())
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    job.objects.fail_puts(PutFault::FailBefore, &format!("claims/{seal_hash}"), 5);
+    let first = job.worker("first");
+    let r1 = job.write(9, "first").await;
+    let err = first.stage_and_seal(&id, vec![input(1), input(2)], vec![r1]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    // A retry of the task reads other inputs this time ({x, z}) and seals.
+    let retry = job.worker("retry");
+    let r2 = job.write(9, "retry").await;
+    retry.stage_and_seal(&id, vec![input(1), input(3)], vec![r2]).await.unwrap();
+    assert!(retry.is_processed(&input(1)).await.unwrap() && retry.is_processed(&input(3)).await.unwrap());
+    assert!(
+        !retry.is_processed(&input(2)).await.unwrap(),
+        "y is claimed by the checkpoint, but its seal does not hold it: skipping y would lose it"
+    );
+}

@@ -102,7 +102,11 @@ impl Worker {
         match self.read_claim(&path).await? {
             None => Ok(false),
             Some(Body::Seal(_)) => Ok(true),
-            Some(Body::KeyClaim(claim)) => Ok(self.sealed_by(&claim.id).await?.is_some()),
+            // Processed only if the owner's seal holds the key: an attempt that claimed it and then lost its
+            // seal to an attempt with other keys left a claim the winner does not honour.
+            Some(Body::KeyClaim(claim)) => {
+                Ok(self.seal_of(&claim.id).await?.is_some_and(|s| s.keys.iter().any(|k| k == key)))
+            }
             Some(Body::Staged(_)) => {
                 Err(Error::corrupt(format!("{}: a staged part in place of a claim", self.describe(&path))))
             }
@@ -112,9 +116,13 @@ impl Worker {
     /// Who sealed checkpoint `id`, if anyone has. One read.
     pub async fn sealed_by(&self, id: &CheckpointId) -> Result<Option<SealedBy>> {
         id.check()?;
+        Ok(self.seal_of(id).await?.as_ref().map(sealed_by))
+    }
+
+    async fn seal_of(&self, id: &CheckpointId) -> Result<Option<Seal>> {
         let path = self.shared.claim(&seal_hash(id));
         Ok(match self.read_claim(&path).await? {
-            Some(Body::Seal(seal)) if &seal.id == id => Some(sealed_by(&seal)),
+            Some(Body::Seal(seal)) if &seal.id == id => Some(seal),
             _ => None,
         })
     }
