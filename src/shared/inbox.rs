@@ -7,7 +7,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
 
 use super::envelope::{self, Body, Seal, Staged};
-use super::{SHARED_CONCURRENT_MAX, SharedStaging};
+use super::{SHARED_CONCURRENT_MAX, SHARED_ROUND_ENTRIES_MAX, SharedStaging};
 use crate::error::{Error, Result, TransitionError};
 use crate::state::CheckpointState;
 use crate::store::Store;
@@ -155,7 +155,7 @@ impl Inbox {
     async fn groups(&self) -> Result<BTreeMap<String, Vec<Path>>> {
         let root = self.shared.inbox_root();
         let mut groups: BTreeMap<String, Vec<Path>> = BTreeMap::new();
-        for meta in self.shared.list(&root).await? {
+        for meta in self.shared.list(&root, SHARED_ROUND_ENTRIES_MAX).await? {
             let parts: Vec<_> = meta.location.prefix_match(&root).map(|p| p.collect()).unwrap_or_default();
             match parts.as_slice() {
                 [hash, _name] => groups.entry(hash.as_ref().to_owned()).or_default().push(meta.location.clone()),

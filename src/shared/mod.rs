@@ -170,6 +170,12 @@ enum Created {
 /// The most object-store requests one committer round has in flight at once.
 pub const SHARED_CONCURRENT_MAX: usize = 16;
 
+/// The most inbox entries one committer round takes on (the rest wait for the next round): bounds a round's
+/// memory and time however many parts dead workers left behind. (More than this many parts of dead, never
+/// sealed attempts would starve newer ones, for the listing order is by hash: collecting them is issue 14's
+/// `gc`, not done yet.)
+pub const SHARED_ROUND_ENTRIES_MAX: usize = 100_000;
+
 /// How many times an ambiguous create is retried before the caller is told it could not be settled.
 const CREATE_ATTEMPTS_MAX: u32 = 5;
 
@@ -271,8 +277,9 @@ impl SharedStaging {
     }
 
     /// Every object under `dir`.
-    async fn list(&self, dir: &Path) -> Result<Vec<object_store::ObjectMeta>> {
-        use futures::TryStreamExt as _;
-        self.timed(dir, self.store.list(Some(dir)).try_collect::<Vec<_>>()).await
+    /// The first `max` objects under `dir` (in the store's listing order).
+    async fn list(&self, dir: &Path, max: usize) -> Result<Vec<object_store::ObjectMeta>> {
+        use futures::{StreamExt as _, TryStreamExt as _};
+        self.timed(dir, self.store.list(Some(dir)).take(max).try_collect::<Vec<_>>()).await
     }
 }
