@@ -7,8 +7,7 @@ use std::sync::Arc;
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
-use crate::state::CheckpointState;
-use crate::store::{PendingCheckpoint, Store};
+use crate::store::{CheckpointInfo, Store};
 use crate::types::{CheckpointId, CommitKey, WriteResult};
 use crate::wal::tables::CommitValue;
 
@@ -226,29 +225,28 @@ impl<'a> Committer<'a> {
     /// target does not hold key 0.
     async fn commit_sealed(&self, final_commit: bool, key0_checked: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
-        let pending = self.store.pending_off_runtime().await?;
-        let sealed: Vec<&PendingCheckpoint> =
-            pending.checkpoints.iter().filter(|c| c.info.state == CheckpointState::Sealed).collect();
-        let (empty, full): (Vec<&PendingCheckpoint>, Vec<&PendingCheckpoint>) =
-            sealed.into_iter().partition(|c| c.results.is_empty());
+        // Ids and counts only: each key's results are read after its intent (`commit_results`), so memory is
+        // one key's results, not the backlog's.
+        let (sealed, next_key) = self.store.sealed_off_runtime().await?;
+        let (empty, full): (Vec<&CheckpointInfo>, Vec<&CheckpointInfo>) = sealed.iter().partition(|c| c.results == 0);
         for chunk in empty.chunks(COMMIT_CHECKPOINTS_MAX) {
-            let ids: Vec<CheckpointId> = chunk.iter().map(|c| c.info.id.clone()).collect();
+            let ids: Vec<CheckpointId> = chunk.iter().map(|c| c.id.clone()).collect();
             self.store.protocol().commit_empty(&ids).await?;
             report.committed_empty += ids.len();
         }
         let batches = split_commits(&full);
-        if pending.next_key == 0 && !batches.is_empty() && !key0_checked && !self.store.key0_absent() {
+        if next_key == 0 && !batches.is_empty() && !key0_checked && !self.store.key0_absent() {
             // Key 0 is begun only once the target is known not to hold it, whether or not `recover` ran first:
             // a watermark target's probe cannot tell our key 0 from a lost run's, so after begin_commit it would
             // be too late to ask.
             self.refuse_lost_state().await?;
         }
         let count = batches.len();
-        for (n, (i, batch)) in (pending.next_key..).zip(batches.into_iter().enumerate()) {
+        for (n, (i, batch)) in (next_key..).zip(batches.into_iter().enumerate()) {
             if n > 0 {
                 self.refuse_stale_state(n).await?;
             }
-            let ids: Vec<CheckpointId> = batch.iter().map(|c| c.info.id.clone()).collect();
+            let ids: Vec<CheckpointId> = batch.iter().map(|c| c.id.clone()).collect();
             let is_final = final_commit && i + 1 == count;
             let version = self.target.version().await?;
             self.store.protocol().begin_commit(n, &ids, version, is_final).await?;
@@ -456,18 +454,18 @@ fn same_set(landed: &[CheckpointId], recorded: &[CheckpointId]) -> bool {
 
 /// Splits sealed checkpoints into commits within [`COMMIT_CHECKPOINTS_MAX`] and [`COMMIT_RESULTS_MAX`]; a
 /// checkpoint over the result limit on its own goes alone (a commit always covers whole checkpoints).
-fn split_commits<'p>(sealed: &[&'p PendingCheckpoint]) -> Vec<Vec<&'p PendingCheckpoint>> {
-    let mut out: Vec<Vec<&PendingCheckpoint>> = Vec::new();
+fn split_commits<'p>(sealed: &[&'p CheckpointInfo]) -> Vec<Vec<&'p CheckpointInfo>> {
+    let mut out: Vec<Vec<&CheckpointInfo>> = Vec::new();
     let mut results = 0usize;
     for checkpoint in sealed {
-        let fits = out.last().is_some_and(|last| {
-            last.len() < COMMIT_CHECKPOINTS_MAX && results + checkpoint.results.len() <= COMMIT_RESULTS_MAX
-        });
+        let count = checkpoint.results as usize;
+        let fits =
+            out.last().is_some_and(|last| last.len() < COMMIT_CHECKPOINTS_MAX && results + count <= COMMIT_RESULTS_MAX);
         if !fits {
             out.push(Vec::new());
             results = 0;
         }
-        results += checkpoint.results.len();
+        results += count;
         if let Some(last) = out.last_mut() {
             last.push(checkpoint);
         }

@@ -320,14 +320,14 @@ impl Store {
         self.snapshot()?.pending()
     }
 
-    /// [`Store::pending`] on tokio's blocking pool: it decodes every pending checkpoint's write results, which
-    /// must not stall the caller's runtime threads (red-team finding 10).
-    pub(crate) async fn pending_off_runtime(&self) -> Result<Pending> {
+    /// [`Snapshot::sealed`] on tokio's blocking pool: reading a large backlog must not stall the caller's runtime
+    /// threads (red-team finding 10).
+    pub(crate) async fn sealed_off_runtime(&self) -> Result<(Vec<CheckpointInfo>, u64)> {
         self.shared.check()?;
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || Snapshot::begin(&*db)?.pending())
+        tokio::task::spawn_blocking(move || Snapshot::begin(&*db)?.sealed())
             .await
-            .map_err(|e| Error::bug(format!("pending task: {e}")))?
+            .map_err(|e| Error::bug(format!("sealed task: {e}")))?
     }
 
     /// The write results commit key `key` is bound to, read by id from one consistent snapshot, in the recorded
