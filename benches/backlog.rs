@@ -1,0 +1,99 @@
+//! A large backlog (issue 15): `commit_pending` over 10,000 and 100,000 Sealed checkpoints (one small result
+//! each), its wall time and the growth of the process's peak resident memory while it runs, each size in a child
+//! process of its own so one measurement's heap never hides another's. Linear time means the 100 k / 10 k time
+//! ratio is about 10; flat memory means the peak grows by about the same at both sizes (one key's results, not
+//! the backlog's: the committer reads ids and counts, then each key's results after its intent).
+//!
+//! `cargo bench --bench backlog`; quick mode (`cargo test --bench backlog`): 200 and 2,000.
+
+#![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use object_store::memory::InMemory;
+use sinkpoint::{Attempt, CheckpointId, Committer, DirTable, Part, StagePart, Store};
+
+use common::{Goal, Report, job, key, small_result, target};
+
+const CHILD: &str = "SINKPOINT_BACKLOG_CHILD";
+
+/// Peak resident memory so far (VmHWM), in KiB.
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Builds `n` Sealed checkpoints, then commits them; prints "ms peak_growth_kib".
+fn child(n: u64) {
+    let rt = common::runtime();
+    let dir = common::tempdir();
+    rt.block_on(async {
+        let store = Arc::new(Store::builder(job(), target()).path(dir.path().join("s.redb")).open().await.unwrap());
+        let tasks = (0..32u64).map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in (t..n).step_by(32) {
+                    let part =
+                        StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(i)]).results(vec![small_result(i)]);
+                    store.stage_and_seal(&CheckpointId::new(format!("c{i:07}")).unwrap(), part, 1).await.unwrap();
+                }
+            })
+        });
+        for task in futures::future::join_all(tasks).await {
+            task.unwrap();
+        }
+        let table = DirTable::new(Arc::new(InMemory::new()), object_store::path::Path::from("t"));
+        let before = peak_kib();
+        let started = Instant::now();
+        let report = Committer::new(&store, &table).commit_pending().await.unwrap();
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        assert!(!report.committed_keys.is_empty());
+        println!("{ms:.1} {}", peak_kib().saturating_sub(before));
+    });
+}
+
+fn measure(n: u64) -> (f64, u64) {
+    let out = Command::new(std::env::current_exe().unwrap()).env(CHILD, n.to_string()).output().unwrap();
+    assert!(out.status.success(), "child {n}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default().to_owned();
+    let mut it = line.split_whitespace();
+    let ms: f64 = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("child said {line:?}"));
+    let kib: u64 = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("child said {line:?}"));
+    (ms, kib)
+}
+
+fn main() {
+    if let Ok(n) = std::env::var(CHILD) {
+        child(n.parse().unwrap());
+        return;
+    }
+    let (small, large) = if common::quick() { (200, 2_000) } else { (10_000, 100_000) };
+    let (t_small, m_small) = measure(small);
+    let (t_large, m_large) = measure(large);
+    let report = Report::default();
+    let scale = (large / small) as f64;
+    report.add(
+        format!("commit_pending time per checkpoint, {large} vs {small}"),
+        (t_large / large as f64) / (t_small / small as f64),
+        Goal::AtMost(1.5),
+        format!("{small}: {t_small:.0} ms; {large}: {t_large:.0} ms ({scale}x the checkpoints)"),
+    );
+    report.add(
+        format!("commit_pending peak memory growth, {large} vs {small}"),
+        m_large.max(1) as f64 / m_small.max(1) as f64,
+        Goal::Info,
+        format!("{small}: +{m_small} KiB; {large}: +{m_large} KiB (peak RSS growth while committing)"),
+    );
+    report.print("A large backlog");
+}
