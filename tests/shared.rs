@@ -201,8 +201,12 @@ async fn a_seal_whose_acknowledgement_was_lost_is_settled_as_ours_by_reading_it_
     let r = job.write(1, "a").await;
     worker.stage_and_seal(&id, vec![input(1)], vec![r]).await.unwrap();
     assert!(worker.sealed_by(&id).await.unwrap().is_some_and(|s| s.session == worker.session()));
-    // Sealing again is a no-op, not a loss.
+    // Sealing again is a no-op, not a loss; so is the whole call again.
     worker.seal(&id, 1).await.unwrap();
+    let again = job.write(1, "a").await;
+    let puts = job.objects.counts().puts;
+    worker.stage_and_seal(&id, vec![input(1)], vec![again]).await.unwrap();
+    assert_eq!(job.objects.counts().puts, puts, "nothing is put again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

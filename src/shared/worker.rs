@@ -37,8 +37,12 @@ impl std::fmt::Display for SealedBy {
 #[derive(Debug)]
 struct Local {
     attempt: u32,
+    /// The current attempt's parts while Staged; emptied once sealed, so a long-lived worker holds only what it
+    /// has not sealed yet.
     parts: BTreeMap<u32, Staged>,
     state: CheckpointState,
+    /// The part count it was sealed with (0 before).
+    sealed_parts: u32,
 }
 
 /// A worker's handle on a job's shared staging: `is_processed`, `stage`, `seal`, `restart`, `abort`, with the
@@ -169,7 +173,7 @@ impl Worker {
         let bytes = envelope::encode(&Body::Seal(seal.clone()))?;
         match self.shared.create(&path, &bytes).await? {
             Created::Ours => {
-                self.set_state(id, CheckpointState::Sealed)?;
+                self.mark_sealed(id)?;
                 Ok(())
             }
             Created::Taken(found) => self.lost(id, &path, &found, seal.results).await,
@@ -183,7 +187,12 @@ impl Worker {
         keys: Vec<SourceKey>,
         results: Vec<WriteResult>,
     ) -> Result<()> {
-        let attempt = self.lock()?.get(id).map_or(Attempt::FIRST.get(), |l| l.attempt);
+        let attempt = match self.lock()?.get(id) {
+            // A retry after this handle sealed it (its answer lost to the caller): a no-op, like `seal`.
+            Some(l) if l.state == CheckpointState::Sealed && l.sealed_parts == 1 => return Ok(()),
+            Some(l) => l.attempt,
+            None => Attempt::FIRST.get(),
+        };
         let part = StagePart::new(Attempt::new(attempt), Part::FIRST).keys(keys).results(results);
         self.stage(id, part).await?;
         self.seal(id, 1).await
@@ -239,8 +248,8 @@ impl Worker {
             CheckpointState::Aborted => return Err(TransitionError::Aborted { id }.into()),
             CheckpointState::Staged => {}
             state => {
-                let same = cur.parts.get(&staged.part).map(|p| p == staged);
-                return Err(TransitionError::AlreadySealed { id, state, part_matches: Some(same == Some(true)) }.into());
+                // Its parts were let go once sealed: whether this one matches is not known here.
+                return Err(TransitionError::AlreadySealed { id, state, part_matches: None }.into());
             }
         }
         if staged.attempt < cur.attempt {
@@ -264,9 +273,9 @@ impl Worker {
         match cur.state {
             CheckpointState::Staged => {}
             CheckpointState::Aborted => return Err(TransitionError::Aborted { id: id.clone() }.into()),
-            _ if cur.parts.len() == parts as usize => return Ok(None),
+            _ if cur.sealed_parts == parts => return Ok(None),
             _ => {
-                let sealed = u32::try_from(cur.parts.len()).unwrap_or(u32::MAX);
+                let sealed = cur.sealed_parts;
                 return Err(TransitionError::SealMismatch { id: id.clone(), sealed, offered: parts }.into());
             }
         }
@@ -336,7 +345,7 @@ impl Worker {
     async fn lost(&self, id: &CheckpointId, path: &Path, found: &[u8], results: Vec<WriteResult>) -> Result<()> {
         let winner = match envelope::decode(found, &self.describe(path))? {
             Body::Seal(s) if s.author == self.author && &s.id == id => {
-                self.set_state(id, CheckpointState::Sealed)?;
+                self.mark_sealed(id)?;
                 return Ok(());
             }
             Body::Seal(s) => sealed_by(&s).to_string(),
@@ -353,9 +362,12 @@ impl Worker {
         Err(TransitionError::SealLost { id: id.clone(), winner, results }.into())
     }
 
-    fn set_state(&self, id: &CheckpointId, state: CheckpointState) -> Result<()> {
+    /// Records that this handle's attempt of `id` is sealed, and lets go of its parts.
+    fn mark_sealed(&self, id: &CheckpointId) -> Result<()> {
         if let Some(l) = self.lock()?.get_mut(id) {
-            l.state = state;
+            l.state = CheckpointState::Sealed;
+            l.sealed_parts = u32::try_from(l.parts.len()).unwrap_or(u32::MAX);
+            l.parts.clear();
         }
         Ok(())
     }
@@ -393,7 +405,7 @@ impl Worker {
 }
 
 fn new_local() -> Local {
-    Local { attempt: Attempt::FIRST.get(), parts: BTreeMap::new(), state: CheckpointState::Staged }
+    Local { attempt: Attempt::FIRST.get(), parts: BTreeMap::new(), state: CheckpointState::Staged, sealed_parts: 0 }
 }
 
 fn sealed_by(seal: &Seal) -> SealedBy {
