@@ -127,17 +127,7 @@ impl Snapshot {
     /// write result is read (each key's are read after its intent, by `commit_results`), so a backlog of 100,000
     /// sealed checkpoints costs their ids, not their results.
     pub(crate) fn sealed(&self) -> Result<(Vec<CheckpointInfo>, u64)> {
-        let states = self.txn.open_table(STATES)?;
-        let checkpoints = self.txn.open_table(CHECKPOINTS)?;
-        let code = CheckpointState::Sealed.code();
-        let mut out = Vec::new();
-        for entry in states.range((code, "")..(code + 1, ""))? {
-            let (k, _) = entry?;
-            let id = stored_id(k.value().1)?;
-            let record = read_checkpoint(&checkpoints, &id)?
-                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
-            out.push(CheckpointInfo::new(id, record));
-        }
+        let mut out = self.list(StateFilter::Sealed)?;
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok((out, self.meta()?.seq.next_key))
     }
