@@ -1,0 +1,242 @@
+"""Type stubs of sinkpoint's compiled core (``sinkpoint._sinkpoint``); import from ``sinkpoint``.
+
+Every blocking call releases the GIL. Handles pickle as their configuration and reopen lazily in the process
+that unpickles them (so Ray can ship them to workers).
+"""
+
+from typing import Any, Iterable, Literal, Protocol, Sequence, Union
+
+__version__: str
+
+#: The most bytes of a checkpoint id, a job id, a worker name, a source key and a write result, as the core
+#: checks them (a bigger input raises InvalidInput and writes nothing).
+CHECKPOINT_ID_BYTES_MAX: int
+JOB_ID_BYTES_MAX: int
+SOURCE_KEY_BYTES_MAX: int
+WRITE_RESULT_BYTES_MAX: int
+WORKER_NAME_BYTES_MAX: int
+
+#: The format tag of a pylance ``FragmentMetadata`` staged as its JSON (``json.dumps(f.to_json())``).
+LANCE_FRAGMENT_JSON: str
+
+# ----------------------------------------------------------------------------------------------------------
+# Errors: one class per ErrorKind; ``str(e)`` says what to do.
+
+
+class SinkpointError(Exception):
+    """Base of every sinkpoint error. ``kind`` is the ErrorKind's snake_case name."""
+
+    kind: str
+
+class InvalidInput(SinkpointError):
+    """Malformed or over a limit: fix the input; retrying fails the same way. Nothing was written."""
+
+class IllegalTransition(SinkpointError):
+    """The call does not fit the checkpoint's state; nothing was written."""
+
+class SealLost(IllegalTransition):
+    """Another attempt sealed this checkpoint first. ``winner`` names it; ``results`` are this attempt's own
+    write results, whose data files the caller should delete."""
+
+    id: str
+    winner: str
+    results: list[WriteResult]
+
+class WrongStore(SinkpointError):
+    """The store belongs to another job or target, or its state was lost while the table has its commits."""
+
+class Fenced(SinkpointError):
+    """A newer writer took over: stop this one."""
+
+class Corrupt(SinkpointError):
+    """Stored bytes are damaged: report it; restore from the mirror."""
+
+class Poisoned(SinkpointError):
+    """A write or fsync failed: drop the handle, reopen and recover."""
+
+class AlreadyOpen(SinkpointError):
+    """Another writer holds the store's file."""
+
+class IoError(SinkpointError):
+    """A transient I/O or object-store failure: retrying may succeed."""
+
+class TargetError(SinkpointError):
+    """The target failed or its answer is unknown: retry later (an unknown commit is re-probed)."""
+
+class CommitMismatch(SinkpointError):
+    """The target holds our key with other checkpoints: an operator must resolve it."""
+
+class Bug(SinkpointError):
+    """An internal invariant broke: report it."""
+
+# ----------------------------------------------------------------------------------------------------------
+# Values
+
+
+class WriteResult:
+    """One write result: opaque bytes plus a format tag ("lance", "parquet", "iceberg", "delta", "arrow-ipc",
+    or any other non-empty name, e.g. LANCE_FRAGMENT_JSON)."""
+
+    def __init__(self, format: str, data: bytes) -> None: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def data(self) -> bytes: ...
+    @staticmethod
+    def from_lance_fragment(fragment: Any) -> WriteResult:
+        """A pylance ``FragmentMetadata`` (anything with ``to_json()``) as a LANCE_FRAGMENT_JSON result."""
+
+#: What ``stage``/``stage_and_seal``/``seal`` accept as results: WriteResult or a pylance FragmentMetadata.
+ResultLike = Union[WriteResult, Any]
+#: A source key: bytes, or a str (its UTF-8 bytes).
+KeyLike = Union[bytes, str]
+
+def checkpoint_id_for_key(key: KeyLike) -> str:
+    """The deterministic checkpoint id of a one-input checkpoint (its seal is the key's claim: one request)."""
+
+class TargetCommit:
+    """One commit offered to a Python target (what the Rust committer passes to ``Target.commit``)."""
+
+    job: str
+    key: int
+    ids: list[str]
+    epoch: int
+    results: list[WriteResult]
+    final: bool
+    prepared_version: int | None
+
+class Target(Protocol):
+    """A table target written in Python, driven by the Rust committer (see ``sinkpoint.lance.LanceTarget``).
+
+    The same four guarantees as the Rust ``Target`` trait: one commit per key, key/ids/epoch atomic with the
+    data, honest probes, no hidden retries. Raising from ``commit`` or ``probe`` counts as an unknown outcome.
+    """
+
+    def version(self) -> int | None: ...
+    def commit(
+        self, commit: TargetCommit
+    ) -> Union[Literal["committed"], tuple[Literal["not_landed", "unknown"], str]]: ...
+    def probe(
+        self, job: str, key: int, prepared_version: int | None
+    ) -> Union[
+        Literal["not_committed"],
+        tuple[Literal["committed"], list[str] | None],
+        tuple[Literal["unknown"], str],
+    ]: ...
+
+class SealedBy:
+    worker: str
+    session: int
+    attempt: int
+
+class RecoveryReport:
+    orphans: list[str]
+    marked_landed: int | None
+    recommitted: int | None
+    committed_keys: list[int]
+    #: None, or ("unknown", key, reason) / ("mismatch", key, recorded_ids, landed_ids)
+    blocked: tuple | None
+    finished: bool
+
+class CommitReport:
+    committed_keys: list[int]
+    committed_empty: int
+
+class AdoptReport:
+    adopted: list[str]
+    already_adopted: int
+    unsealed: int
+    cleanup: list[WriteResult]
+    #: (id, reason) pairs
+    refused: list[tuple[str, str]]
+    requests: int
+
+class CheckpointInfo:
+    id: str
+    state: str  # "staged" | "sealed" | "committing" | "committed" | "aborted" | "commit_unknown"
+    attempt: int
+    epoch: int
+    key: int | None
+
+# ----------------------------------------------------------------------------------------------------------
+# Handles
+
+
+class SharedStaging:
+    """The one thing workers and the driver share: an object store URL (``file:///abs/dir``, ``s3://bucket/prefix``,
+    ``memory://`` for tests in one process) and the job id."""
+
+    def __init__(
+        self,
+        url: str,
+        job: str,
+        *,
+        storage_options: dict[str, str] | None = None,
+        request_timeout_ms: int | None = None,
+    ) -> None: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def job(self) -> str: ...
+    def worker(self, name: str) -> Worker: ...
+
+class Worker:
+    """A worker's handle on shared staging. Each handle (and each unpickled copy) is its own session: stage and
+    seal a checkpoint through the same handle, or use ``stage_and_seal``."""
+
+    def __init__(self, staging: SharedStaging, name: str) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def session(self) -> int: ...
+    def is_processed(self, key: KeyLike) -> bool: ...
+    def sealed_by(self, id: str) -> SealedBy | None: ...
+    def stage(
+        self, id: str, *, attempt: int = 0, part: int = 0, keys: Sequence[KeyLike] = (), results: Sequence[ResultLike] = ()
+    ) -> Literal["staged", "already_staged"]: ...
+    def seal(self, id: str, parts: int) -> None: ...
+    def stage_and_seal(self, id: str, keys: Sequence[KeyLike], results: Sequence[ResultLike]) -> None: ...
+    def restart(self, id: str) -> list[WriteResult]: ...
+    def abort(self, id: str) -> list[WriteResult]: ...
+
+class DirTable:
+    """The reference directory table (a local directory): data files, one commit record per key."""
+
+    def __init__(self, path: str) -> None: ...
+    @property
+    def path(self) -> str: ...
+    def write_data_file(self, name: str, data: bytes) -> WriteResult: ...
+    def committed_rows(self) -> list[bytes]:
+        """Every line of every data file of every landed commit, in commit order."""
+
+class Driver:
+    """The committer side: a store (local redb file, optionally mirrored), a target, and optionally the shared
+    staging whose sealed checkpoints it adopts. Opening (lazily, on first use) claims a new epoch and fences
+    every older driver of the job."""
+
+    def __init__(
+        self,
+        path: str,
+        job: str,
+        target: Union[DirTable, Target],
+        *,
+        target_identity: str | None = None,
+        mirror: str | None = None,
+        mirror_options: dict[str, str] | None = None,
+        staging: SharedStaging | None = None,
+    ) -> None: ...
+    @property
+    def epoch(self) -> int: ...
+    def recover(self) -> RecoveryReport: ...
+    def adopt(self) -> AdoptReport: ...
+    def commit_pending(self) -> CommitReport: ...
+    def finish(self) -> CommitReport: ...
+    def is_finished(self) -> bool: ...
+    def is_processed(self, key: KeyLike) -> bool: ...
+    def checkpoints(self, state: str | None = None) -> list[CheckpointInfo]: ...
+    def retention_watermark(self) -> int | None: ...
+    def resolve(self, key: int, resolution: Literal["committed", "not_committed"], reason: str) -> None: ...
+    def force_abort(self, ids: Sequence[str], reason: str) -> list[WriteResult]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Driver: ...
+    def __exit__(self, *exc: Any) -> None: ...

@@ -1,0 +1,344 @@
+//! `Driver`: the committer side of a job, on the driver. It opens the store (a local redb file, mirrored to
+//! an object store if given) lazily, on first use; opening claims a new epoch and fences every older driver
+//! of the job. Each call runs the core's committer against the target.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use sinkpoint::commit::CrashHook;
+use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::shared::Inbox;
+use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, Target, TargetIdentity};
+
+use crate::errors::{invalid, to_py};
+use crate::runtime::block_on;
+use crate::staging::PySharedStaging;
+use crate::target::{PyDirTable, PyTarget};
+use crate::values::{
+    PyAdoptReport, PyCheckpointInfo, PyCommitReport, PyRecoveryReport, PyWriteResult, Reduced, id_arg, key_arg,
+    results_to_py,
+};
+
+/// The exit code of a process stopped at a crash point (`crash_at`), as the Rust example jobs use.
+const CRASH_EXIT_CODE: i32 = 86;
+
+/// A driver's constructor arguments, in order: what it pickles as.
+type DriverArgs = (
+    String,
+    String,
+    Py<PyAny>,
+    String,
+    Option<String>,
+    HashMap<String, String>,
+    Option<Py<PySharedStaging>>,
+    Option<String>,
+);
+
+/// What an opened driver holds.
+struct Opened {
+    store: Store,
+    target: Arc<dyn Target>,
+    inbox: Option<Inbox>,
+}
+
+/// The committer side of a job: a store, a target, and optionally the shared staging whose sealed
+/// checkpoints it adopts.
+#[pyclass(name = "Driver", module = "sinkpoint", frozen)]
+pub(crate) struct PyDriver {
+    path: String,
+    job: String,
+    target: Py<PyAny>,
+    target_identity: String,
+    mirror: Option<String>,
+    mirror_options: HashMap<String, String>,
+    staging: Option<Py<PySharedStaging>>,
+    crash_at: Option<String>,
+    opened: Mutex<Option<Arc<Opened>>>,
+}
+
+/// The identity a store records for `target`: the given one, else the target's own `identity` attribute, else
+/// a DirTable's `file://` URL.
+fn identity_of(target: &Bound<'_, PyAny>, given: Option<String>) -> PyResult<String> {
+    if let Some(identity) = given {
+        return Ok(identity);
+    }
+    if let Ok(table) = target.cast::<PyDirTable>() {
+        return Ok(format!("file://{}", table.get().path_str()));
+    }
+    if target.hasattr("identity")? {
+        return target.getattr("identity")?.extract();
+    }
+    Err(invalid(
+        "the target has no `identity` attribute: pass target_identity= (a stable name of the table, e.g. its URI)",
+    ))
+}
+
+fn check_target(target: &Bound<'_, PyAny>) -> PyResult<()> {
+    if target.cast::<PyDirTable>().is_ok() {
+        return Ok(());
+    }
+    for method in ["version", "commit", "probe"] {
+        if !target.hasattr(method)? {
+            let type_name = target.get_type().name()?;
+            return Err(invalid(format!(
+                "the target {type_name} has no {method}(): a target is a sinkpoint.DirTable or an object with version(), commit(commit) and probe(job, key, prepared_version)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn parse_state(state: &str) -> PyResult<StateFilter> {
+    Ok(match state {
+        "staged" => StateFilter::Staged,
+        "sealed" => StateFilter::Sealed,
+        "committing" => StateFilter::Committing,
+        "commit_unknown" => StateFilter::CommitUnknown,
+        "committed" => StateFilter::Committed,
+        "aborted" => StateFilter::Aborted,
+        other => {
+            return Err(invalid(format!(
+                "unknown state {other:?}: one of staged, sealed, committing, commit_unknown, committed, aborted"
+            )));
+        }
+    })
+}
+
+impl PyDriver {
+    /// The opened store and target, opening them on first use.
+    fn opened(&self, py: Python<'_>) -> PyResult<Arc<Opened>> {
+        if let Some(o) = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+            return Ok(o.clone());
+        }
+        let opened = Arc::new(self.open(py)?);
+        let mut slot = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Two Python threads racing the first call: the second open was fenced by... itself; keep the first.
+        Ok(slot.get_or_insert(opened).clone())
+    }
+
+    fn open(&self, py: Python<'_>) -> PyResult<Opened> {
+        let job = JobId::new(self.job.as_str()).map_err(to_py)?;
+        let identity = TargetIdentity::new(self.target_identity.as_str()).map_err(to_py)?;
+        let mut builder = Store::builder(job, identity).path(&self.path);
+        if let Some(url) = &self.mirror {
+            let (objects, prefix) = crate::objects::open(url, &self.mirror_options)?;
+            builder = builder.mirror(objects, prefix, MirrorSettings::default());
+        }
+        let target: Arc<dyn Target> = match self.target.bind(py).cast::<PyDirTable>() {
+            Ok(table) => Arc::new(table.get().table.clone()),
+            Err(_) => Arc::new(PyTarget::new(self.target.clone_ref(py))),
+        };
+        let inbox = match &self.staging {
+            Some(s) => Some(Inbox::new(s.get().get()?)),
+            None => None,
+        };
+        let store = block_on(py, || builder.open())?.map_err(to_py)?;
+        Ok(Opened { store, target, inbox })
+    }
+
+    fn committer<'a>(&self, opened: &'a Opened) -> Committer<'a> {
+        let committer = Committer::new(&opened.store, opened.target.as_ref());
+        match &self.crash_at {
+            Some(point) => {
+                let point = point.clone();
+                let hook: CrashHook = Arc::new(move |name| {
+                    if name == point {
+                        eprintln!("sinkpoint: stopping the process at crash point {name} (crash_at)");
+                        std::process::exit(CRASH_EXIT_CODE);
+                    }
+                    false
+                });
+                committer.with_crash_hook(hook)
+            }
+            None => committer,
+        }
+    }
+}
+
+#[pymethods]
+impl PyDriver {
+    /// A driver for `job` with its store at `path` (a local file, created if missing) committing into
+    /// `target` (a DirTable or a Python target such as sinkpoint.lance.LanceTarget). `mirror`: an object
+    /// store URL the store is mirrored to (a driver that lost its disk restores from it). `staging`: the
+    /// job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until first use.
+    #[new]
+    #[pyo3(signature = (path, job, target, target_identity = None, mirror = None, mirror_options = None, staging = None, crash_at = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        path: String,
+        job: String,
+        target: Bound<'_, PyAny>,
+        target_identity: Option<String>,
+        mirror: Option<String>,
+        mirror_options: Option<HashMap<String, String>>,
+        staging: Option<Py<PySharedStaging>>,
+        crash_at: Option<String>,
+    ) -> PyResult<Self> {
+        JobId::new(job.as_str()).map_err(to_py)?;
+        check_target(&target)?;
+        let target_identity = identity_of(&target, target_identity)?;
+        TargetIdentity::new(target_identity.as_str()).map_err(to_py)?;
+        if let Some(point) = &crash_at
+            && !sinkpoint::commit::crash_points::ALL.contains(&point.as_str())
+        {
+            return Err(invalid(format!(
+                "unknown crash point {point:?}: one of {:?}",
+                sinkpoint::commit::crash_points::ALL
+            )));
+        }
+        Ok(Self {
+            path,
+            job,
+            target: target.unbind(),
+            target_identity,
+            mirror,
+            mirror_options: mirror_options.unwrap_or_default(),
+            staging,
+            crash_at,
+            opened: Mutex::new(None),
+        })
+    }
+
+    /// This driver's epoch (opens the store).
+    #[getter]
+    fn epoch(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.opened(py)?.store.epoch())
+    }
+
+    /// The job id.
+    #[getter]
+    fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The target identity the store records.
+    #[getter]
+    fn target_identity(&self) -> &str {
+        &self.target_identity
+    }
+
+    /// Recovery after any crash (call it first): settles the key in flight by probing the target (F1: mark
+    /// it; F2: re-commit it under the same key; unknown: report it in `blocked`) and commits what was sealed.
+    fn recover(&self, py: Python<'_>) -> PyResult<PyRecoveryReport> {
+        let opened = self.opened(py)?;
+        let report = block_on(py, || async { self.committer(&opened).recover().await })?.map_err(to_py)?;
+        PyRecoveryReport::new(py, report)
+    }
+
+    /// One round of adopting what workers sealed in the shared staging (needs `staging=`).
+    fn adopt(&self, py: Python<'_>) -> PyResult<PyAdoptReport> {
+        let opened = self.opened(py)?;
+        let Some(inbox) = &opened.inbox else {
+            return Err(invalid("this driver has no shared staging: pass staging=SharedStaging(...) to adopt"));
+        };
+        Ok(block_on(py, || inbox.adopt(&opened.store))?.map_err(to_py)?.into())
+    }
+
+    /// Commits every sealed checkpoint (not final).
+    fn commit_pending(&self, py: Python<'_>) -> PyResult<PyCommitReport> {
+        let opened = self.opened(py)?;
+        Ok(block_on(py, || async { self.committer(&opened).commit_pending().await })?.map_err(to_py)?.into())
+    }
+
+    /// Commits every sealed checkpoint as the job's final commit and marks the job finished.
+    fn finish(&self, py: Python<'_>) -> PyResult<PyCommitReport> {
+        let opened = self.opened(py)?;
+        Ok(block_on(py, || async { self.committer(&opened).finish().await })?.map_err(to_py)?.into())
+    }
+
+    /// Whether the job's final commit landed.
+    fn is_finished(&self, py: Python<'_>) -> PyResult<bool> {
+        self.opened(py)?.store.is_finished().map_err(to_py)
+    }
+
+    /// Whether `key` is processed in this driver's store (sealed here or adopted).
+    fn is_processed(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = key_arg(key)?;
+        self.opened(py)?.store.is_processed(&key).map_err(to_py)
+    }
+
+    /// The checkpoints in `state` ("staged", "sealed", "committing", "commit_unknown", "committed",
+    /// "aborted"), or in every state.
+    #[pyo3(signature = (state = None))]
+    fn checkpoints(&self, py: Python<'_>, state: Option<&str>) -> PyResult<Vec<PyCheckpointInfo>> {
+        let filters = match state {
+            Some(s) => vec![parse_state(s)?],
+            None => ["staged", "sealed", "committing", "commit_unknown", "committed", "aborted"]
+                .into_iter()
+                .map(parse_state)
+                .collect::<PyResult<_>>()?,
+        };
+        let opened = self.opened(py)?;
+        let mut out = Vec::new();
+        for filter in filters {
+            out.extend(opened.store.list(filter).map_err(to_py)?.into_iter().map(PyCheckpointInfo::from));
+        }
+        Ok(out)
+    }
+
+    /// The oldest target version a probe may still need (keep every version after it), or None.
+    fn retention_watermark(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.opened(py)?.store.retention_watermark().map_err(to_py)
+    }
+
+    /// Operator hatch: settles key `key`, whose outcome is unknown, as "committed" (the table holds exactly the
+    /// recorded checkpoints) or "not_committed" (it does not and never will). `reason` is logged.
+    fn resolve(&self, py: Python<'_>, key: u64, resolution: &str, reason: &str) -> PyResult<()> {
+        let resolution = match resolution {
+            "committed" => Resolution::Committed,
+            "not_committed" => Resolution::NotCommitted,
+            other => return Err(invalid(format!("resolution {other:?}: \"committed\" or \"not_committed\""))),
+        };
+        let opened = self.opened(py)?;
+        block_on(py, || opened.store.resolve(key, resolution, reason))?.map_err(to_py)
+    }
+
+    /// Operator hatch: aborts checkpoints whatever their state short of committed; returns their write results
+    /// to delete. `reason` is logged.
+    fn force_abort(&self, py: Python<'_>, ids: Vec<String>, reason: &str) -> PyResult<Vec<PyWriteResult>> {
+        let ids = ids.iter().map(|id| id_arg(id)).collect::<PyResult<Vec<_>>>()?;
+        let opened = self.opened(py)?;
+        Ok(results_to_py(block_on(py, || opened.store.force_abort(&ids, reason))?.map_err(to_py)?))
+    }
+
+    /// Closes the store (after the calls already queued). Later calls reopen it under a new epoch.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(opened) = taken
+            && let Ok(opened) = Arc::try_unwrap(opened)
+        {
+            block_on(py, || opened.store.close_async())?;
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        self.close(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Driver({:?}, job={:?}, target={:?})", self.path, self.job, self.target_identity)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py, DriverArgs> {
+        let this = slf.get();
+        let py = slf.py();
+        let args = (
+            this.path.clone(),
+            this.job.clone(),
+            this.target.clone_ref(py),
+            this.target_identity.clone(),
+            this.mirror.clone(),
+            this.mirror_options.clone(),
+            this.staging.as_ref().map(|s| s.clone_ref(py)),
+            this.crash_at.clone(),
+        );
+        Ok((slf.get_type().into_any(), args))
+    }
+}

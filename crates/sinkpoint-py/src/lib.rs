@@ -1,0 +1,57 @@
+//! sinkpoint for Python: the compiled half of the `sinkpoint` package (`sinkpoint._sinkpoint`).
+//!
+//! - [`staging`]: `SharedStaging` and `Worker`, the worker side of a job whose tasks run on many machines.
+//! - [`driver`]: `Driver`, the committer side (store, mirror, target, adoption, recovery, operator hatches).
+//! - [`target`]: the reference `DirTable`, and the bridge that lets the Rust committer drive a target written
+//!   in Python (`sinkpoint.lance.LanceTarget` over pylance is one).
+//! - [`errors`]: one exception class per `ErrorKind`.
+//!
+//! Every blocking call runs on one tokio runtime per process with the GIL released ([`runtime`]). Handles
+//! are configuration until first used: they pickle as it and reopen lazily where they are unpickled.
+//!
+//! Why the Lance commit is Python (pylance) and not the Rust adapter compiled into this wheel: see
+//! `docs/ARCHITECTURE.md`, "The Python package".
+
+#![forbid(unsafe_code)]
+
+mod driver;
+mod errors;
+mod objects;
+mod runtime;
+mod staging;
+mod target;
+mod values;
+
+use pyo3::prelude::*;
+
+/// The deterministic checkpoint id of a one-input checkpoint: its seal is the key's claim (one request).
+#[pyfunction]
+fn checkpoint_id_for_key(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    let key = values::key_arg(key)?;
+    Ok(sinkpoint::CheckpointId::for_key(&key).as_str().to_owned())
+}
+
+#[pymodule]
+fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("CHECKPOINT_ID_BYTES_MAX", sinkpoint::limits::CHECKPOINT_ID_BYTES_MAX)?;
+    m.add("JOB_ID_BYTES_MAX", sinkpoint::limits::JOB_ID_BYTES_MAX)?;
+    m.add("SOURCE_KEY_BYTES_MAX", sinkpoint::limits::SOURCE_KEY_BYTES_MAX)?;
+    m.add("WRITE_RESULT_BYTES_MAX", sinkpoint::limits::WRITE_RESULT_BYTES_MAX)?;
+    m.add("WORKER_NAME_BYTES_MAX", sinkpoint::shared::WORKER_NAME_BYTES_MAX)?;
+    m.add("LANCE_FRAGMENT_JSON", values::LANCE_FRAGMENT_JSON)?;
+    errors::register(m)?;
+    m.add_class::<values::PyWriteResult>()?;
+    m.add_class::<values::PyRecoveryReport>()?;
+    m.add_class::<values::PyCommitReport>()?;
+    m.add_class::<values::PyAdoptReport>()?;
+    m.add_class::<values::PySealedBy>()?;
+    m.add_class::<values::PyCheckpointInfo>()?;
+    m.add_class::<target::PyTargetCommit>()?;
+    m.add_class::<target::PyDirTable>()?;
+    m.add_class::<staging::PySharedStaging>()?;
+    m.add_class::<staging::PyWorker>()?;
+    m.add_class::<driver::PyDriver>()?;
+    m.add_function(wrap_pyfunction!(checkpoint_id_for_key, m)?)?;
+    Ok(())
+}
