@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The Python package's CI step (issue 13), run by .ci/run: builds the wheel with maturin (release, abi3) into the
+# shared target dir, installs it into a cached venv holding Daft, Ray, pylance (requirements-ci.txt), and runs
+# pytest over crates/sinkpoint-py/tests. Prints the wheel's build time and size.
+#
+#   bash crates/sinkpoint-py/ci-python.sh [pytest args...]
+#
+# Cache: ${SINKPOINT_CACHE:-$HOME/.cache/sinkpoint}/py-venv (+ py-venv.requirements, the file it was built from).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${SINKPOINT_CACHE:-$HOME/.cache/sinkpoint}"
+venv="$cache/py-venv"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
+mkdir -p "$cache"
+
+_py_log() { printf 'python: %s\n' "$*" >&2; }
+
+# The venv, (re)built only when requirements-ci.txt changed or it is broken; serialised across runs.
+(
+    flock -w 1800 9 || { _py_log "timed out waiting for $cache/py-venv.lock"; exit 1; }
+    if ! cmp -s "$here/requirements-ci.txt" "$venv.requirements" || ! "$venv/bin/python" -c 'import daft, lance, ray, pytest' 2>/dev/null; then
+        _py_log "installing $venv from requirements-ci.txt (a few minutes, once)"
+        rm -rf "$venv" "$venv.requirements"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements-ci.txt" > "$cache/py-pip.log" 2>&1 \
+            || { cat "$cache/py-pip.log" >&2; _py_log "pip install failed"; exit 1; }
+        cp "$here/requirements-ci.txt" "$venv.requirements"
+    fi
+) 9>"$cache/py-venv.lock"
+
+dist="$(mktemp -d)"
+start=$(date +%s)
+"$venv/bin/maturin" build --quiet --release --manifest-path "$here/Cargo.toml" --out "$dist" >&2
+wheel=$(ls "$dist"/*.whl)
+printf 'wheel: %s, %s KiB, built in %ss (release; warm target dir: only sinkpoint-py and what changed)\n' \
+    "$(basename "$wheel")" "$(( $(stat -c %s "$wheel") / 1024 ))" "$(( $(date +%s) - start ))"
+"$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+rm -rf "$dist"
+
+cd "$here"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
