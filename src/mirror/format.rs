@@ -77,7 +77,7 @@ const MANIFEST_MAGIC: [u8; 8] = *b"SPMANIFS";
 const SEGMENT_HEADER_BYTES: usize = 64;
 const SNAPSHOT_HEADER_BYTES: usize = 72;
 const MANIFEST_HEADER_BYTES: usize = 16;
-const CRC_BYTES: usize = 4;
+pub(crate) const CRC_BYTES: usize = 4;
 
 /// What a segment holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -120,7 +120,7 @@ impl Segment {
 
 /// Checks the envelope every object shares: the size, the magic, the version, the trailing CRC. Returns the
 /// bytes before the CRC.
-fn check_envelope<'a>(
+pub(crate) fn check_envelope<'a>(
     bytes: &'a [u8],
     magic: &[u8; 8],
     versions: &[u8],

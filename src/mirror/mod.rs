@@ -14,7 +14,7 @@
 //! - **Reading without the local file**: [`MirrorView`].
 
 mod clock;
-mod format;
+pub(crate) mod format;
 mod layout;
 mod open;
 mod read;

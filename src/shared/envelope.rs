@@ -4,13 +4,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::error::{Error, Result};
+use crate::mirror::format::{CRC_BYTES, check_envelope};
 use crate::types::{CheckpointId, SourceKey, WriteResult};
 
 const MAGIC: [u8; 8] = *b"SPSHARED";
 /// The version of the shared objects' format; a reader refuses any other.
 pub(crate) const SHARED_FORMAT_VERSION: u8 = 1;
 const HEADER_BYTES: usize = 8 + 1 + 4;
-const CRC_BYTES: usize = 4;
 
 /// What a worker put: one staged part, a seal, or a key claim.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
@@ -72,27 +72,10 @@ pub(crate) fn encode(body: &Body) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Decodes and checks one object; any damage is `Corrupt`, naming `place`.
+/// Decodes and checks one object; any damage is `Corrupt`, naming `place`. The envelope (size, magic, version,
+/// CRC) is checked as the mirror's objects are.
 pub(crate) fn decode(bytes: &[u8], place: &str) -> Result<Body> {
-    if bytes.len() < HEADER_BYTES + CRC_BYTES {
-        return Err(Error::corrupt(format!("{place}: truncated ({} bytes)", bytes.len())));
-    }
-    if codec::slice(bytes, 0..8)? != MAGIC.as_slice() {
-        return Err(Error::corrupt(format!("{place}: not a sinkpoint shared object (wrong magic)")));
-    }
-    let version = codec::byte(bytes, 8)?;
-    if version != SHARED_FORMAT_VERSION {
-        return Err(Error::corrupt(format!(
-            "{place}: shared format version {version}; this build reads {SHARED_FORMAT_VERSION}"
-        )));
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - CRC_BYTES);
-    let (stored, actual) = (codec::le_u32(crc, 0)?, crc32fast::hash(body));
-    if stored != actual {
-        return Err(Error::corrupt(format!(
-            "{place}: fails its CRC32 (stored {stored:#010x}, computed {actual:#010x})"
-        )));
-    }
+    let body = check_envelope(bytes, &MAGIC, &[SHARED_FORMAT_VERSION], HEADER_BYTES, place)?;
     let declared = codec::le_u32(body, 9)? as usize;
     let payload = codec::rest(body, HEADER_BYTES)?;
     if payload.len() != declared {
