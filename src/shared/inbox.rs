@@ -140,8 +140,8 @@ impl Inbox {
     /// The claim at `hash`: a seal, another checkpoint's key claim, or nothing yet.
     async fn read_seal(&self, hash: &str) -> Result<Option<ClaimAt>> {
         let path = self.shared.claim(hash);
-        let Some(bytes) = self.shared.get(&path).await? else { return Ok(None) };
-        match envelope::decode(&bytes, &self.shared.describe(&path))? {
+        let Some(body) = self.shared.read_object(&path).await? else { return Ok(None) };
+        match body {
             Body::Seal(seal) => Ok(Some(ClaimAt::Seal(seal))),
             // A `for_key` checkpoint whose key another checkpoint claimed: none of its attempts can seal.
             Body::KeyClaim(_) => Ok(Some(ClaimAt::KeyClaim)),

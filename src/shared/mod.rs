@@ -180,10 +180,15 @@ pub const SHARED_ROUND_ENTRIES_MAX: usize = 100_000;
 const CREATE_ATTEMPTS_MAX: u32 = 5;
 
 impl SharedStaging {
+    /// The transient error of a request that got no answer within the timeout (`what` names the object).
+    fn no_answer(&self, what: &str) -> Error {
+        Error::io(format!("{what}: no answer in {} ms", self.timeout.as_millis()))
+    }
+
     async fn timed<T>(&self, what: &Path, f: impl Future<Output = object_store::Result<T>>) -> Result<T> {
         match tokio::time::timeout(self.timeout, f).await {
             Ok(r) => r.map_err(Error::from),
-            Err(_) => Err(Error::io(format!("{}: no answer in {} ms", self.describe(what), self.timeout.as_millis()))),
+            Err(_) => Err(self.no_answer(&self.describe(what))),
         }
     }
 
@@ -195,7 +200,15 @@ impl SharedStaging {
             Ok(Ok(b)) => Ok(Some(b)),
             Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
             Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(Error::io(format!("{}: no answer in {} ms", self.describe(path), self.timeout.as_millis()))),
+            Err(_) => Err(self.no_answer(&self.describe(path))),
+        }
+    }
+
+    /// The shared object at `path`, decoded and checked, `None` if absent.
+    async fn read_object(&self, path: &Path) -> Result<Option<envelope::Body>> {
+        match self.get(path).await? {
+            None => Ok(None),
+            Some(bytes) => envelope::decode(&bytes, &self.describe(path)).map(Some),
         }
     }
 
@@ -224,7 +237,7 @@ impl SharedStaging {
                 }
                 Ok(Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. })) => {}
                 Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = format!("no answer in {} ms", self.timeout.as_millis()),
+                Err(_) => last = self.no_answer("the create").to_string(),
             }
             match self.get(path).await {
                 Ok(Some(found)) if found.as_ref() == bytes => return Ok(Created::Ours),
@@ -245,7 +258,7 @@ impl SharedStaging {
         match tokio::time::timeout(self.timeout, self.store.delete(path)).await {
             Ok(Ok(()) | Err(object_store::Error::NotFound { .. })) => Ok(()),
             Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(Error::io(format!("{}: no answer in {} ms", self.describe(path), self.timeout.as_millis()))),
+            Err(_) => Err(self.no_answer(&self.describe(path))),
         }
     }
 
@@ -260,9 +273,9 @@ impl SharedStaging {
                 let locations = futures::stream::iter(chunk.into_iter().map(Ok)).boxed();
                 let mut results = self.store.delete_stream(locations);
                 loop {
-                    let next = tokio::time::timeout(self.timeout, results.next()).await.map_err(|_| {
-                        Error::io(format!("{}: a delete got no answer in {} ms", self.root, self.timeout.as_millis()))
-                    })?;
+                    let next = tokio::time::timeout(self.timeout, results.next())
+                        .await
+                        .map_err(|_| self.no_answer(&format!("{}: a bulk delete", self.root)))?;
                     match next {
                         None => return Ok::<_, Error>(()),
                         Some(Ok(_) | Err(object_store::Error::NotFound { .. })) => {}

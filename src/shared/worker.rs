@@ -226,10 +226,7 @@ impl Worker {
     }
 
     async fn read_claim(&self, path: &Path) -> Result<Option<Body>> {
-        match self.shared.get(path).await? {
-            None => Ok(None),
-            Some(bytes) => envelope::decode(&bytes, &self.describe(path)).map(Some),
-        }
+        self.shared.read_object(path).await
     }
 
     /// The state rules of a stage call against what this handle staged. `Ok(true)`: the same part is there.
