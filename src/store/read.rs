@@ -120,9 +120,7 @@ impl Snapshot {
         let in_flight = self.in_flight(&meta)?;
         Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
     }
-}
 
-impl Snapshot {
     /// The Sealed checkpoints' infos, by id, and the next commit key: what the committer splits into keys. No
     /// write result is read (each key's are read after its intent, by `commit_results`), so a backlog of 100,000
     /// sealed checkpoints costs their ids, not their results.
