@@ -146,8 +146,13 @@ pub enum TransitionError {
         /// The count offered.
         offered: u32,
     },
-    /// A source key of this checkpoint is already processed by another sealed checkpoint (invariant 3).
-    #[error("source key {key:?} of checkpoint {id} is already owned by sealed checkpoint {owner}")]
+    /// A source key of this checkpoint belongs to another checkpoint (invariant 3): in a store, one that sealed
+    /// it; in shared staging, one whose attempt claimed it first, which may not have sealed (yet, or ever).
+    #[error(
+        "source key {key:?} of checkpoint {id} already belongs to checkpoint {owner} (sealed with it, or, in shared \
+         staging, claimed by an attempt of it that may not have sealed): a key belongs to one checkpoint for good; \
+         process it under {owner}'s id, or leave it out of {id}"
+    )]
     KeyConflict {
         /// The key, lossily as text.
         key: String,
