@@ -1,12 +1,12 @@
 //! sinkpoint for Python: the compiled half of the `sinkpoint` package (`sinkpoint._sinkpoint`).
 //!
-//! - [`staging`]: `SharedStaging` and `Worker`, the worker side of a job whose tasks run on many machines.
-//! - [`driver`]: `Driver`, the committer side (store, mirror, target, adoption, recovery, operator hatches).
-//! - [`target`]: the reference `DirTable`, and the bridge that lets the Rust committer drive a target written
+//! - `staging`: `SharedStaging` and `Worker`, the worker side of a job whose tasks run on many machines.
+//! - `driver`: `Driver`, the committer side (store, mirror, target, adoption, recovery, operator hatches).
+//! - `target`: the reference `DirTable`, and the bridge that lets the Rust committer drive a target written
 //!   in Python (`sinkpoint.lance.LanceTarget` over pylance is one).
-//! - [`errors`]: one exception class per `ErrorKind`.
+//! - `errors`: one exception class per `ErrorKind`.
 //!
-//! Every blocking call runs on one tokio runtime per process with the GIL released ([`runtime`]). Handles
+//! Every blocking call runs on one tokio runtime per process with the GIL released (`runtime`). Handles
 //! are configuration until first used: they pickle as it and reopen lazily where they are unpickled.
 //!
 //! Why the Lance commit is Python (pylance) and not the Rust adapter compiled into this wheel: see
