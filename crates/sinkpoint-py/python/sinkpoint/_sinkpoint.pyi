@@ -206,8 +206,9 @@ class DirTable:
     @property
     def path(self) -> str: ...
     def write_data_file(self, name: str, data: bytes) -> WriteResult: ...
-    def committed_rows(self) -> list[bytes]:
-        """Every line of every data file of every landed commit, in commit order."""
+    def rows(self) -> list[str]:
+        """Every line of every data file of every landed commit, in commit order (a file committed twice is
+        read twice, as a duplicate would be)."""
 
 class Driver:
     """The committer side: a store (local redb file, optionally mirrored), a target, and optionally the shared
@@ -224,9 +225,16 @@ class Driver:
         mirror: str | None = None,
         mirror_options: dict[str, str] | None = None,
         staging: SharedStaging | None = None,
-    ) -> None: ...
+        crash_at: str | None = None,
+    ) -> None:
+        """``crash_at``: exit the process (code 86) at that named crash point of the commit protocol
+        ("after-begin-commit", "after-target-commit-before-mark", "after-mark-unknown"): crash drills only."""
     @property
     def epoch(self) -> int: ...
+    @property
+    def job(self) -> str: ...
+    @property
+    def target_identity(self) -> str: ...
     def recover(self) -> RecoveryReport: ...
     def adopt(self) -> AdoptReport: ...
     def commit_pending(self) -> CommitReport: ...

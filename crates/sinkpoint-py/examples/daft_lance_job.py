@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""A Daft job that copies parquet inputs into a Lance table exactly once, through sinkpoint's LanceSink.
+
+    python examples/daft_lance_job.py --dir DIR [--inputs 50 --rows 1000] [--runner native|ray] [--crash-at POINT]
+
+It makes ``--inputs`` parquet files of ``--rows`` rows each in DIR/inputs (ids unique across all inputs, so
+duplicates and missing rows can be counted; each file has ``--row-groups`` row groups, so Daft hands every input
+to the sink in several pieces), writes them through ``sinkpoint.daft.LanceSink`` into DIR/table.lance, and prints
+as its last line, read back with pylance::
+
+    table: N rows, D duplicates, M missing
+
+Run it again after any crash (kill -9 of the whole process group, ``--crash-at``) and it finishes the job with
+0 duplicates and 0 missing; run it once more and it does nothing (the job finished).
+
+State: the workers' shared staging is file://DIR/staging, the committer's store DIR/state/committer.redb
+(``--store`` to put it elsewhere, e.g. one per "machine"), mirrored to file://DIR/mirror with ``--mirror``.
+
+``--crash-at`` stops the process with exit code 137 (as kill -9 would) at the K-th visit of a named point, counted
+across every process and run in DIR (so it fires once; delete DIR/crash-*.count to arm it again):
+
+- ``written:K``: in a worker, once the K-th input it completed has its fragments written, before its seal;
+- ``sealed:K``: in a worker, right after its K-th seal;
+- ``finalize``: on the driver, when every write is done, before anything is adopted;
+- ``adopted``: on the driver, after adopting, before committing;
+- ``commit:after-begin-commit``, ``commit:after-target-commit-before-mark``, ``commit:after-mark-unknown``: the
+  committer's own crash points (the Rust core's; exit code 86): the intent is durable but Lance was not called,
+  or the Lance commit landed but the store does not know yet.
+
+With ``--runner ray`` a worker's crash kills only its Ray actor: Daft re-runs its task on a new one, and the job
+goes on (the re-run skips what the dead worker sealed).
+
+``--plain`` writes the same inputs WITHOUT sinkpoint (a plain Lance append: one fragment per micropartition, one
+commit in finalize) into DIR/plain.lance; ``--compare`` runs both in one process (plain first, after a warm-up) and
+prints the difference per input. The plain write makes one fragment per micropartition (``--row-groups`` per
+input) where LanceSink makes one per input, so compare with ``--row-groups 1`` for the same Lance work; the line
+"per sealed input, in the workers" times the checkpoint calls themselves in any case. Timings are printed on lines
+starting with ``timing:``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import daft
+from daft.io.sink import DataSink, WriteResult
+
+from sinkpoint.daft import LanceSink
+
+JOB_DEFAULT = "daft-lance-job"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def make_inputs(directory: str, count: int, rows: int, row_groups: int) -> List[str]:
+    """``count`` parquet files of ``rows`` rows (ids ``i * rows ..``), each written atomically; existing files of
+    the right size are kept, so a rerun after a crash reads the same inputs."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    group = max(1, -(-rows // max(1, row_groups)))
+    for i in range(count):
+        path = os.path.join(directory, f"part-{i:05d}.parquet")
+        paths.append(path)
+        if os.path.exists(path):
+            try:
+                if pq.read_metadata(path).num_rows == rows:
+                    continue
+            except (OSError, pa.ArrowInvalid):
+                pass
+        first = i * rows
+        table = pa.table(
+            {
+                "id": pa.array(range(first, first + rows), pa.int64()),
+                "input": pa.array([i] * rows, pa.int32()),
+                "value": pa.array([((first + j) * 2654435761 % 1000003) / 1000.0 for j in range(rows)], pa.float64()),
+                "text": pa.array([f"row {first + j} of input {i}" for j in range(rows)], pa.string()),
+            }
+        )
+        tmp = f"{path}.tmp-{os.getpid()}"
+        pq.write_table(table, tmp, row_group_size=group)
+        os.replace(tmp, path)
+    return paths
+
+
+def count_table(uri: str, count: int, rows: int) -> Tuple[int, int, int]:
+    """(rows, duplicates, missing) of the table at ``uri`` against the ids ``0 .. count * rows``."""
+    import lance
+    import pyarrow.compute as pc
+
+    try:
+        ids = lance.dataset(uri).to_table(columns=["id"]).column("id")
+    except (ValueError, OSError):
+        return 0, 0, count * rows
+    n = len(ids)
+    unique = pc.unique(ids)
+    expected = pc.and_(pc.greater_equal(unique, 0), pc.less(unique, count * rows))
+    present = pc.sum(expected).as_py() or 0
+    return n, n - len(unique), count * rows - present
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Crash points
+
+
+def _die(point: str) -> None:
+    print(f"crash-at {point}: exiting (pid {os.getpid()})", file=sys.stderr, flush=True)
+    os._exit(137)
+
+
+class JobSink(LanceSink):
+    """LanceSink with the example's crash points and an optional delay per micropartition (so that a kill at a
+    random moment lands inside the job). A crash point counts its visits across every process of the run in a file
+    (``crash_dir``/crash-<point>.count: one byte appended per visit), so ``sealed:K`` is the job's K-th seal with Ray
+    too, where each task holds its own copy of this sink."""
+
+    def __init__(self, *args: Any, crash_at: Optional[str] = None, crash_dir: str = ".", delay_s: float = 0.0,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.crash_at = crash_at
+        self.crash_dir = crash_dir
+        self.delay_s = delay_s
+
+    def write(self, micropartitions: Iterator[Any]) -> Iterator[WriteResult]:
+        for mp in micropartitions:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            yield from super().write(iter([mp]))
+
+    def finalize(self, write_results: List[WriteResult]) -> Any:
+        self._at("finalize")
+        return super().finalize(write_results)
+
+    def _driver_options(self) -> Dict[str, Any]:
+        # The committer's own crash points (the Rust core's; the process exits with code 86 there).
+        if self.crash_at and self.crash_at.startswith("commit:"):
+            return {"crash_at": self.crash_at[len("commit:"):]}
+        return {}
+
+    def _at(self, point: str, path: Optional[str] = None) -> None:
+        if not self.crash_at:
+            return
+        name, _, k = self.crash_at.partition(":")
+        if name != point:
+            return
+        counter = os.path.join(self.crash_dir, f"crash-{point}.count")
+        fd = os.open(counter, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"x")
+            visits = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if visits == int(k or 1):
+            _die(f"{point}:{visits} ({path})")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The same job without sinkpoint
+
+
+class PlainLanceSink(DataSink):
+    """A plain Lance append: one fragment per micropartition in ``write``, one Append commit in ``finalize``."""
+
+    def __init__(self, uri: str, schema: pa.Schema, drop: str) -> None:
+        self.uri = uri
+        self.arrow_schema = schema
+        self.drop = drop
+
+    def name(self) -> str:
+        return "plain Lance append"
+
+    def schema(self) -> Any:
+        return daft.Schema.from_pyarrow_schema(pa.schema([("fragments", pa.int64())]))
+
+    def start(self) -> None:
+        import lance
+
+        lance.write_dataset(self.arrow_schema.empty_table(), self.uri, schema=self.arrow_schema, mode="create")
+
+    def write(self, micropartitions: Iterator[Any]) -> Iterator[WriteResult]:
+        from lance.fragment import write_fragments
+
+        for mp in micropartitions:
+            table = mp.to_arrow()
+            if self.drop in table.column_names:
+                table = table.drop_columns([self.drop])
+            table = table.select(self.arrow_schema.names).cast(self.arrow_schema)
+            fragments = write_fragments(table, self.uri, schema=self.arrow_schema)
+            yield WriteResult(result=fragments, bytes_written=table.nbytes, rows_written=table.num_rows)
+
+    def finalize(self, write_results: List[WriteResult]) -> Any:
+        import lance
+        from daft.recordbatch import MicroPartition
+
+        fragments = [f for r in write_results for f in r.result]
+        version = lance.dataset(self.uri).version
+        lance.LanceDataset.commit(self.uri, lance.LanceOperation.Append(fragments), read_version=version)
+        return MicroPartition.from_pydict({"fragments": [len(fragments)]})
+
+
+def run_plain(paths: List[str], uri: str, column: str) -> float:
+    """Writes ``paths`` into a fresh table at ``uri`` without sinkpoint; the seconds it took."""
+    shutil.rmtree(uri, ignore_errors=True)
+    t0 = time.monotonic()
+    df = daft.read_parquet(paths, file_path_column=column)
+    arrow = df.schema().to_pyarrow_schema()
+    schema = pa.schema([f for f in arrow if f.name != column])
+    df.write_sink(PlainLanceSink(uri, schema, column))
+    return time.monotonic() - t0
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", required=True, help="the job's directory (inputs, table, staging, store)")
+    ap.add_argument("--inputs", type=int, default=50)
+    ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--row-groups", type=int, default=4, help="row groups per input (Daft's pieces per input)")
+    ap.add_argument("--runner", choices=("native", "ray"), default="native")
+    ap.add_argument("--job", default=JOB_DEFAULT)
+    ap.add_argument("--store", help="the committer's store file (default DIR/state/committer.redb)")
+    ap.add_argument("--mirror", action="store_true", help="mirror the store to file://DIR/mirror")
+    ap.add_argument("--crash-at", help="written:K | sealed:K | finalize | adopted | commit:<core crash point>")
+    ap.add_argument("--delay-ms", type=float, default=0.0, help="sleep per micropartition in the sink")
+    ap.add_argument("--plain", action="store_true", help="only the plain Lance write (no sinkpoint) into DIR/plain.lance")
+    ap.add_argument("--compare", action="store_true", help="plain write, then the sinkpoint job; print the cost")
+    args = ap.parse_args(argv)
+
+    directory = os.path.abspath(args.dir)
+    os.makedirs(directory, exist_ok=True)
+    if args.runner == "ray":
+        daft.set_runner_ray()
+    else:
+        daft.set_runner_native()
+
+    t0 = time.monotonic()
+    paths = make_inputs(os.path.join(directory, "inputs"), args.inputs, args.rows, args.row_groups)
+    print(f"inputs: {args.inputs} x {args.rows} rows ({args.row_groups} row groups) in {directory}/inputs, "
+          f"runner {args.runner} ({time.monotonic() - t0:.2f} s to prepare)", flush=True)
+
+    column = "_input"
+    plain_s = None
+    if args.plain or args.compare:
+        # Warm-up: Daft's first query pays for imports and the runner.
+        daft.read_parquet(paths[:1], file_path_column=column).count_rows()
+        plain_uri = os.path.join(directory, "plain.lance")
+        plain_s = run_plain(paths, plain_uri, column)
+        print(f"timing: plain Lance append: {args.inputs} inputs in {plain_s:.3f} s "
+              f"({1000 * plain_s / args.inputs:.2f} ms/input)", flush=True)
+        if args.plain:
+            n, d, m = count_table(plain_uri, args.inputs, args.rows)
+            print(f"table: {n} rows, {d} duplicates, {m} missing", flush=True)
+            return 0
+
+    uri = os.path.join(directory, "table.lance")
+    sink = JobSink(
+        uri,
+        args.job,
+        f"file://{directory}/staging",
+        args.store or os.path.join(directory, "state", "committer.redb"),
+        mirror_url=f"file://{directory}/mirror" if args.mirror else None,
+        input_column=column,
+        crash_at=args.crash_at,
+        crash_dir=directory,
+        delay_s=args.delay_ms / 1000.0,
+    )
+    t1 = time.monotonic()
+    commits = sink.run(paths).to_pydict()
+    took = time.monotonic() - t1
+    r = sink.report
+    if r.get("already_finished") and not r.get("pending"):
+        print(f"sinkpoint: job {args.job} already finished: nothing to do", flush=True)
+    else:
+        lost = r.get("lost") or {}
+        print(
+            f"sinkpoint: {r.get('inputs')} inputs, {r.get('pending')} to write after pruning, {r.get('sealed', 0)} "
+            f"sealed ({r.get('rows_sealed', 0)} rows), {r.get('skipped', 0)} skipped, {len(lost)} lost to another "
+            f"attempt, adopted {r.get('adopted', 0)}, commits {list(zip(commits['key'], commits['rows']))}, "
+            f"finished {r.get('finished', False)}",
+            flush=True,
+        )
+        rec = r.get("recovered") or {}
+        if rec.get("marked_landed") is not None or rec.get("recommitted") is not None:
+            print(f"sinkpoint: recovery resolved the key in flight: marked landed {rec.get('marked_landed')}, "
+                  f"re-committed {rec.get('recommitted')}", flush=True)
+        if r.get("garbage"):
+            print(f"sinkpoint: {len(r['garbage'])} data file(s) of lost attempts are garbage "
+                  f"(first: {r['garbage'][:2]})", flush=True)
+    print(f"timing: sinkpoint job: {took:.3f} s ({1000 * took / max(1, args.inputs):.2f} ms/input; prune "
+          f"{r.get('prune_s', 0.0):.3f} s, finalize {r.get('finalize_s', 0.0):.3f} s)", flush=True)
+    sealed = r.get("sealed") or 0
+    if sealed:
+        t = {k: 1000 * v / sealed for k, v in (r.get("worker_timings") or {}).items()}
+        check = t.get("is_processed_s", 0.0) + t.get("row_count_s", 0.0)
+        seal = t.get("stage_s", 0.0) + t.get("seal_s", 0.0)
+        print(f"timing: per sealed input, in the workers: checkpoint {check + seal:.2f} ms (is_processed "
+              f"{t.get('is_processed_s', 0.0):.2f} + footer row count {t.get('row_count_s', 0.0):.2f} + stage and "
+              f"seal {seal:.2f}), Lance fragment write {t.get('fragment_s', 0.0):.2f} ms", flush=True)
+    if plain_s is not None:
+        print(f"timing: checkpoint cost: {1000 * (took - plain_s) / args.inputs:+.2f} ms/input "
+              f"(sinkpoint {took:.3f} s - plain {plain_s:.3f} s, over {args.inputs} inputs)", flush=True)
+    n, d, m = count_table(uri, args.inputs, args.rows)
+    print(f"table: {n} rows, {d} duplicates, {m} missing", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,887 @@
+"""Exactly-once Lance writes from Daft: :class:`LanceSink`, a ``daft.io.DataSink`` (Daft 0.7.26).
+
+Each input file of a job is one sinkpoint checkpoint (``checkpoint_id_for_key(input)``). Workers write the input's
+rows as uncommitted Lance fragments and seal the checkpoint in shared staging themselves (nothing goes through the
+driver); ``finalize`` on the driver adopts every sealed checkpoint into the committer's store and commits them into
+the Lance table through :class:`sinkpoint.lance.LanceTarget`. A rerun after any crash skips what was sealed and
+finishes the job; a rerun after the job finished does nothing. The protocol is in ``docs/ARCHITECTURE.md``,
+"Workers on many machines".
+
+Usage (``examples/daft_lance_job.py`` is the full job)::
+
+    sink = LanceSink("s3://bucket/table.lance", "nightly-2024-06-01", "s3://bucket/sinkpoint", "/var/lib/job/committer.redb",
+                     mirror_url="s3://bucket/sinkpoint-mirror")
+    sink.run(["s3://in/0001.parquet", ...])        # prune, read, write, commit: the DataFrame of the commits
+
+or, with a DataFrame built by hand (every row must carry its input, and every row of an input must reach the sink)::
+
+    df = daft.read_parquet(prune_inputs(paths, staging_url=..., job=...), file_path_column=sink.input_column)
+    df.write_sink(sink)
+
+How Daft calls a DataSink (the facts this module is built on, from Daft 0.7.26):
+
+- ``DataFrame.write_sink`` calls ``start()`` on the driver, then executes the plan, then calls
+  ``finalize(list_of_WriteResult)`` on the driver and checks that the MicroPartition it returns has exactly
+  ``schema()`` (``daft/dataframe/dataframe.py`` ``write_sink``).
+- ``write`` runs where the plan runs: in the driver's process with the native runner, in the Ray actors
+  (``RaySwordfishActor``, long-lived, several plans at once) with the Ray runner. Each call gets an iterator of
+  exactly ONE MicroPartition (``src/daft-writers/src/sink.rs``: ``safe_write`` on a one-element list); there is
+  no end-of-task call. With Ray the sink is pickled into every task's plan, after ``start()``.
+- One input file reaches the sink as several MicroPartitions, interleaved with other files: the parquet reader
+  emits one per row group (or per morsel of ``default_morsel_size`` rows), with both runners. So an input is
+  complete only once its rows add up to the file's row count, which the sink reads from the parquet footer (Daft's
+  ``read_parquet_statistics``; or give ``row_counts``).
+- Daft splits one parquet file across scan tasks (by row groups) only when ``enable_scan_task_split_and_merge``
+  is on (off by default), the scan has at most ``parquet_split_row_groups_max_files`` (10) tasks, and the file is
+  larger than ``scan_tasks_max_size_bytes`` (384 MiB) or of unknown size (``src/daft-scan/src/scan_task_iters/mod.rs``
+  ``split_by_row_groups``, called only by the Ray runner's planner). The split pieces can run on different machines, where no process sees the whole input,
+  so :meth:`LanceSink.start` refuses that configuration (set ``parquet_split_row_groups_max_files=0``: merging
+  whole files into one task stays allowed). Anything else that spreads an input's rows over processes (a
+  repartition, a join) or drops rows (a filter, a limit) leaves the input incomplete: it is never sealed, and
+  ``finalize`` raises :class:`IncompleteInputs` after committing what is complete (never a partial input).
+- Ray retries a task only when its worker died (``src/daft-distributed/src/statistics/mod.rs``): a new process,
+  so nothing of the dead attempt's buffers survives; its sealed checkpoints are skipped by the retry.
+
+Costs per input (worker): 1 read of the claim (``is_processed``), 1 footer read, the fragment write, and 2
+requests to shared staging (stage + seal; 1 more put per extra part of a large input). Driver, per run: recover,
+1 inbox listing + 1 read per sealed checkpoint (adopt), the Lance commits; :meth:`LanceSink.run` opens the store
+twice (pruning, then ``finalize``: each open is a new epoch) and reads 1 claim per input left after the store's check.
+
+Limits:
+
+- Inputs are parquet files, each written whole: an input's rows are buffered in the worker until they are all there
+  (memory: up to ``flush_bytes`` per input in flight, then the buffer is written and staged as one more part).
+- Fragment files of an attempt that lost its seal, or of a worker that died before sealing, are garbage: reported
+  (:attr:`LanceSink.report` ``garbage``, for lost seals), never deleted here (sinkpoint's gc is issue 14).
+- ``finalize``'s ``rows`` is ``None`` for a commit holding checkpoints sealed by an earlier run (their counts were in
+  that run's write results).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daft.io.sink import DataSink, WriteResult
+
+__all__ = [
+    "INPUT_COLUMN",
+    "RESULT_SCHEMA",
+    "IncompleteInputs",
+    "LanceSink",
+    "daft_path",
+    "prune_inputs",
+]
+
+logger = logging.getLogger("sinkpoint.daft")
+
+#: The column that carries each row's input (``read_parquet(..., file_path_column=INPUT_COLUMN)``); it is not
+#: written to the table.
+INPUT_COLUMN = "_sinkpoint_input"
+
+#: The schema of what ``finalize`` returns: one row per commit this run made (``key``), the checkpoint ids it
+#: committed, their inputs (when this process knows them) and their rows (``None`` when not all are known, e.g.
+#: checkpoints sealed by an earlier run).
+RESULT_SCHEMA = pa.schema(
+    [
+        ("key", pa.int64()),
+        ("checkpoints", pa.large_list(pa.large_string())),
+        ("inputs", pa.large_list(pa.large_string())),
+        ("rows", pa.int64()),
+    ]
+)
+
+#: An input's rows are buffered until it is complete; past this many bytes the buffer is written as a fragment
+#: and staged as one part of the input's checkpoint (memory stays bounded for large inputs).
+FLUSH_BYTES_DEFAULT = 256 * 1024 * 1024
+
+#: How long ``finalize`` waits for another driver that holds the store's file (AlreadyOpen).
+OPEN_TIMEOUT_S_DEFAULT = 300.0
+
+#: The number of runs whose per-input state a worker process keeps (a long-lived Ray actor serves many).
+_RUNS_KEPT = 8
+
+#: Concurrent claim reads of :func:`prune_inputs` (each call releases the GIL).
+_PRUNE_CONCURRENCY = 16
+
+#: Attempts of a stage or seal call that raised ``IoError`` (they are idempotent in one handle).
+_IO_ATTEMPTS = 3
+
+
+def _sp() -> Any:
+    """The compiled core, imported on first use (so this module imports, and the sink pickles, without it)."""
+    from sinkpoint import _sinkpoint
+
+    return _sinkpoint
+
+
+def _lance() -> Any:
+    from sinkpoint import lance as sp_lance
+
+    return sp_lance
+
+
+class IncompleteInputs(RuntimeError):
+    """Some inputs were not written completely; nothing of them is in the table (their checkpoints were never
+    sealed), and everything complete was committed. ``incomplete`` maps an input to ``(rows seen, rows it has)``;
+    ``missing`` lists inputs of :meth:`LanceSink.run` that no task wrote; ``refused`` the (id, reason) pairs the
+    committer refused at adoption. ``report`` is the sink's report of the run."""
+
+    def __init__(self, message: str, *, incomplete=None, missing=None, refused=None, report=None) -> None:
+        super().__init__(message)
+        self.incomplete: Dict[str, tuple] = dict(incomplete or {})
+        self.missing: List[str] = list(missing or [])
+        self.refused: List[tuple] = list(refused or [])
+        self.report: Dict[str, Any] = dict(report or {})
+
+
+def daft_path(path: str) -> str:
+    """An input path as Daft's ``file_path_column`` spells it (the checkpoint key): Daft turns a
+    ``file:///abs/path`` into ``/abs/path`` and leaves every other URL as given."""
+    path = str(path)
+    if path.startswith("file://"):
+        rest = path[len("file://") :]
+        if rest.startswith("/"):
+            return rest
+        if rest.startswith("localhost/"):
+            return rest[len("localhost") :]
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pruning (driver)
+
+
+def prune_inputs(
+    paths: Iterable[str],
+    *,
+    driver: Any = None,
+    staging_url: Optional[str] = None,
+    job: Optional[str] = None,
+    staging_options: Optional[Dict[str, str]] = None,
+    concurrency: int = _PRUNE_CONCURRENCY,
+) -> List[str]:
+    """The inputs of ``paths`` still to write, in their order, without duplicates, spelled as Daft spells them
+    (:func:`daft_path`): read only these, so inputs already processed are not even scanned.
+
+    With ``driver`` (a ``sinkpoint.Driver``): nothing at all when the job's final commit landed
+    (``driver.is_finished()``: the fast path of a rerun), else the inputs its store does not hold. With
+    ``staging_url`` and ``job`` (also, or instead): the inputs no worker has sealed yet (one claim read each, up to
+    ``concurrency`` at once), which also catches seals the committer has not adopted yet.
+    """
+    if driver is None and (staging_url is None or job is None):
+        raise ValueError("prune_inputs needs a driver, or staging_url and job (or all three)")
+    inputs = list(dict.fromkeys(daft_path(p) for p in paths))
+    if driver is not None:
+        if driver.is_finished():
+            return []
+        inputs = [p for p in inputs if not driver.is_processed(p)]
+    if staging_url is not None and job is not None and inputs:
+        sp = _sp()
+        staging = sp.SharedStaging(staging_url, job, storage_options=staging_options)
+        worker = staging.worker(_worker_name("prune"))
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(inputs)))) as pool:
+            done = list(pool.map(worker.is_processed, inputs))
+        inputs = [p for p, d in zip(inputs, done) if not d]
+    return inputs
+
+
+def _worker_name(role: str) -> str:
+    return f"{role}@{socket.gethostname()}:{os.getpid()}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Worker-side state (per process, per run)
+
+
+class _Input:
+    """One input as this process has seen it in one run."""
+
+    __slots__ = ("path", "lock", "status", "expected", "rows", "chunks", "nbytes", "parts", "fragments", "dropped",
+                 "timings")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        #: None (not seen yet), "collecting", "sealed", "skipped" (processed before), "lost", "failed"
+        self.status: Optional[str] = None
+        self.expected = 0
+        self.rows = 0
+        self.chunks: List[pa.Table] = []
+        self.nbytes = 0
+        #: Parts staged so far (a large input flushes parts before it is complete).
+        self.parts = 0
+        #: The fragments staged so far (their JSON), for the garbage report of a lost seal.
+        self.fragments: List[Any] = []
+        self.dropped = 0
+        #: Seconds spent per step (is_processed_s, row_count_s, fragment_s, stage_s, seal_s): the report's costs.
+        self.timings: Dict[str, float] = collections.defaultdict(float)
+
+
+class _Run:
+    """What one process holds for one run of a sink: the worker handle, the dataset's schema, the inputs."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.worker: Any = None
+        self.schema: Optional[pa.Schema] = None
+        self.inputs: Dict[str, _Input] = {}
+
+    def input(self, path: str) -> _Input:
+        with self.lock:
+            inp = self.inputs.get(path)
+            if inp is None:
+                inp = self.inputs[path] = _Input(path)
+            return inp
+
+
+_RUNS_LOCK = threading.Lock()
+_RUNS: "collections.OrderedDict[str, _Run]" = collections.OrderedDict()
+
+
+def _run_state(token: str) -> _Run:
+    with _RUNS_LOCK:
+        run = _RUNS.get(token)
+        if run is None:
+            run = _RUNS[token] = _Run()
+            while len(_RUNS) > _RUNS_KEPT:
+                _RUNS.popitem(last=False)
+        else:
+            _RUNS.move_to_end(token)
+        return run
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The sink
+
+
+class LanceSink(DataSink):
+    """A Daft DataSink that appends whole input files to the Lance table at ``uri`` exactly once per ``job``.
+
+    - ``uri``, ``storage_options``: the Lance table (pylance's options). It is created when missing, with the
+      schema of the rows (or ``schema``).
+    - ``job``: the job id; one job writes each input once, ever. A new batch of inputs is a new job.
+    - ``staging_url`` (+ ``staging_options``): the object store prefix workers and the driver share
+      (``file:///abs/dir``, ``s3://bucket/prefix``).
+    - ``store_path``: the committer's local store file (on the driver), mirrored to ``mirror_url``
+      (+ ``mirror_options``) when given, so a driver that lost its disk resumes from the mirror.
+    - ``mode``: only ``"append"``.
+    - ``input_column``: the column carrying each row's input path (``file_path_column``); dropped before writing.
+    - ``io_config``: Daft's IOConfig for reading the inputs' parquet footers (row counts), as for reading them.
+    - ``row_counts``: the row count of each input, if known (saves the footer reads).
+    - ``flush_bytes``: see :data:`FLUSH_BYTES_DEFAULT`.
+
+    The sink pickles as its configuration; workers open their handles lazily. After ``finalize`` the driver's
+    object holds :attr:`report` (a dict: what was written, skipped, lost, adopted, committed, and the garbage).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        job: str,
+        staging_url: str,
+        store_path: str,
+        *,
+        mirror_url: Optional[str] = None,
+        mode: str = "append",
+        storage_options: Optional[Dict[str, str]] = None,
+        staging_options: Optional[Dict[str, str]] = None,
+        mirror_options: Optional[Dict[str, str]] = None,
+        input_column: str = INPUT_COLUMN,
+        schema: Optional[pa.Schema] = None,
+        io_config: Any = None,
+        row_counts: Optional[Mapping[str, int]] = None,
+        flush_bytes: int = FLUSH_BYTES_DEFAULT,
+        open_timeout_s: float = OPEN_TIMEOUT_S_DEFAULT,
+    ) -> None:
+        if mode != "append":
+            raise ValueError(
+                f"LanceSink supports mode='append' only, not {mode!r}: it appends each input exactly once per job, "
+                "and a rerun after a crash must add what is missing, not replace the table. To replace the table, "
+                "overwrite or delete it first (outside the job), then append with a new job id."
+            )
+        if not job:
+            raise ValueError("job must be a non-empty id")
+        if flush_bytes < 1:
+            raise ValueError("flush_bytes must be positive")
+        self.uri = str(uri)
+        self.job = str(job)
+        self.staging_url = str(staging_url)
+        self.store_path = str(store_path)
+        self.mirror_url = mirror_url
+        self.mode = mode
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.staging_options = dict(staging_options) if staging_options else None
+        self.mirror_options = dict(mirror_options) if mirror_options else None
+        self.input_column = input_column
+        self.schema_hint = schema
+        self.io_config = io_config
+        self.row_counts = {daft_path(k): int(v) for k, v in row_counts.items()} if row_counts else None
+        self.flush_bytes = int(flush_bytes)
+        self.open_timeout_s = float(open_timeout_s)
+        #: One token per run (``start``): a worker process keys its state by it.
+        self._token = uuid.uuid4().hex
+        # Driver side only (not pickled).
+        self._inputs: Optional[List[str]] = None
+        self.report: Dict[str, Any] = {}
+
+    # -- pickling: configuration only ------------------------------------------------------------------------
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_inputs"] = None
+        state["report"] = {}
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"LanceSink({self.uri!r}, job={self.job!r})"
+
+    # -- DataSink --------------------------------------------------------------------------------------------
+
+    def name(self) -> str:
+        return "sinkpoint LanceSink"
+
+    def schema(self) -> Any:
+        from daft import Schema
+
+        return Schema.from_pyarrow_schema(RESULT_SCHEMA)
+
+    def start(self) -> None:
+        """Driver, before the plan runs: a new run token; refuses a Daft configuration that can split one input
+        file across tasks; creates the table if ``schema`` is known."""
+        self._token = uuid.uuid4().hex
+        self.report = {}
+        _refuse_input_splitting()
+        if self.schema_hint is not None:
+            _lance().create_dataset(self.uri, self.schema_hint, storage_options=self.storage_options)
+
+    def write(self, micropartitions: Iterator[Any]) -> Iterator[WriteResult]:
+        run = _run_state(self._token)
+        for mp in micropartitions:
+            table = mp.to_arrow()
+            events: List[Dict[str, Any]] = []
+            written_rows = 0
+            written_bytes = 0
+            for path, rows in self._by_input(table):
+                for event in self._add(run, path, rows):
+                    if event["event"] == "sealed":
+                        written_rows += event["rows"]
+                        written_bytes += event.get("bytes", 0)
+                    events.append(event)
+            yield WriteResult(
+                result={"token": self._token, "events": events},
+                bytes_written=written_bytes,
+                rows_written=written_rows,
+            )
+
+    def finalize(self, write_results: List[WriteResult]) -> Any:
+        """Driver, after every write: recover, adopt every sealed checkpoint, finish the job; the commits made as
+        a MicroPartition of :data:`RESULT_SCHEMA`. Raises :class:`IncompleteInputs` (after committing what is
+        complete, without finishing the job) when an input is incomplete or, after :meth:`run`, not written."""
+        from daft.recordbatch import MicroPartition
+
+        t0 = time.monotonic()
+        seen = _Summary.of(write_results)
+        report: Dict[str, Any] = {
+            "job": self.job,
+            "sealed": len(seen.sealed),
+            "rows_sealed": sum(seen.sealed.values()),
+            "skipped": len(seen.skipped),
+            "lost": {p: w for p, (w, _) in seen.lost.items()},
+            "garbage": [f for _, g in seen.lost.values() for f in g],
+            "incomplete": dict(seen.incomplete),
+            # Seconds per worker step summed over the inputs sealed in this run: is_processed_s + row_count_s +
+            # stage_s + seal_s is what checkpointing costs the workers; fragment_s is the Lance write itself.
+            "worker_timings": dict(seen.timings),
+        }
+        commits: List[int] = []
+        with self._open_driver() as driver:
+            rec = driver.recover()
+            report["recovered"] = {
+                "orphans": list(rec.orphans),
+                "marked_landed": rec.marked_landed,
+                "recommitted": rec.recommitted,
+                "committed_keys": list(rec.committed_keys),
+            }
+            commits += [k for k in (rec.marked_landed, rec.recommitted) if k is not None]
+            commits += list(rec.committed_keys)
+            if rec.blocked is not None:
+                raise RuntimeError(
+                    f"job {self.job}: the commit in flight is blocked ({rec.blocked!r}); nothing more can commit "
+                    "until it is resolved (rerun later, or an operator resolves it: Driver.resolve)"
+                )
+            if rec.finished:
+                # The job's final commit landed before this run: the fast path. Whatever this run sealed must be
+                # in it (another driver finishing concurrently adopted it), else it was sealed too late.
+                late = [p for p in seen.sealed if not driver.is_processed(p)]
+                # Finished before this run, or by this recovery (the final key was in flight: re-sent or found).
+                report["already_finished"] = not commits
+                report["finished"] = True
+                report["committed_keys"] = list(commits)
+                report["finalize_s"] = time.monotonic() - t0
+                self.report = report
+                if late:
+                    raise IncompleteInputs(
+                        f"job {self.job} had finished before this run committed; {len(late)} input(s) this run "
+                        f"sealed are not in it (first: {late[:3]}). A finished job takes no more inputs: write them "
+                        "under a new job id.",
+                        missing=late,
+                        report=report,
+                    )
+                return MicroPartition.from_arrow(self._result_table(driver, commits, seen))
+            adopted = driver.adopt()
+            self._at("adopted")
+            report["adopted"] = len(adopted.adopted)
+            report["already_adopted"] = adopted.already_adopted
+            report["unsealed"] = adopted.unsealed
+            report["garbage"] += _fragment_files(self.uri, adopted.cleanup)
+            missing = self._missing_inputs(driver, seen)
+            if missing:
+                # Zero-row inputs never reach the sink: seal them empty here, then adopt them.
+                if self._seal_empty(missing):
+                    adopted2 = driver.adopt()
+                    report["adopted"] += len(adopted2.adopted)
+                    missing = self._missing_inputs(driver, seen)
+            refused = list(adopted.refused)
+            report["missing"] = list(missing)
+            report["refused"] = refused
+            if seen.incomplete or missing or refused:
+                commits += list(driver.commit_pending().committed_keys)
+                report["committed_keys"] = commits
+                report["finished"] = False
+                self.report = report
+                raise IncompleteInputs(_incomplete_message(self.job, seen.incomplete, missing, refused),
+                                       incomplete=seen.incomplete, missing=missing, refused=refused, report=report)
+            commits += list(driver.finish().committed_keys)
+            report["committed_keys"] = commits
+            report["finished"] = True
+            table = self._result_table(driver, commits, seen)
+        report["finalize_s"] = time.monotonic() - t0
+        self.report = report
+        if report["garbage"]:
+            logger.info("job %s: %d data file(s) of lost attempts are garbage: %s", self.job,
+                        len(report["garbage"]), report["garbage"][:5])
+        return MicroPartition.from_arrow(table)
+
+    # -- convenience: the whole job ----------------------------------------------------------------------------
+
+    def run(self, paths: Sequence[str], *, io_config: Any = None, **read_parquet_kwargs: Any) -> Any:
+        """The whole job over the parquet files ``paths``: the fast path when the job finished, else prune what was
+        processed, read the rest with Daft (one column more: :attr:`input_column`), write it through this sink and
+        commit. Returns ``write_sink``'s DataFrame (the commits, :data:`RESULT_SCHEMA`); :attr:`report` says the
+        rest. Checks at the end that every input of ``paths`` is in the job (else :class:`IncompleteInputs`)."""
+        import daft
+
+        t0 = time.monotonic()
+        inputs = list(dict.fromkeys(daft_path(p) for p in paths))
+        if io_config is not None and self.io_config is None:
+            self.io_config = io_config
+        with self._open_driver() as driver:
+            if driver.is_finished():
+                self.report = {"job": self.job, "already_finished": True, "inputs": len(inputs), "pending": 0,
+                               "run_s": time.monotonic() - t0}
+                return daft.from_arrow(RESULT_SCHEMA.empty_table())
+            pending = [p for p in inputs if not driver.is_processed(p)]
+        pending = prune_inputs(pending, staging_url=self.staging_url, job=self.job,
+                               staging_options=self.staging_options)
+        prune_s = time.monotonic() - t0
+        self._inputs = inputs
+        try:
+            if self.schema_hint is None and inputs:
+                # The table's schema, from the first input to read (a footer read; nothing is executed): start()
+                # creates the table with it, so the committer finds it even when no task writes a row.
+                df = daft.read_parquet((pending or inputs)[:1], file_path_column=self.input_column,
+                                       io_config=io_config, **read_parquet_kwargs)
+                arrow = df.schema().to_pyarrow_schema()
+                self.schema_hint = pa.schema([f for f in arrow if f.name != self.input_column])
+            if not pending:
+                self.start()
+                mp = self.finalize([])
+                out = daft.from_arrow(mp.to_arrow())
+            else:
+                df = daft.read_parquet(pending, file_path_column=self.input_column, io_config=io_config,
+                                       **read_parquet_kwargs)
+                out = df.write_sink(self)
+        finally:
+            self._inputs = None
+        self.report.update(inputs=len(inputs), pending=len(pending), prune_s=prune_s, run_s=time.monotonic() - t0)
+        return out
+
+    # -- crash points (no-ops; tests and the example override them) --------------------------------------------
+
+    def _at(self, point: str, path: Optional[str] = None) -> None:
+        """Called at named points: ``"written"`` (an input's fragments are written, not staged),
+        ``"sealed"`` (its checkpoint is sealed), ``"adopted"`` (the driver adopted, before committing)."""
+
+    def _driver_options(self) -> Dict[str, Any]:
+        """More keyword arguments for ``sinkpoint.Driver`` (the example passes ``crash_at``)."""
+        return {}
+
+    # -- worker internals --------------------------------------------------------------------------------------
+
+    def _by_input(self, table: pa.Table) -> Iterator[tuple]:
+        """(input, rows without the input column) for each input of ``table``."""
+        if table.num_rows == 0:
+            return
+        if self.input_column not in table.column_names:
+            raise ValueError(
+                f"the rows carry no {self.input_column!r} column: read the inputs with "
+                f"daft.read_parquet(paths, file_path_column={self.input_column!r})"
+            )
+        column = table.column(self.input_column)
+        if column.null_count:
+            raise ValueError(f"{column.null_count} row(s) have no input in {self.input_column!r}")
+        rows = table.drop_columns([self.input_column])
+        values = pc.unique(column)
+        if len(values) == 1:
+            yield str(values[0].as_py()), rows
+            return
+        for value in values:
+            yield str(value.as_py()), rows.filter(pc.equal(column, value))
+
+    def _worker(self, run: _Run) -> Any:
+        with run.lock:
+            if run.worker is None:
+                sp = _sp()
+                staging = sp.SharedStaging(self.staging_url, self.job, storage_options=self.staging_options)
+                run.worker = staging.worker(_worker_name("daft"))
+            return run.worker
+
+    def _add(self, run: _Run, path: str, rows: pa.Table) -> List[Dict[str, Any]]:
+        """Adds an input's rows; seals the input once all its rows are here."""
+        inp = run.input(path)
+        events: List[Dict[str, Any]] = []
+        with inp.lock:
+            if inp.status is None:
+                t0 = time.perf_counter()
+                processed = self._worker(run).is_processed(path)
+                t1 = time.perf_counter()
+                inp.timings["is_processed_s"] = t1 - t0
+                if processed:
+                    inp.status = "skipped"
+                    events.append({"event": "skipped", "input": path})
+                else:
+                    inp.expected = self._row_count(path)
+                    inp.timings["row_count_s"] = time.perf_counter() - t1
+                    inp.status = "collecting"
+            if inp.status != "collecting":
+                # Processed before, or sealed/lost here already: the same rows again (a duplicate delivery).
+                inp.dropped += rows.num_rows
+                return events
+            if inp.rows + rows.num_rows > inp.expected:
+                inp.status = "failed"
+                inp.chunks = []
+                raise ValueError(
+                    f"input {path}: {inp.rows + rows.num_rows} rows reached the sink but the file has "
+                    f"{inp.expected}: the same input was read twice (a duplicate path?) or rows were multiplied "
+                    "(an explode, a join) on the way; nothing of it was sealed"
+                )
+            inp.chunks.append(rows)
+            inp.rows += rows.num_rows
+            inp.nbytes += rows.nbytes
+            if inp.rows == inp.expected:
+                events.append(self._seal(run, inp))
+            else:
+                if inp.nbytes >= self.flush_bytes:
+                    self._stage_part(run, inp)
+                events.append({"event": "pending", "input": path, "rows": inp.rows, "expected": inp.expected})
+        return events
+
+    def _row_count(self, path: str) -> int:
+        if self.row_counts is not None and path in self.row_counts:
+            return self.row_counts[path]
+        return _row_counts([path], self.io_config)[0]
+
+    def _fragments(self, run: _Run, inp: _Input) -> tuple:
+        """Writes the buffered rows of ``inp`` as fragments: (fragments, bytes)."""
+        table = pa.concat_tables(inp.chunks) if len(inp.chunks) > 1 else inp.chunks[0]
+        table = self._conform(run, table)
+        nbytes = table.nbytes
+        t0 = time.perf_counter()
+        fragments = _lance().write_fragment(self.uri, table, schema=table.schema,
+                                            storage_options=self.storage_options)
+        inp.timings["fragment_s"] += time.perf_counter() - t0
+        inp.chunks = []
+        inp.nbytes = 0
+        inp.fragments.extend(fragments)
+        return fragments, nbytes
+
+    def _conform(self, run: _Run, table: pa.Table) -> pa.Table:
+        """``table`` in the dataset's schema; creates the dataset (with ``table``'s schema) when missing."""
+        with run.lock:
+            schema = run.schema
+        if schema is None:
+            import lance
+
+            try:
+                schema = lance.dataset(self.uri, storage_options=self.storage_options).schema
+            except (ValueError, OSError):
+                schema = _lance().create_dataset(self.uri, self.schema_hint or table.schema,
+                                                 storage_options=self.storage_options).schema
+            with run.lock:
+                run.schema = schema
+        if table.schema.equals(schema, check_metadata=False):
+            return table
+        missing = [n for n in schema.names if n not in table.column_names]
+        extra = [n for n in table.column_names if n not in schema.names]
+        if missing or extra:
+            raise ValueError(f"the rows do not fit the table {self.uri}: columns missing {missing}, "
+                             f"columns not in the table {extra}")
+        return table.select(schema.names).cast(schema)
+
+    def _stage_part(self, run: _Run, inp: _Input) -> None:
+        fragments, _ = self._fragments(run, inp)
+        sp = _sp()
+        keys = [inp.path] if inp.parts == 0 else []
+        t0 = time.perf_counter()
+        _retry_io(lambda: self._worker(run).stage(sp.checkpoint_id_for_key(inp.path), attempt=0, part=inp.parts,
+                                                  keys=keys, results=fragments))
+        inp.timings["stage_s"] += time.perf_counter() - t0
+        inp.parts += 1
+
+    def _seal(self, run: _Run, inp: _Input) -> Dict[str, Any]:
+        sp = _sp()
+        worker = self._worker(run)
+        cid = sp.checkpoint_id_for_key(inp.path)
+        nbytes = 0
+        try:
+            if inp.parts == 0:
+                fragments, nbytes = self._fragments(run, inp)
+                self._at("written", inp.path)
+                t0 = time.perf_counter()
+                _retry_io(lambda: worker.stage_and_seal(cid, [inp.path], fragments))
+            else:
+                self._stage_part(run, inp)
+                self._at("written", inp.path)
+                t0 = time.perf_counter()
+                _retry_io(lambda: worker.seal(cid, inp.parts))
+            inp.timings["seal_s"] += time.perf_counter() - t0
+        except sp.SealLost as lost:
+            inp.status = "lost"
+            garbage = _fragment_files(self.uri, lost.results)
+            logger.info("input %s: another attempt sealed it first (%s); %d file(s) of ours are garbage",
+                        inp.path, lost.winner, len(garbage))
+            return {"event": "lost", "input": inp.path, "winner": str(lost.winner), "garbage": garbage}
+        except BaseException:
+            inp.status = "failed"
+            raise
+        inp.status = "sealed"
+        self._at("sealed", inp.path)
+        return {"event": "sealed", "input": inp.path, "id": cid, "rows": inp.rows, "bytes": nbytes,
+                "fragments": len(inp.fragments), "timings": dict(inp.timings)}
+
+    # -- driver internals --------------------------------------------------------------------------------------
+
+    def _open_driver(self) -> Any:
+        """The committer, opened now (claiming a new epoch); waits while another driver holds the store file."""
+        sp = _sp()
+        if "://" not in self.store_path:
+            parent = os.path.dirname(os.path.abspath(self.store_path))
+            os.makedirs(parent, exist_ok=True)
+        lance_mod = _lance()
+        target = lance_mod.LanceTarget(self.uri, storage_options=self.storage_options)
+        deadline = time.monotonic() + self.open_timeout_s
+        delay = 0.05
+        while True:
+            driver = sp.Driver(
+                self.store_path,
+                self.job,
+                target,
+                target_identity=target.identity,
+                mirror=self.mirror_url,
+                mirror_options=self.mirror_options,
+                staging=sp.SharedStaging(self.staging_url, self.job, storage_options=self.staging_options),
+                **self._driver_options(),
+            )
+            try:
+                driver.epoch  # opens it
+                return driver
+            except sp.AlreadyOpen:
+                try:
+                    driver.close()
+                except sp.SinkpointError:
+                    pass
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _missing_inputs(self, driver: Any, seen: "_Summary") -> List[str]:
+        """Inputs of :meth:`run` not in the job's store (after adoption)."""
+        if not self._inputs:
+            return []
+        return [p for p in self._inputs if p not in seen.incomplete and not driver.is_processed(p)]
+
+    def _seal_empty(self, paths: List[str]) -> bool:
+        """Seals, from the driver, an empty checkpoint for each input of ``paths`` that has no rows (such an input
+        never reaches a sink). Whether any was sealed."""
+        counts = _row_counts(paths, self.io_config)
+        empty = [p for p, n in zip(paths, counts) if n == 0]
+        if not empty:
+            return False
+        sp = _sp()
+        worker = sp.SharedStaging(self.staging_url, self.job, storage_options=self.staging_options).worker(
+            _worker_name("driver"))
+        for p in empty:
+            try:
+                worker.stage_and_seal(sp.checkpoint_id_for_key(p), [p], [])
+            except sp.SealLost:
+                pass
+        return True
+
+    def _result_table(self, driver: Any, keys: List[int], seen: "_Summary") -> pa.Table:
+        keys = sorted(set(int(k) for k in keys))
+        if not keys:
+            return RESULT_SCHEMA.empty_table()
+        wanted = set(keys)
+        by_key: Dict[int, List[str]] = {k: [] for k in keys}
+        for info in driver.checkpoints("committed"):
+            if info.key is not None and int(info.key) in wanted:
+                by_key[int(info.key)].append(str(info.id))
+        inputs_by_id = dict(seen.input_of)
+        if self._inputs:
+            sp = _sp()
+            for p in self._inputs:
+                inputs_by_id.setdefault(sp.checkpoint_id_for_key(p), p)
+        rows_by_id = {seen.id_of[p]: n for p, n in seen.sealed.items() if p in seen.id_of}
+        columns: Dict[str, list] = {"key": [], "checkpoints": [], "inputs": [], "rows": []}
+        for k in keys:
+            ids = sorted(by_key[k])
+            columns["key"].append(k)
+            columns["checkpoints"].append(ids)
+            columns["inputs"].append([inputs_by_id[i] for i in ids if i in inputs_by_id])
+            counts = [rows_by_id.get(i) for i in ids]
+            columns["rows"].append(sum(counts) if ids and all(c is not None for c in counts) else None)
+        return pa.Table.from_pydict(columns, schema=RESULT_SCHEMA)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+class _Summary:
+    """What the write results of one run say, input by input."""
+
+    def __init__(self) -> None:
+        self.sealed: Dict[str, int] = {}
+        self.id_of: Dict[str, str] = {}
+        self.input_of: Dict[str, str] = {}
+        self.skipped: set = set()
+        self.lost: Dict[str, tuple] = {}
+        self.pending: Dict[str, tuple] = {}
+        self.incomplete: Dict[str, tuple] = {}
+        #: Seconds per worker step, summed over the sealed inputs.
+        self.timings: Dict[str, float] = {}
+
+    @classmethod
+    def of(cls, write_results: Iterable[Any]) -> "_Summary":
+        s = cls()
+        for wr in write_results:
+            result = getattr(wr, "result", wr)
+            for e in (result or {}).get("events", ()):
+                kind, path = e["event"], e["input"]
+                if kind == "sealed":
+                    s.sealed[path] = int(e["rows"])
+                    for step, secs in e.get("timings", {}).items():
+                        s.timings[step] = s.timings.get(step, 0.0) + float(secs)
+                    s.id_of[path] = e["id"]
+                    s.input_of[e["id"]] = path
+                elif kind == "skipped":
+                    s.skipped.add(path)
+                elif kind == "lost":
+                    s.lost[path] = (e["winner"], list(e.get("garbage", ())))
+                elif kind == "pending":
+                    rows, expected = s.pending.get(path, (0, e["expected"]))
+                    s.pending[path] = (max(rows, int(e["rows"])), int(e["expected"]))
+        done = set(s.sealed) | s.skipped | set(s.lost)
+        s.incomplete = {p: v for p, v in s.pending.items() if p not in done}
+        return s
+
+
+def _refuse_input_splitting() -> None:
+    """Raises when Daft may split one parquet file across scan tasks (by row groups)."""
+    from daft import context
+
+    cfg = context.get_context().daft_execution_config
+    if getattr(cfg, "enable_scan_task_split_and_merge", False) and getattr(cfg, "parquet_split_row_groups_max_files", 0):
+        raise ValueError(
+            "LanceSink needs every input file read whole by one task, but Daft is configured to split large parquet "
+            "files across tasks by row groups (enable_scan_task_split_and_merge=True with "
+            f"parquet_split_row_groups_max_files={cfg.parquet_split_row_groups_max_files}); the pieces may run on "
+            "different machines, where no process sees all of an input's rows. Turn the splitting off: "
+            "daft.set_execution_config(parquet_split_row_groups_max_files=0) (merging small files stays on)."
+        )
+
+
+def _row_counts(paths: List[str], io_config: Any) -> List[int]:
+    """The row count of each parquet file of ``paths``, from its footer (Daft's reader, Daft's IOConfig).
+
+    Run on a thread of its own: ``write`` is called on a thread of Daft's runtime, where Daft's blocking reader
+    panics ("Cannot start a runtime from within a runtime")."""
+    from daft.recordbatch import RecordBatch
+
+    def read() -> List[int]:
+        stats = RecordBatch.read_parquet_statistics(list(paths), io_config=io_config).to_pydict()
+        return [int(n) for n in stats["row_count"]]
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(read).result()
+
+
+def _fragment_files(uri: str, results: Iterable[Any]) -> List[str]:
+    """The data files of the Lance fragments among ``results`` (WriteResults or FragmentMetadata)."""
+    files = []
+    for r in results:
+        try:
+            if hasattr(r, "to_json"):
+                meta = r.to_json()
+            else:
+                meta = json.loads(bytes(r.data).decode())
+            for f in meta.get("files", ()):
+                files.append(f"{uri.rstrip('/')}/data/{f['path']}")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            files.append(f"<unreadable result {getattr(r, 'format', type(r).__name__)}>")
+    return files
+
+
+def _retry_io(call: Callable[[], Any]) -> Any:
+    """``call`` again after an ``IoError`` (stage and seal are idempotent in one handle), up to _IO_ATTEMPTS."""
+    sp = _sp()
+    for attempt in range(_IO_ATTEMPTS):
+        try:
+            return call()
+        except sp.IoError:
+            if attempt + 1 == _IO_ATTEMPTS:
+                raise
+            time.sleep(0.2 * 2**attempt)
+
+
+def _incomplete_message(job: str, incomplete: Mapping[str, tuple], missing: List[str], refused: List[tuple]) -> str:
+    parts = [f"job {job} cannot finish:"]
+    if incomplete:
+        first = ", ".join(f"{p} ({r} of {n} rows)" for p, (r, n) in list(incomplete.items())[:3])
+        parts.append(
+            f"{len(incomplete)} input(s) reached the sink incompletely ({first}): every row of an input must reach "
+            "one process (no filter, limit, repartition or join between the read and the sink, and no scan-task "
+            "splitting); nothing of them was written to the table."
+        )
+    if missing:
+        parts.append(f"{len(missing)} input(s) were not written by any task (first: {missing[:3]}); rerun the job.")
+    if refused:
+        parts.append(f"the committer refused {len(refused)} checkpoint(s): {refused[:3]}.")
+    parts.append("Everything complete was committed; the job is not finished.")
+    return " ".join(parts)

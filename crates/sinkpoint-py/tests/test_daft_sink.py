@@ -1,0 +1,221 @@
+"""sinkpoint.daft.LanceSink in one process (native runner): the sink's rules, one by one.
+
+The end-to-end runs of the example (crashes, kills, two drivers, Ray) are in test_daft_job.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+daft = pytest.importorskip("daft")
+lance = pytest.importorskip("lance")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+try:
+    import sinkpoint._sinkpoint  # noqa: F401
+except ImportError:
+    pytest.skip("sinkpoint._sinkpoint is not built (maturin develop)", allow_module_level=True)
+
+import sinkpoint
+import sinkpoint.lance
+from daft.recordbatch import MicroPartition
+from sinkpoint.daft import INPUT_COLUMN, RESULT_SCHEMA, IncompleteInputs, LanceSink, daft_path, prune_inputs
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "daft_lance_job.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("daft_lance_job", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+job_mod = _example()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _native_runner():
+    try:
+        daft.set_runner_native()
+    except Exception:  # the runner can be set once per process: it is already set
+        pass
+
+
+def _sink(tmp: Path, job: str = "job", **kwargs) -> LanceSink:
+    return LanceSink(
+        str(tmp / "table.lance"),
+        job,
+        f"file://{tmp}/staging",
+        str(tmp / "state" / "committer.redb"),
+        **kwargs,
+    )
+
+
+def _inputs(tmp: Path, count: int = 4, rows: int = 200, row_groups: int = 4):
+    return job_mod.make_inputs(str(tmp / "inputs"), count, rows, row_groups)
+
+
+def _count(tmp: Path, count: int, rows: int):
+    return job_mod.count_table(str(tmp / "table.lance"), count, rows)
+
+
+def _mp(path: str, first: int, rows: int) -> MicroPartition:
+    """A micropartition of ``rows`` rows of input ``path`` (the example's schema), ids from ``first``."""
+    table = pq.read_table(path).slice(first, rows)
+    table = table.append_column(INPUT_COLUMN, pa.array([daft_path(path)] * table.num_rows, pa.large_string()))
+    return MicroPartition.from_arrow(table)
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_only_append_mode_is_accepted(tmp_path):
+    for mode in ("create", "overwrite", "merge"):
+        with pytest.raises(ValueError, match="mode='append' only"):
+            _sink(tmp_path, mode=mode)
+
+
+def test_the_sink_pickles_as_its_configuration(tmp_path):
+    sink = _sink(tmp_path, mirror_url=f"file://{tmp_path}/mirror", storage_options={"k": "v"})
+    sink._inputs = ["/a", "/b"]
+    sink.report = {"x": 1}
+    copy = pickle.loads(pickle.dumps(sink))
+    assert (copy.uri, copy.job, copy.staging_url, copy.store_path, copy.mirror_url, copy.storage_options) == (
+        sink.uri, sink.job, sink.staging_url, sink.store_path, sink.mirror_url, sink.storage_options)
+    assert copy._token == sink._token
+    assert copy._inputs is None and copy.report == {}
+
+
+def test_finalize_returns_the_schema_daft_checks(tmp_path):
+    sink = _sink(tmp_path)
+    assert sink.schema() == daft.Schema.from_pyarrow_schema(RESULT_SCHEMA)
+
+
+def test_one_input_in_many_micropartitions_is_written_once(tmp_path):
+    paths = _inputs(tmp_path, count=6, rows=300, row_groups=5)
+    sink = _sink(tmp_path)
+    out = sink.run(paths).to_pydict()
+    assert _count(tmp_path, 6, 300) == (1800, 0, 0)
+    assert sink.report["sealed"] == 6 and sink.report["finished"]
+    assert out["rows"] == [1800] and len(out["checkpoints"][0]) == 6
+    assert sorted(out["inputs"][0]) == sorted(daft_path(p) for p in paths)
+    # Each input became one fragment.
+    assert len(lance.dataset(str(tmp_path / "table.lance")).get_fragments()) == 6
+
+
+def test_a_rerun_of_a_finished_job_does_nothing(tmp_path):
+    paths = _inputs(tmp_path)
+    _sink(tmp_path).run(paths)
+    version = lance.dataset(str(tmp_path / "table.lance")).version
+    again = _sink(tmp_path)
+    assert again.run(paths).to_pydict()["key"] == []
+    assert again.report["already_finished"] and again.report["pending"] == 0
+    assert lance.dataset(str(tmp_path / "table.lance")).version == version
+    with sinkpoint.Driver(str(tmp_path / "state" / "committer.redb"), "job",
+                          sinkpoint.lance.LanceTarget(str(tmp_path / "table.lance"))) as d:
+        assert prune_inputs(paths, driver=d) == []
+
+
+def test_prune_inputs_drops_sealed_inputs_and_spells_paths_as_daft(tmp_path):
+    paths = _inputs(tmp_path, count=3)
+    sink = _sink(tmp_path)
+    sink.start()
+    # Seal input 1 through the sink's write, then stop (no finalize): it is sealed, not committed.
+    results = []
+    for first in range(0, 200, 50):
+        results += list(sink.write(iter([_mp(paths[1], first, 50)])))
+    assert [e["event"] for r in results for e in r.result["events"]][-1] == "sealed"
+    urls = [f"file://{p}" for p in paths] + [paths[0]]
+    left = prune_inputs(urls, staging_url=sink.staging_url, job="job")
+    assert left == [daft_path(paths[0]), daft_path(paths[2])]
+    with pytest.raises(ValueError):
+        prune_inputs(paths)
+
+
+def test_large_inputs_are_staged_in_parts_and_sealed_once(tmp_path):
+    paths = _inputs(tmp_path, count=3, rows=400, row_groups=4)
+    sink = _sink(tmp_path, flush_bytes=1)  # every micropartition flushes a part
+    sink.run(paths)
+    assert _count(tmp_path, 3, 400) == (1200, 0, 0)
+    # 4 parts (one fragment each) per input.
+    assert len(lance.dataset(str(tmp_path / "table.lance")).get_fragments()) == 12
+
+
+def test_an_input_filtered_on_the_way_is_never_written_and_blocks_the_finish(tmp_path):
+    paths = _inputs(tmp_path, count=3, rows=200)
+    sink = _sink(tmp_path)
+    sink._inputs = [daft_path(p) for p in paths]
+    df = daft.read_parquet(paths, file_path_column=INPUT_COLUMN).where(daft.col("id") != 250)  # input 1 loses a row
+    with pytest.raises(IncompleteInputs) as err:
+        df.write_sink(sink)
+    assert list(err.value.incomplete) == [daft_path(paths[1])]
+    assert err.value.incomplete[daft_path(paths[1])] == (199, 200)
+    assert "incompletely" in str(err.value)
+    # Inputs 0 and 2 are committed, nothing of input 1 is; the job is not finished.
+    ids = set(lance.dataset(str(tmp_path / "table.lance")).to_table(columns=["id"]).column("id").to_pylist())
+    assert ids == set(range(0, 200)) | set(range(400, 600))
+    assert not sink.report["finished"]
+    # The whole input, read again, completes the job.
+    rerun = _sink(tmp_path)
+    rerun.run(paths)
+    assert rerun.report["pending"] == 1 and rerun.report["finished"]
+    assert _count(tmp_path, 3, 200) == (600, 0, 0)
+
+
+def test_an_input_read_twice_is_refused(tmp_path):
+    paths = _inputs(tmp_path, count=2, rows=100, row_groups=1)
+    sink = _sink(tmp_path)
+    sink.start()
+    list(sink.write(iter([_mp(paths[0], 0, 60)])))
+    with pytest.raises(ValueError, match="read twice"):
+        list(sink.write(iter([_mp(paths[0], 0, 60)])))
+
+
+def test_splitting_one_input_across_tasks_is_refused(tmp_path):
+    paths = _inputs(tmp_path, count=2)
+    with daft.execution_config_ctx(enable_scan_task_split_and_merge=True):
+        with pytest.raises(ValueError, match="parquet_split_row_groups_max_files=0"):
+            _sink(tmp_path).run(paths)
+    with daft.execution_config_ctx(enable_scan_task_split_and_merge=True, parquet_split_row_groups_max_files=0):
+        _sink(tmp_path).run(paths)
+    assert _count(tmp_path, 2, 200) == (400, 0, 0)
+
+
+def test_a_lost_seal_reports_its_garbage_and_the_winner_is_committed_once(tmp_path):
+    paths = _inputs(tmp_path, count=1, rows=200, row_groups=1)
+    slow, fast = _sink(tmp_path), _sink(tmp_path)
+    slow.start()
+    fast.start()
+    assert slow._token != fast._token
+    results = list(slow.write(iter([_mp(paths[0], 0, 150)])))  # not complete: pending
+    results += list(fast.write(iter([_mp(paths[0], 0, 200)])))  # complete: sealed
+    results += list(slow.write(iter([_mp(paths[0], 150, 50)])))  # complete too late: lost
+    events = [e for r in results for e in r.result["events"]]
+    assert [e["event"] for e in events] == ["pending", "sealed", "lost"]
+    lost = events[-1]
+    assert lost["garbage"] and all(os.path.exists(f) for f in lost["garbage"])
+    fast._inputs = [daft_path(paths[0])]
+    out = fast.finalize(results).to_pydict()
+    assert out["rows"] == [200]
+    assert fast.report["lost"] == {daft_path(paths[0]): lost["winner"]}
+    assert set(lost["garbage"]) <= set(fast.report["garbage"])
+    assert _count(tmp_path, 1, 200) == (200, 0, 0)
+
+
+def test_an_empty_input_is_sealed_by_the_driver(tmp_path):
+    paths = _inputs(tmp_path, count=2, rows=100)
+    empty = str(tmp_path / "inputs" / "empty.parquet")
+    pq.write_table(pq.read_table(paths[0]).slice(0, 0), empty)
+    sink = _sink(tmp_path)
+    sink.run(paths + [empty])
+    assert sink.report["finished"] and sink.report["missing"] == []
+    assert _count(tmp_path, 2, 100) == (200, 0, 0)
+    with sinkpoint.Driver(str(tmp_path / "state" / "committer.redb"), "job",
+                          sinkpoint.lance.LanceTarget(str(tmp_path / "table.lance"))) as d:
+        assert d.is_processed(daft_path(empty))
