@@ -16,6 +16,19 @@ Run it again after any crash (kill -9 of the whole process group, ``--crash-at``
 State: the workers' shared staging is file://DIR/staging, the committer's store DIR/state/committer.redb
 (``--store`` to put it elsewhere, e.g. one per "machine"), mirrored to file://DIR/mirror with ``--mirror``.
 
+``--s3-endpoint URL`` puts the shared staging and the mirror on an S3 API instead (s3://BUCKET/PREFIX/staging and
+s3://BUCKET/PREFIX/mirror; ``--s3-bucket``, which must exist, ``--s3-prefix``, default one per DIR; credentials
+from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_REGION, else moto's "test"), while the inputs and the table stay in
+DIR. The job's object-store requests then go through a counting proxy in this process (one listener per role:
+the workers' staging, the driver's staging, the mirror), and the job prints them, per input, on a line starting with
+``requests:`` (and as JSON on ``requests-json:``). E.g. with moto (``.ci/moto.sh``)::
+
+    source .ci/moto.sh && moto_start && moto_create_bucket sinkpoint-daft-example
+    python examples/daft_lance_job.py --dir /tmp/j --mirror --s3-endpoint "$SINKPOINT_S3_ENDPOINT"
+
+``--check-in-worker`` makes the workers read each input's claim before writing it (LanceSink's
+``check_processed_in_worker=True``; off by default after run()'s pruning: 1 request per input).
+
 ``--crash-at`` stops the process with exit code 137 (as kill -9 would) at the K-th visit of a named point, counted
 across every process and run in DIR (so it fires once; delete DIR/crash-*.count to arm it again):
 
@@ -41,11 +54,18 @@ starting with ``timing:``.
 from __future__ import annotations
 
 import argparse
+import collections
+import hashlib
+import http.client
+import json
 import os
 import shutil
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -124,11 +144,14 @@ class JobSink(LanceSink):
     too, where each task holds its own copy of this sink."""
 
     def __init__(self, *args: Any, crash_at: Optional[str] = None, crash_dir: str = ".", delay_s: float = 0.0,
-                 **kwargs: Any) -> None:
+                 driver_staging_options: Optional[Dict[str, str]] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.crash_at = crash_at
         self.crash_dir = crash_dir
         self.delay_s = delay_s
+        #: The driver's options for the shared staging, when they differ from the workers' (``staging_options``):
+        #: the request counter gives each role its own endpoint.
+        self.driver_staging_options = driver_staging_options
 
     def write(self, micropartitions: Iterator[Any]) -> Iterator[WriteResult]:
         for mp in micropartitions:
@@ -146,6 +169,13 @@ class JobSink(LanceSink):
             return {"crash_at": self.crash_at[len("commit:"):]}
         return {}
 
+    def _staging(self, role: str) -> Any:
+        if role == "driver" and self.driver_staging_options is not None:
+            from sinkpoint import SharedStaging
+
+            return SharedStaging(self.staging_url, self.job, storage_options=self.driver_staging_options)
+        return super()._staging(role)
+
     def _at(self, point: str, path: Optional[str] = None) -> None:
         if not self.crash_at:
             return
@@ -161,6 +191,142 @@ class JobSink(LanceSink):
             os.close(fd)
         if visits == int(k or 1):
             _die(f"{point}:{visits} ({path})")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Counting the object-store requests
+
+
+#: Headers a proxy must not forward (hop by hop), plus the ones it sets itself.
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
+        "content-length"}
+
+
+def request_kind(method: str, target: str) -> str:
+    """What an S3 request is, by its method and target: LIST (a GET with ``list-type``), GET, PUT, DELETE, POST
+    (S3's bulk delete is a POST with ``?delete``), HEAD."""
+    query = urlsplit(target).query
+    if method == "GET" and "list-type" in query:
+        return "LIST"
+    return method
+
+
+class RequestCounter:
+    """A counting HTTP proxy in front of an S3 endpoint: one listener per role, each forwarding every request
+    as it came (no retries, no caching) and counting it by :func:`request_kind`. Point a role's object store at
+    :meth:`url`; :meth:`counts` says what each role sent."""
+
+    ROLES = ("worker", "driver", "mirror")
+
+    def __init__(self, endpoint: str) -> None:
+        parts = urlsplit(endpoint)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"the request counter forwards plain http only, not {endpoint!r}")
+        self.upstream = (parts.hostname, parts.port or 80)
+        self.lock = threading.Lock()
+        self._counts: Dict[str, collections.Counter] = {r: collections.Counter() for r in self.ROLES}
+        self._servers: Dict[str, ThreadingHTTPServer] = {}
+        for role in self.ROLES:
+            server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(role))
+            server.daemon_threads = True
+            self._servers[role] = server
+            threading.Thread(target=server.serve_forever, name=f"requests-{role}", daemon=True).start()
+
+    def url(self, role: str) -> str:
+        return f"http://127.0.0.1:{self._servers[role].server_address[1]}"
+
+    def counts(self) -> Dict[str, Dict[str, int]]:
+        with self.lock:
+            return {role: dict(c) for role, c in self._counts.items()}
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.shutdown()
+            server.server_close()
+
+    def _handler(self, role: str) -> type:
+        counter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _body(self) -> bytes:
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _forward(self) -> None:
+                body = self._body()
+                with counter.lock:
+                    counter._counts[role][request_kind(self.command, self.path)] += 1
+                conn = http.client.HTTPConnection(*counter.upstream, timeout=120)
+                try:
+                    conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                    for name, value in self.headers.items():
+                        if name.lower() not in _HOP:
+                            conn.putheader(name, value)
+                    if body or self.command in ("PUT", "POST"):
+                        conn.putheader("Content-Length", str(len(body)))
+                    conn.endheaders(body or None)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    self.send_response_only(resp.status, resp.reason)
+                    for name, value in resp.getheaders():
+                        if name.lower() not in _HOP:
+                            self.send_header(name, value)
+                    if self.command == "HEAD":
+                        if resp.getheader("Content-Length") is not None:
+                            self.send_header("Content-Length", resp.getheader("Content-Length"))
+                    elif resp.status >= 200 and resp.status not in (204, 304):
+                        self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD" and data:
+                        self.wfile.write(data)
+                except OSError as e:
+                    self.send_error(502, f"upstream: {e}")
+                finally:
+                    conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        return Handler
+
+
+def s3_options(endpoint: str) -> Dict[str, str]:
+    """object_store's options for an S3 API at ``endpoint`` (credentials from the environment, else moto's)."""
+    return {
+        "aws_endpoint": endpoint,
+        "aws_allow_http": "true",
+        "aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID", "test"),
+        "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+        "aws_region": os.environ.get("AWS_REGION", "us-east-1"),
+    }
+
+
+def requests_lines(counts: Dict[str, Dict[str, int]], inputs: int) -> List[str]:
+    """The ``requests:`` line (per role and in all, per input) and the ``requests-json:`` line."""
+    def part(role: str, c: Dict[str, int]) -> str:
+        n = sum(c.values())
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+        return f"{role} {n} ({kinds or 'none'}) = {n / max(1, inputs):.2f}/input"
+
+    total = sum(sum(c.values()) for c in counts.values())
+    line = (f"requests: {inputs} inputs: " + "; ".join(part(r, counts.get(r, {})) for r in RequestCounter.ROLES)
+            + f"; total {total} = {total / max(1, inputs):.2f}/input")
+    data = {"inputs": inputs, "total": total, **{r: counts.get(r, {}) for r in RequestCounter.ROLES}}
+    return [line, "requests-json: " + json.dumps(data, sort_keys=True)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -235,6 +401,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--delay-ms", type=float, default=0.0, help="sleep per micropartition in the sink")
     ap.add_argument("--plain", action="store_true", help="only the plain Lance write (no sinkpoint) into DIR/plain.lance")
     ap.add_argument("--compare", action="store_true", help="plain write, then the sinkpoint job; print the cost")
+    ap.add_argument("--s3-endpoint", help="put the staging and the mirror on this S3 API (http) and count the requests")
+    ap.add_argument("--s3-bucket", default="sinkpoint-daft-example", help="the bucket (it must exist)")
+    ap.add_argument("--s3-prefix", help="the prefix in the bucket (default: one per DIR)")
+    ap.add_argument("--check-in-worker", action="store_true",
+                    help="workers read each input's claim before writing it (check_processed_in_worker=True)")
     args = ap.parse_args(argv)
 
     directory = os.path.abspath(args.dir)
@@ -264,20 +435,42 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
 
     uri = os.path.join(directory, "table.lance")
+    counter: Optional[RequestCounter] = None
+    s3: Dict[str, Any] = {}
+    staging_url = f"file://{directory}/staging"
+    mirror_url = f"file://{directory}/mirror" if args.mirror else None
+    if args.s3_endpoint:
+        counter = RequestCounter(args.s3_endpoint)
+        prefix = args.s3_prefix or "daft-example/" + hashlib.sha256(directory.encode()).hexdigest()[:16]
+        base = f"s3://{args.s3_bucket}/{prefix.strip('/')}"
+        staging_url = f"{base}/staging"
+        mirror_url = f"{base}/mirror" if args.mirror else None
+        s3 = dict(
+            staging_options=s3_options(counter.url("worker")),
+            driver_staging_options=s3_options(counter.url("driver")),
+            mirror_options=s3_options(counter.url("mirror")) if args.mirror else None,
+        )
+        print(f"s3: staging {staging_url}, mirror {mirror_url} at {args.s3_endpoint} (requests counted)", flush=True)
     sink = JobSink(
         uri,
         args.job,
-        f"file://{directory}/staging",
+        staging_url,
         args.store or os.path.join(directory, "state", "committer.redb"),
-        mirror_url=f"file://{directory}/mirror" if args.mirror else None,
+        mirror_url=mirror_url,
         input_column=column,
         crash_at=args.crash_at,
         crash_dir=directory,
         delay_s=args.delay_ms / 1000.0,
+        check_processed_in_worker=True if args.check_in_worker else None,
+        **s3,
     )
     t1 = time.monotonic()
     commits = sink.run(paths).to_pydict()
     took = time.monotonic() - t1
+    if counter is not None:
+        for line in requests_lines(counter.counts(), args.inputs):
+            print(line, flush=True)
+        counter.close()
     r = sink.report
     if r.get("already_finished") and not r.get("pending"):
         print(f"sinkpoint: job {args.job} already finished: nothing to do", flush=True)

@@ -219,3 +219,101 @@ def test_an_empty_input_is_sealed_by_the_driver(tmp_path):
     with sinkpoint.Driver(str(tmp_path / "state" / "committer.redb"), "job",
                           sinkpoint.lance.LanceTarget(str(tmp_path / "table.lance"))) as d:
         assert d.is_processed(daft_path(empty))
+
+
+#: Worker.is_processed calls made through _CountingSink, per test (module-level: the native runner may copy the sink).
+_CHECKS: list = []
+
+
+class _CountingWorker:
+    def __init__(self, inner):
+        self._inner = inner
+
+    def is_processed(self, key):
+        _CHECKS.append(key)
+        return self._inner.is_processed(key)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _CountingStaging:
+    def __init__(self, inner):
+        self._inner = inner
+
+    def worker(self, name):
+        return _CountingWorker(self._inner.worker(name))
+
+
+class _RacedSink(LanceSink):
+    """A sink whose input ``raced`` is sealed by another attempt (a racing driver's worker, or a Ray retry's dead
+    first attempt) after run() pruned it and before this run's workers see it; counts the workers' is_processed."""
+
+    raced: str = ""
+
+    def start(self) -> None:
+        super().start()
+        rival = LanceSink(self.uri, self.job, self.staging_url, self.store_path + ".rival")
+        rival.start()
+        events = [e for r in rival.write(iter([_mp(self.raced, 0, pq.read_metadata(self.raced).num_rows)]))
+                  for e in r.result["events"]]
+        assert [e["event"] for e in events] == ["sealed"], events
+
+    def _staging(self, role: str):
+        staging = super()._staging(role)
+        return _CountingStaging(staging) if role == "worker" else staging
+
+
+@pytest.mark.parametrize("check", [None, True], ids=["run() default: no worker check", "check_processed_in_worker"])
+def test_an_input_sealed_by_another_attempt_after_pruning_is_never_duplicated(tmp_path, check):
+    paths = _inputs(tmp_path, count=4, rows=200)
+    _CHECKS.clear()
+    sink = _RacedSink(str(tmp_path / "table.lance"), "job", f"file://{tmp_path}/staging",
+                      str(tmp_path / "state" / "committer.redb"), check_processed_in_worker=check)
+    sink.raced = paths[0]
+    out = sink.run(paths).to_pydict()
+    report = sink.report
+    assert _count(tmp_path, 4, 200) == (800, 0, 0)
+    assert report["finished"] and report["pending"] == 4
+    assert out["rows"] == [None]  # the commit holds the rival's checkpoint, whose rows this run did not write
+    assert sorted(out["inputs"][0]) == sorted(daft_path(p) for p in paths)
+    if check is None:
+        # run() pruned just before the read: the workers do not read claims; the raced input is written, loses
+        # its seal, and its fragment is garbage (reported, never committed).
+        assert _CHECKS == []
+        assert report["skipped"] == 0 and report["sealed"] == 3
+        assert list(report["lost"]) == [daft_path(paths[0])]
+        assert report["garbage"] and all(os.path.exists(f) for f in report["garbage"])
+    else:
+        # One claim read per input; the raced input is skipped before it is written.
+        assert sorted(_CHECKS) == sorted(daft_path(p) for p in paths)
+        assert report["skipped"] == 1 and report["sealed"] == 3
+        assert report["lost"] == {} and report["garbage"] == []
+    # The table holds each input's fragment once: the rival's for the raced input.
+    assert len(lance.dataset(str(tmp_path / "table.lance")).get_fragments()) == 4
+
+
+def test_run_prunes_by_the_store_after_adopting_without_a_claim_read_per_input(tmp_path, monkeypatch):
+    paths = _inputs(tmp_path, count=4, rows=200)
+    first = _sink(tmp_path)
+    first.start()
+    # A crashed run: input 1 sealed by a worker, never adopted.
+    for r in first.write(iter([_mp(paths[1], 0, 200)])):
+        assert [e["event"] for e in r.result["events"]] == ["sealed"]
+    import sinkpoint.daft as sd
+
+    def no_prune(*a, **k):
+        raise AssertionError("run() must prune by the driver's store, not with a claim read per input")
+
+    monkeypatch.setattr(sd, "prune_inputs", no_prune)
+    _CHECKS.clear()
+    rerun = _RacedSink(str(tmp_path / "table.lance"), "job", f"file://{tmp_path}/staging",
+                       str(tmp_path / "state" / "committer.redb"))
+    rerun.raced = paths[3]
+    rerun.run(paths)
+    # Input 1 was adopted before pruning (not read again); 3 was raced after pruning (written, lost). Adopted: 1
+    # before pruning, then 0 and 2 (this run's) and 3 (the rival's).
+    assert rerun.report["pending"] == 3 and rerun.report["adopted"] == 4
+    assert list(rerun.report["lost"]) == [daft_path(paths[3])]
+    assert _CHECKS == []
+    assert _count(tmp_path, 4, 200) == (800, 0, 0)

@@ -11,7 +11,7 @@ Usage (``examples/daft_lance_job.py`` is the full job)::
 
     sink = LanceSink("s3://bucket/table.lance", "nightly-2024-06-01", "s3://bucket/sinkpoint", "/var/lib/job/committer.redb",
                      mirror_url="s3://bucket/sinkpoint-mirror")
-    sink.run(["s3://in/0001.parquet", ...])        # prune, read, write, commit: the DataFrame of the commits
+    sink.run(["s3://in/0001.parquet", ...])        # recover, adopt, prune, read, write, commit: the commits
 
 or, with a DataFrame built by hand (every row must carry its input, and every row of an input must reach the sink)::
 
@@ -40,12 +40,31 @@ How Daft calls a DataSink (the facts this module is built on, from Daft 0.7.26):
   repartition, a join) or drops rows (a filter, a limit) leaves the input incomplete: it is never sealed, and
   ``finalize`` raises :class:`IncompleteInputs` after committing what is complete (never a partial input).
 - Ray retries a task only when its worker died (``src/daft-distributed/src/statistics/mod.rs``): a new process,
-  so nothing of the dead attempt's buffers survives; its sealed checkpoints are skipped by the retry.
+  so nothing of the dead attempt's buffers survives. The retry re-reads the task's inputs; an input the dead
+  attempt sealed is lost by the retry's seal (its fragment reported as garbage, never committed twice), or skipped
+  before it is written when the workers check (``check_processed_in_worker``).
 
-Costs per input (worker): 1 read of the claim (``is_processed``), 1 footer read, the fragment write, and 2
-requests to shared staging (stage + seal; 1 more put per extra part of a large input). Driver, per run: recover,
-1 inbox listing + 1 read per sealed checkpoint (adopt), the Lance commits; :meth:`LanceSink.run` opens the store
-twice (pruning, then ``finalize``: each open is a new epoch) and reads 1 claim per input left after the store's check.
+Object-store requests (shared staging and the store's mirror; the inputs, their footers and the Lance table are
+not counted here), as :meth:`LanceSink.run` makes them (``tests/test_requests.py`` counts them on moto's S3 API):
+
+- Worker, per input: 2 (the stage put and the seal's conditional create; 1 more put per extra part of a large
+  input). With ``check_processed_in_worker``, 1 more (a read of the input's claim) before the input is written.
+  Besides: 1 footer read of the input (on the inputs' store) for its row count, unless ``row_counts`` gives it.
+- Driver, per input: 1 (adopt reads each sealed checkpoint's claim). Per run: 2 inbox listings (the adopt before
+  pruning and the one in ``finalize``; 1 more per 1,000 entries) and the bulk deletes of the adopted entries (the
+  core spreads them over up to 16 concurrent bulk requests: 13 for 50 entries). Pruning itself is free: after the
+  adopt every sealed input is in the driver's store, which answers locally.
+- Mirror (``mirror_url``): the store's open under a new epoch (6 requests on a new mirror; a reopen also reads the
+  WAL segments since the last snapshot), 1 put per WAL group of the adoptions (the core adopts up to 16 seals at
+  once, folded into groups: about 1 group per 7 inputs), 1 listing by the mirror's upkeep, and 2 puts per commit
+  (its intent, its mark).
+- A rerun of a finished job: the store's open, nothing else (no worker, no staging request).
+
+So a fresh run costs 3 requests per input, plus the adoption groups and a constant per run: measured 3.6 per input
+for 50 inputs, 3.4 for 100, 3.2 for 200 (before: 5.8 for 50, with a claim read per input by the driver's pruning
+and by each worker, and the store opened twice). An attempt that loses its seal (a racing driver, a Ray retry of a
+task whose worker died after sealing) costs 2 more (it reads the winner's claim and deletes its inbox entry) and
+its fragment is garbage.
 
 Limits:
 
@@ -179,6 +198,10 @@ def prune_inputs(
     (``driver.is_finished()``: the fast path of a rerun), else the inputs its store does not hold. With
     ``staging_url`` and ``job`` (also, or instead): the inputs no worker has sealed yet (one claim read each, up to
     ``concurrency`` at once), which also catches seals the committer has not adopted yet.
+
+    :meth:`LanceSink.run` does not need it: it adopts every seal into its driver's store first (a listing, and the
+    claim reads the commit needs anyway), then prunes by the store alone (no request per input). This is for a
+    DataFrame built by hand, by a caller that holds no driver.
     """
     if driver is None and (staging_url is None or job is None):
         raise ValueError("prune_inputs needs a driver, or staging_url and job (or all three)")
@@ -281,6 +304,14 @@ class LanceSink(DataSink):
     - ``io_config``: Daft's IOConfig for reading the inputs' parquet footers (row counts), as for reading them.
     - ``row_counts``: the row count of each input, if known (saves the footer reads).
     - ``flush_bytes``: see :data:`FLUSH_BYTES_DEFAULT`.
+    - ``check_processed_in_worker``: whether a worker reads an input's claim (``is_processed``: 1 request) before
+      writing it, and skips it when sealed. ``None`` (the default): not after :meth:`run`, which adopted and pruned
+      just before the read; yes for a DataFrame written by hand (``df.write_sink(sink)``), which may not be pruned.
+      After pruning the check only pays when another attempt of the same input sealed it in between (a Ray retry
+      of a task whose worker died after sealing, a second driver racing this one): without the check such an
+      attempt writes its fragment and then loses the seal (:class:`sinkpoint.SealLost`: the fragment is reported
+      as garbage, never committed); with it, it skips the write, at 1 request for every input. Either way each
+      input is in the table once.
 
     The sink pickles as its configuration; workers open their handles lazily. After ``finalize`` the driver's
     object holds :attr:`report` (a dict: what was written, skipped, lost, adopted, committed, and the garbage).
@@ -304,6 +335,7 @@ class LanceSink(DataSink):
         row_counts: Optional[Mapping[str, int]] = None,
         flush_bytes: int = FLUSH_BYTES_DEFAULT,
         open_timeout_s: float = OPEN_TIMEOUT_S_DEFAULT,
+        check_processed_in_worker: Optional[bool] = None,
     ) -> None:
         if mode != "append":
             raise ValueError(
@@ -330,10 +362,15 @@ class LanceSink(DataSink):
         self.row_counts = {daft_path(k): int(v) for k, v in row_counts.items()} if row_counts else None
         self.flush_bytes = int(flush_bytes)
         self.open_timeout_s = float(open_timeout_s)
+        self.check_processed_in_worker = check_processed_in_worker
+        #: What the workers of the current run do (pickled with the sink): ``check_processed_in_worker``, resolved.
+        self._check_in_worker = check_processed_in_worker is None or bool(check_processed_in_worker)
         #: One token per run (``start``): a worker process keys its state by it.
         self._token = uuid.uuid4().hex
         # Driver side only (not pickled).
         self._inputs: Optional[List[str]] = None
+        #: The driver :meth:`run` opened, recovered and adopted with, for ``finalize`` to go on with.
+        self._prepared: Optional[_Prepared] = None
         self.report: Dict[str, Any] = {}
 
     # -- pickling: configuration only ------------------------------------------------------------------------
@@ -341,6 +378,7 @@ class LanceSink(DataSink):
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_inputs"] = None
+        state["_prepared"] = None
         state["report"] = {}
         return state
 
@@ -366,7 +404,7 @@ class LanceSink(DataSink):
         self._token = uuid.uuid4().hex
         self.report = {}
         _refuse_input_splitting()
-        if self.schema_hint is not None:
+        if self.schema_hint is not None and self._prepared is None:  # run() made sure of the table already
             _lance().create_dataset(self.uri, self.schema_hint, storage_options=self.storage_options)
 
     def write(self, micropartitions: Iterator[Any]) -> Iterator[WriteResult]:
@@ -391,7 +429,10 @@ class LanceSink(DataSink):
     def finalize(self, write_results: List[WriteResult]) -> Any:
         """Driver, after every write: recover, adopt every sealed checkpoint, finish the job; the commits made as
         a MicroPartition of :data:`RESULT_SCHEMA`. Raises :class:`IncompleteInputs` (after committing what is
-        complete, without finishing the job) when an input is incomplete or, after :meth:`run`, not written."""
+        complete, without finishing the job) when an input is incomplete or, after :meth:`run`, not written.
+
+        After :meth:`run` it goes on with run's driver (recovered and adopted before the read: one epoch, one
+        recovery per run); else it opens the store itself (a new epoch) and recovers first."""
         from daft.recordbatch import MicroPartition
 
         t0 = time.monotonic()
@@ -408,22 +449,24 @@ class LanceSink(DataSink):
             # stage_s + seal_s is what checkpointing costs the workers; fragment_s is the Lance write itself.
             "worker_timings": dict(seen.timings),
         }
-        commits: List[int] = []
-        with self._open_driver() as driver:
-            rec = driver.recover()
-            report["recovered"] = {
-                "orphans": list(rec.orphans),
-                "marked_landed": rec.marked_landed,
-                "recommitted": rec.recommitted,
-                "committed_keys": list(rec.committed_keys),
-            }
-            commits += [k for k in (rec.marked_landed, rec.recommitted) if k is not None]
-            commits += list(rec.committed_keys)
-            if rec.blocked is not None:
-                raise RuntimeError(
-                    f"job {self.job}: the commit in flight is blocked ({rec.blocked!r}); nothing more can commit "
-                    "until it is resolved (rerun later, or an operator resolves it: Driver.resolve)"
-                )
+        prepared = self._prepared
+        if prepared is not None:
+            table = self._finish(prepared.driver, seen, report, prepared)
+        else:
+            with self._open_driver() as driver:
+                table = self._finish(driver, seen, report, None)
+        report["finalize_s"] = time.monotonic() - t0
+        self.report = report
+        if report["garbage"]:
+            logger.info("job %s: %d data file(s) of lost attempts are garbage: %s", self.job,
+                        len(report["garbage"]), report["garbage"][:5])
+        return MicroPartition.from_arrow(table)
+
+    def _finish(self, driver: Any, seen: "_Summary", report: Dict[str, Any], prepared: Optional["_Prepared"]
+                ) -> pa.Table:
+        """``finalize`` on an open driver: the result table. Recovers first unless ``prepared`` did (run())."""
+        if prepared is None:
+            rec, commits = self._recover(driver, report)
             if rec.finished:
                 # The job's final commit landed before this run: the fast path. Whatever this run sealed must be
                 # in it (another driver finishing concurrently adopted it), else it was sealed too late.
@@ -432,7 +475,6 @@ class LanceSink(DataSink):
                 report["already_finished"] = not commits
                 report["finished"] = True
                 report["committed_keys"] = list(commits)
-                report["finalize_s"] = time.monotonic() - t0
                 self.report = report
                 if late:
                     raise IncompleteInputs(
@@ -442,84 +484,152 @@ class LanceSink(DataSink):
                         missing=late,
                         report=report,
                     )
-                return MicroPartition.from_arrow(self._result_table(driver, commits, seen))
-            adopted = driver.adopt()
-            self._at("adopted")
-            report["adopted"] = len(adopted.adopted)
-            report["already_adopted"] = adopted.already_adopted
-            report["unsealed"] = adopted.unsealed
-            report["garbage"] += _fragment_files(self.uri, adopted.cleanup)
-            missing = self._missing_inputs(driver, seen)
-            if missing:
-                # Zero-row inputs never reach the sink: seal them empty here, then adopt them.
-                if self._seal_empty(missing):
-                    adopted2 = driver.adopt()
-                    report["adopted"] += len(adopted2.adopted)
-                    missing = self._missing_inputs(driver, seen)
-            refused = list(adopted.refused)
-            report["missing"] = list(missing)
-            report["refused"] = refused
-            if seen.incomplete or missing or refused:
-                commits += list(driver.commit_pending().committed_keys)
-                report["committed_keys"] = commits
-                report["finished"] = False
-                self.report = report
-                raise IncompleteInputs(_incomplete_message(self.job, seen.incomplete, missing, refused),
-                                       incomplete=seen.incomplete, missing=missing, refused=refused, report=report)
-            commits += list(driver.finish().committed_keys)
+                return self._result_table(driver, commits, seen)
+            earlier = []
+        else:
+            # run() recovered this driver (the job was not finished) and adopted before the read; nothing commits
+            # through the store meanwhile (its file is ours; a newer driver of a mirrored store fences this one,
+            # which its next write below then raises).
+            report["recovered"] = dict(prepared.recovered)
+            commits = list(prepared.commits)
+            earlier = [prepared.adopted]
+        adopted = driver.adopt()
+        self._at("adopted")
+        rounds = earlier + [adopted]
+        report["adopted"] = sum(len(a.adopted) for a in rounds)
+        report["already_adopted"] = sum(a.already_adopted for a in rounds)
+        report["unsealed"] = adopted.unsealed
+        report["garbage"] += [f for a in rounds for f in _fragment_files(self.uri, a.cleanup)]
+        missing = self._missing_inputs(driver, seen)
+        if missing:
+            # Zero-row inputs never reach the sink: seal them empty here, then adopt them.
+            if self._seal_empty(missing):
+                adopted2 = driver.adopt()
+                report["adopted"] += len(adopted2.adopted)
+                rounds.append(adopted2)
+                missing = self._missing_inputs(driver, seen)
+        refused = [r for a in rounds for r in a.refused]
+        report["missing"] = list(missing)
+        report["refused"] = refused
+        if seen.incomplete or missing or refused:
+            commits += list(driver.commit_pending().committed_keys)
             report["committed_keys"] = commits
-            report["finished"] = True
-            table = self._result_table(driver, commits, seen)
-        report["finalize_s"] = time.monotonic() - t0
-        self.report = report
-        if report["garbage"]:
-            logger.info("job %s: %d data file(s) of lost attempts are garbage: %s", self.job,
-                        len(report["garbage"]), report["garbage"][:5])
-        return MicroPartition.from_arrow(table)
+            report["finished"] = False
+            self.report = report
+            raise IncompleteInputs(_incomplete_message(self.job, seen.incomplete, missing, refused),
+                                   incomplete=seen.incomplete, missing=missing, refused=refused, report=report)
+        commits += list(driver.finish().committed_keys)
+        report["committed_keys"] = commits
+        report["finished"] = True
+        return self._result_table(driver, commits, seen)
+
+    def _recover(self, driver: Any, report: Dict[str, Any]) -> tuple:
+        """``driver.recover()``, noted in ``report``: (the recovery report, the keys it committed). Raises when the
+        commit in flight is blocked (nothing can commit until it is resolved)."""
+        rec = driver.recover()
+        report["recovered"] = {
+            "orphans": list(rec.orphans),
+            "marked_landed": rec.marked_landed,
+            "recommitted": rec.recommitted,
+            "committed_keys": list(rec.committed_keys),
+        }
+        commits = [k for k in (rec.marked_landed, rec.recommitted) if k is not None]
+        commits += list(rec.committed_keys)
+        if rec.blocked is not None:
+            self.report = report
+            raise RuntimeError(
+                f"job {self.job}: the commit in flight is blocked ({rec.blocked!r}); nothing more can commit "
+                "until it is resolved (rerun later, or an operator resolves it: Driver.resolve)"
+            )
+        return rec, commits
 
     # -- convenience: the whole job ----------------------------------------------------------------------------
 
     def run(self, paths: Sequence[str], *, io_config: Any = None, **read_parquet_kwargs: Any) -> Any:
-        """The whole job over the parquet files ``paths``: the fast path when the job finished, else prune what was
-        processed, read the rest with Daft (one column more: :attr:`input_column`), write it through this sink and
-        commit. Returns ``write_sink``'s DataFrame (the commits, :data:`RESULT_SCHEMA`); :attr:`report` says the
-        rest. Checks at the end that every input of ``paths`` is in the job (else :class:`IncompleteInputs`)."""
+        """The whole job over the parquet files ``paths``. Opens the committer once (one epoch for the whole run)
+        and returns at once when the job finished (the fast path of a rerun: nothing is read); else creates the
+        table when missing, recovers, adopts what workers sealed before this run, prunes the inputs the store then
+        holds (locally: no request per input), reads the rest with Daft (one column more: :attr:`input_column`),
+        writes it through this sink, and ``finalize`` adopts and commits with the same driver. Returns
+        ``write_sink``'s DataFrame (the commits, :data:`RESULT_SCHEMA`); :attr:`report` says the rest. Checks at the
+        end that every input of ``paths`` is in the job (else :class:`IncompleteInputs`).
+
+        The store's file stays open (locked) until the run ends, so a second run of the job on the same store waits
+        for this one (up to ``open_timeout_s``) instead of racing it; a driver on another machine that opens the
+        mirrored store fences this one (its ``finalize`` raises ``Fenced``) and finishes the job itself."""
         import daft
 
         t0 = time.monotonic()
+        _refuse_input_splitting()
         inputs = list(dict.fromkeys(daft_path(p) for p in paths))
         if io_config is not None and self.io_config is None:
             self.io_config = io_config
         with self._open_driver() as driver:
             if driver.is_finished():
-                self.report = {"job": self.job, "already_finished": True, "inputs": len(inputs), "pending": 0,
-                               "run_s": time.monotonic() - t0}
+                # The fast path of a rerun: the job's final commit landed; nothing is read.
+                self.report = {"job": self.job, "already_finished": True, "finished": True, "inputs": len(inputs),
+                               "pending": 0, "run_s": time.monotonic() - t0}
                 return daft.from_arrow(RESULT_SCHEMA.empty_table())
+            # The committer's recovery probes the table: it must exist (created empty when missing).
+            self._ensure_table(inputs, io_config, read_parquet_kwargs)
+            report: Dict[str, Any] = {"job": self.job}
+            rec, commits = self._recover(driver, report)
+            if rec.finished:
+                # Finished before this run (or by this recovery: the final key was in flight): nothing to read.
+                self._inputs = inputs
+                try:
+                    table = self._result_table(driver, commits, _Summary())
+                finally:
+                    self._inputs = None
+                report.update(already_finished=not commits, finished=True, committed_keys=list(commits),
+                              inputs=len(inputs), pending=0, run_s=time.monotonic() - t0)
+                self.report = report
+                return daft.from_arrow(table)
+            # Every seal made before now (a crashed run's, a dead worker's) into the store, so that the store alone
+            # says what is processed: the commit needs these adoptions anyway.
+            adopted = driver.adopt()
             pending = [p for p in inputs if not driver.is_processed(p)]
-        pending = prune_inputs(pending, staging_url=self.staging_url, job=self.job,
-                               staging_options=self.staging_options)
-        prune_s = time.monotonic() - t0
-        self._inputs = inputs
-        try:
-            if self.schema_hint is None and inputs:
-                # The table's schema, from the first input to read (a footer read; nothing is executed): start()
-                # creates the table with it, so the committer finds it even when no task writes a row.
-                df = daft.read_parquet((pending or inputs)[:1], file_path_column=self.input_column,
-                                       io_config=io_config, **read_parquet_kwargs)
-                arrow = df.schema().to_pyarrow_schema()
-                self.schema_hint = pa.schema([f for f in arrow if f.name != self.input_column])
-            if not pending:
-                self.start()
-                mp = self.finalize([])
-                out = daft.from_arrow(mp.to_arrow())
-            else:
-                df = daft.read_parquet(pending, file_path_column=self.input_column, io_config=io_config,
-                                       **read_parquet_kwargs)
-                out = df.write_sink(self)
-        finally:
-            self._inputs = None
+            prune_s = time.monotonic() - t0
+            self._inputs = inputs
+            self._prepared = _Prepared(driver, report["recovered"], commits, adopted)
+            if self.check_processed_in_worker is None:
+                self._check_in_worker = False  # pruned just now: see check_processed_in_worker
+            try:
+                if not pending:
+                    self.start()
+                    mp = self.finalize([])
+                    out = daft.from_arrow(mp.to_arrow())
+                else:
+                    df = daft.read_parquet(pending, file_path_column=self.input_column, io_config=io_config,
+                                           **read_parquet_kwargs)
+                    out = df.write_sink(self)
+            finally:
+                self._inputs = None
+                self._prepared = None
+                self._check_in_worker = self.check_processed_in_worker is None or bool(self.check_processed_in_worker)
         self.report.update(inputs=len(inputs), pending=len(pending), prune_s=prune_s, run_s=time.monotonic() - t0)
         return out
+
+    def _ensure_table(self, inputs: List[str], io_config: Any, read_parquet_kwargs: Dict[str, Any]) -> None:
+        """Creates the table when it is missing, with ``schema`` or else the schema of the first input's rows (a
+        footer read; nothing is executed), so that the committer finds it even when no task writes a row."""
+        import daft
+
+        if self.schema_hint is None:
+            import lance
+
+            try:
+                lance.dataset(self.uri, storage_options=self.storage_options)
+                return
+            except (ValueError, OSError):
+                pass
+            if not inputs:
+                return
+            df = daft.read_parquet(inputs[:1], file_path_column=self.input_column, io_config=io_config,
+                                   **read_parquet_kwargs)
+            arrow = df.schema().to_pyarrow_schema()
+            self.schema_hint = pa.schema([f for f in arrow if f.name != self.input_column])
+        _lance().create_dataset(self.uri, self.schema_hint, storage_options=self.storage_options)
 
     # -- crash points (no-ops; tests and the example override them) --------------------------------------------
 
@@ -530,6 +640,11 @@ class LanceSink(DataSink):
     def _driver_options(self) -> Dict[str, Any]:
         """More keyword arguments for ``sinkpoint.Driver`` (the example passes ``crash_at``)."""
         return {}
+
+    def _staging(self, role: str) -> Any:
+        """The job's shared staging as ``role`` uses it: ``"worker"`` (the sink's writes) or ``"driver"`` (adopt,
+        the seals of empty inputs). The example counts each role's requests apart by overriding it."""
+        return _sp().SharedStaging(self.staging_url, self.job, storage_options=self.staging_options)
 
     # -- worker internals --------------------------------------------------------------------------------------
 
@@ -556,9 +671,7 @@ class LanceSink(DataSink):
     def _worker(self, run: _Run) -> Any:
         with run.lock:
             if run.worker is None:
-                sp = _sp()
-                staging = sp.SharedStaging(self.staging_url, self.job, storage_options=self.staging_options)
-                run.worker = staging.worker(_worker_name("daft"))
+                run.worker = self._staging("worker").worker(_worker_name("daft"))
             return run.worker
 
     def _add(self, run: _Run, path: str, rows: pa.Table) -> List[Dict[str, Any]]:
@@ -568,7 +681,8 @@ class LanceSink(DataSink):
         with inp.lock:
             if inp.status is None:
                 t0 = time.perf_counter()
-                processed = self._worker(run).is_processed(path)
+                # Without the check, an input another attempt sealed is written and then loses its seal.
+                processed = self._check_in_worker and self._worker(run).is_processed(path)
                 t1 = time.perf_counter()
                 inp.timings["is_processed_s"] = t1 - t0
                 if processed:
@@ -704,7 +818,7 @@ class LanceSink(DataSink):
                 target_identity=target.identity,
                 mirror=self.mirror_url,
                 mirror_options=self.mirror_options,
-                staging=sp.SharedStaging(self.staging_url, self.job, storage_options=self.staging_options),
+                staging=self._staging("driver"),
                 **self._driver_options(),
             )
             try:
@@ -734,8 +848,7 @@ class LanceSink(DataSink):
         if not empty:
             return False
         sp = _sp()
-        worker = sp.SharedStaging(self.staging_url, self.job, storage_options=self.staging_options).worker(
-            _worker_name("driver"))
+        worker = self._staging("driver").worker(_worker_name("driver"))
         for p in empty:
             try:
                 worker.stage_and_seal(sp.checkpoint_id_for_key(p), [p], [])
@@ -771,6 +884,18 @@ class LanceSink(DataSink):
 
 # ----------------------------------------------------------------------------------------------------------
 # Helpers
+
+
+class _Prepared:
+    """What :meth:`LanceSink.run` did on its driver before the read, for ``finalize`` to go on with."""
+
+    __slots__ = ("driver", "recovered", "commits", "adopted")
+
+    def __init__(self, driver: Any, recovered: Dict[str, Any], commits: List[int], adopted: Any) -> None:
+        self.driver = driver
+        self.recovered = recovered
+        self.commits = commits
+        self.adopted = adopted
 
 
 class _Summary:
