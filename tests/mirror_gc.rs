@@ -2,6 +2,10 @@
 //! collection falls due after a newer writer claimed the next epoch (while that writer's fence is still in
 //! flight) deletes nothing, so every object the newest manifest references survives and a restore from it
 //! works. With the holder check removed, this test loses the slots the newest claim reads from.
+//!
+//! And that the operator's collection (`sinkpoint gc`, `mirror::find_garbage`) deletes only what no restore
+//! reads: superseded objects once past the minimum age, never the manifest a stale claim takes its base from
+//! (without that rule the mirror no longer restores: "a gap in the mirror's log").
 
 mod mirror_support;
 
@@ -299,5 +303,88 @@ async fn short_lived_writers_do_not_pile_up_manifests() {
             }
             restored.close();
         }
+    }
+}
+
+/// The operator's collection (`sinkpoint gc`) reads ages from the object store's clock against the caller's
+/// wall time: this far ahead, everything garbage is due.
+fn much_later_ms() -> u64 {
+    use sinkpoint::mirror::Clock as _;
+    sinkpoint::mirror::SystemClock.wall_ms() + 10 * 24 * 3600 * 1000
+}
+
+/// The operator's collection of a mirror whose writer never collected (it died first) deletes what the newest
+/// manifest superseded, and only once that is past the minimum age; a restore afterwards has every checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_collection_deletes_only_what_no_restore_reads() {
+    use sinkpoint::mirror::{GarbageReason, delete_garbage, find_garbage};
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-operator");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: u64::MAX, ..sync_settings() };
+        let store = builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap();
+        for n in 0..6 {
+            seal(&store, n).await;
+        }
+        store.flush().await.unwrap();
+        let state = digest(&store);
+        store.close();
+        let before = bucket.keys().await;
+
+        use sinkpoint::mirror::Clock as _;
+        let now = sinkpoint::mirror::SystemClock.wall_ms();
+        let young = find_garbage(bucket.raw.clone(), bucket.prefix.clone(), now, 3_600_000).await.unwrap();
+        assert!(young.due.is_empty(), "{kind:?}: due before the minimum age: {:?}", young.due);
+        assert!(!young.young.is_empty(), "{kind:?}: the job left nothing superseded: {before:?}");
+
+        let due = find_garbage(bucket.raw.clone(), bucket.prefix.clone(), much_later_ms(), 3_600_000).await.unwrap();
+        assert_eq!(due.due.len(), young.young.len(), "{kind:?}");
+        assert!(due.due.iter().all(|o| o.reason == GarbageReason::Superseded), "{kind:?}: {:?}", due.due);
+        let wal0 = bucket.path("wal/00000000000000000000");
+        assert!(due.due.iter().any(|o| o.path == wal0), "{kind:?}: slot 0 is below every snapshot: {:?}", due.due);
+        assert!(!due.due.iter().any(|o| o.path == due.newest_manifest), "{kind:?}");
+        let deleted = delete_garbage(bucket.raw.clone(), bucket.prefix.clone(), &due).await.unwrap();
+        assert_eq!(deleted, due.due.len() as u64, "{kind:?}");
+        let after = bucket.keys().await;
+        assert_eq!(after.len(), before.len() - due.due.len(), "{kind:?}: {after:?}");
+
+        let restored = builder(&bucket, &dir.path().join("b.redb"), settings, &clock).open().await.unwrap();
+        assert_eq!(digest(&restored), state, "{kind:?}: the collection broke the restore");
+        restored.close();
+    }
+}
+
+/// A takeover that died between its stale claim and its update left a claim whose base was collected; readers
+/// take the base of the manifest before the claim (`read_newest`). The operator's collection must keep that
+/// manifest: deleting it (as "older than the newest") leaves readers with the claim's collected base, and the
+/// mirror no longer restores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_collection_keeps_the_manifest_a_stale_claim_takes_its_base_from() {
+    use sinkpoint::mirror::{delete_garbage, find_garbage};
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "gc-operator-claim");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = MirrorSettings { snapshot_interval_records: 4, gc_age_ms_min: 1_000, ..sync_settings() };
+        let held = FaultStore::new(bucket.raw.clone());
+        held.fail_puts(PutFault::FailBefore, "manifest/00000000000000000002.", 1_000);
+        let (old, opening) = stall_claim_past_collection(&bucket, dir.path(), &settings, &clock, &held).await;
+        held.hold_puts(false);
+        assert!(opening.await.unwrap().is_err(), "{kind:?}: the takeover's update was meant to fail");
+        old.close();
+
+        let garbage = find_garbage(bucket.raw.clone(), bucket.prefix.clone(), much_later_ms(), 0).await.unwrap();
+        assert_eq!(garbage.newest_manifest, bucket.path("manifest/00000000000000000002"), "{kind:?}");
+        assert_eq!(garbage.base_slot, 11, "{kind:?}: the base is the predecessor's");
+        let predecessor = bucket.path("manifest/00000000000000000001.0000000003");
+        assert!(!garbage.due.iter().any(|o| o.path == predecessor), "{kind:?}: {:?}", garbage.due);
+        delete_garbage(bucket.raw.clone(), bucket.prefix.clone(), &garbage).await.unwrap();
+
+        let next = builder(&bucket, &dir.path().join("c.redb"), settings, &clock).open().await;
+        assert!(next.is_ok(), "{kind:?}: the collection bricked the mirror: {:?}", next.err());
+        let next = next.unwrap();
+        assert!((0..6).all(|n| next.is_processed(&key(n)).unwrap()), "{kind:?}: acked seals lost");
+        next.close();
     }
 }

@@ -12,9 +12,12 @@
 //!   for it when the mode or a commit-protocol record says so, snapshots every so many records, and deletes what
 //!   the newest manifest no longer references after a minimum age.
 //! - **Reading without the local file**: [`MirrorView`].
+//! - **The operator's collection** ([`find_garbage`], [`delete_garbage`]): what a dead writer's own collection
+//!   never reached, by the same rules.
 
 mod clock;
 pub(crate) mod format;
+mod gc;
 mod layout;
 mod open;
 mod read;
@@ -32,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, SystemClock};
 pub use format::MIRROR_FORMAT_VERSION;
+pub use gc::{GarbageReason, MirrorGarbage, MirrorObject, delete_garbage, find_garbage};
 pub use view::MirrorView;
 
 pub(crate) use open::open;

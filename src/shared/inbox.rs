@@ -46,11 +46,11 @@ pub struct AdoptReport {
 /// that lost, one delete per inbox entry; nothing is read from the job's history.
 #[derive(Clone, Debug)]
 pub struct Inbox {
-    shared: SharedStaging,
+    pub(super) shared: SharedStaging,
 }
 
 /// What a group's claim holds.
-enum ClaimAt {
+pub(super) enum ClaimAt {
     Seal(Seal),
     KeyClaim,
 }
@@ -138,7 +138,7 @@ impl Inbox {
     }
 
     /// The claim at `hash`: a seal, another checkpoint's key claim, or nothing yet.
-    async fn read_seal(&self, hash: &str) -> Result<Option<ClaimAt>> {
+    pub(super) async fn read_seal(&self, hash: &str) -> Result<Option<ClaimAt>> {
         let path = self.shared.claim(hash);
         let Some(body) = self.shared.read_object(&path).await? else { return Ok(None) };
         match body {
@@ -165,7 +165,7 @@ impl Inbox {
         Ok(groups)
     }
 
-    async fn read_staged(&self, path: &Path) -> Result<Option<Staged>> {
+    pub(super) async fn read_staged(&self, path: &Path) -> Result<Option<Staged>> {
         let Some(bytes) = self.shared.get(path).await? else { return Ok(None) };
         match envelope::decode(&bytes, &self.shared.describe(path))? {
             Body::Staged(s) => Ok(Some(s)),
@@ -176,7 +176,7 @@ impl Inbox {
 
 /// Whether an inbox entry is one of the winning attempt's parts (its results are in the seal): named by the
 /// winner's session and attempt.
-fn is_winners(entry: &Path, seal: &Seal) -> bool {
+pub(super) fn is_winners(entry: &Path, seal: &Seal) -> bool {
     let prefix = format!("{:032x}-{:010}-", seal.author.session, seal.attempt);
     entry.filename().is_some_and(|name| name.starts_with(&prefix))
 }

@@ -2,13 +2,16 @@
 //!
 //! Reading commands open the store file read-only (refused while a running job holds it) or restore its mirror
 //! into memory (never disturbing the writer). Changing commands open the store as its writer, so they are
-//! refused while the job runs, and each records who and why in the log. Exit codes are in [`exit`].
+//! refused while the job runs, and each records who and why in the log. `gc` lists (by default) or deletes
+//! garbage of a mirror or a shared-staging inbox by the core's rules: never a mirror object younger than the
+//! minimum age, never an unclaimed inbox part younger than the grace period, so it needs no writer to stop. Exit codes are in [`exit`].
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod exit;
+mod gc;
 mod hatch;
 mod read;
 mod render;
@@ -130,6 +133,44 @@ enum Command {
         /// The commit key.
         key: u64,
     },
+    /// Lists (by default) or deletes (--apply) mirror objects and inbox parts that nothing will read again.
+    ///
+    /// Mirror: older manifests and the slots and snapshots below the newest manifest's base, once that manifest
+    /// is --min-age old; snapshots above the base that no manifest names (a writer died before naming them),
+    /// once their every chunk is --min-age old. Never the newest manifest, anything a restore reads, or anything
+    /// outside the prefix's manifest/, wal/ and snapshot/. Safe beside a running job: nothing younger than
+    /// --min-age is deleted, so keep it at or above the job's gc_age_ms_min and far above any stall.
+    ///
+    /// Inbox: parts of attempts that lost their seal or whose key another checkpoint claimed (any age), and parts
+    /// with no claim older than --grace (their worker died before sealing). Never a claim, never a winner's part.
+    /// Each part's write results are printed: delete those data files yourself.
+    #[command(verbatim_doc_comment)]
+    Gc {
+        /// The job's mirror: file:///dir/prefix or s3://bucket/prefix.
+        #[arg(long, value_name = "URL")]
+        mirror: Option<String>,
+        /// The job's shared staging (the prefix given to SharedStaging): file:///dir/prefix or s3://bucket/prefix.
+        #[arg(long, value_name = "URL")]
+        shared: Option<String>,
+        /// The job whose inbox to collect (default: the mirror's job).
+        #[arg(long, value_name = "NAME")]
+        job: Option<String>,
+        /// Mirror objects are deleted only this long after they stopped being referenced (ms, s, m, h, d).
+        #[arg(long, value_name = "DURATION", default_value = gc::GC_MIN_AGE_DEFAULT, value_parser = gc::parse_duration_ms)]
+        min_age: u64,
+        /// Unclaimed inbox parts are deleted only when older than this (ms, s, m, h, d).
+        #[arg(long, value_name = "DURATION", default_value = gc::GC_GRACE_DEFAULT, value_parser = gc::parse_duration_ms)]
+        grace: u64,
+        /// Only list what would be deleted (the default).
+        #[arg(long, conflicts_with = "apply")]
+        dry_run: bool,
+        /// Delete what is listed.
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A checkpoint state on the command line.
@@ -175,6 +216,18 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
         Command::Resolve { store, key, verdict } => hatch::resolve(&store, key, verdict.resolution()).await,
         Command::ForceAbort { store, ids } => hatch::force_abort(&store, &ids).await,
         Command::Unbind { store, key } => hatch::unbind(&store, key).await,
+        Command::Gc { mirror, shared, job, min_age, grace, dry_run: _, apply, json } => {
+            let request = gc::Request {
+                mirror: mirror.as_deref(),
+                shared: shared.as_deref(),
+                job: job.as_deref(),
+                min_age_ms: min_age,
+                grace_ms: grace,
+                apply,
+                json,
+            };
+            gc::gc(&request).await
+        }
     }
 }
 

@@ -15,32 +15,43 @@ use crate::exit::{Code, Failure};
 
 /// The object store and prefix a mirror URL names.
 pub(crate) fn mirror(url: &str) -> Result<(Arc<dyn ObjectStore>, object_store::path::Path), Failure> {
+    object_store_at("--mirror", url)
+}
+
+/// The object store and prefix the URL given to `flag` names (`--mirror`, `--shared`: said in messages).
+pub(crate) fn object_store_at(
+    flag: &str,
+    url: &str,
+) -> Result<(Arc<dyn ObjectStore>, object_store::path::Path), Failure> {
     let parsed = Url::parse(url).map_err(|e| {
         Failure::new(
             Code::Usage,
-            format!("--mirror {url:?} is not a URL ({e}): use file:///dir/prefix or s3://bucket/prefix"),
+            format!("{flag} {url:?} is not a URL ({e}): use file:///dir/prefix or s3://bucket/prefix"),
         )
     })?;
     match parsed.scheme() {
         "file" => {
             let (store, prefix) = object_store::parse_url(&parsed)
-                .map_err(|e| Failure::new(Code::Usage, format!("--mirror {url}: {e}")))?;
+                .map_err(|e| Failure::new(Code::Usage, format!("{flag} {url}: {e}")))?;
             if !Path::new(parsed.path()).is_dir() {
-                return Err(Failure::new(Code::NotFound, format!("there is no mirror directory at {}", parsed.path())));
+                return Err(Failure::new(
+                    Code::NotFound,
+                    format!("{flag}: there is no directory at {}", parsed.path()),
+                ));
             }
             Ok((Arc::from(store), prefix))
         }
-        "s3" => s3(url, &parsed),
+        "s3" => s3(flag, url, &parsed),
         other => Err(Failure::new(
             Code::Usage,
-            format!("--mirror {url}: scheme {other:?} is not supported; use file:// or s3://"),
+            format!("{flag} {url}: scheme {other:?} is not supported; use file:// or s3://"),
         )),
     }
 }
 
 /// An S3 mirror configured from the environment, refused up front when no credentials are set: the SDK's
 /// fallback (instance metadata) would otherwise stall for a minute before saying so.
-fn s3(url: &str, parsed: &Url) -> Result<(Arc<dyn ObjectStore>, object_store::path::Path), Failure> {
+fn s3(flag: &str, url: &str, parsed: &Url) -> Result<(Arc<dyn ObjectStore>, object_store::path::Path), Failure> {
     let has = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
     let credentials = (has("AWS_ACCESS_KEY_ID") && has("AWS_SECRET_ACCESS_KEY"))
         || has("AWS_WEB_IDENTITY_TOKEN_FILE")
@@ -50,7 +61,7 @@ fn s3(url: &str, parsed: &Url) -> Result<(Arc<dyn ObjectStore>, object_store::pa
         return Err(Failure::new(
             Code::Usage,
             format!(
-                "--mirror {url}: no AWS credentials in the environment: set AWS_ACCESS_KEY_ID and \
+                "{flag} {url}: no AWS credentials in the environment: set AWS_ACCESS_KEY_ID and \
                  AWS_SECRET_ACCESS_KEY (and AWS_REGION, AWS_ENDPOINT for a non-AWS endpoint)"
             ),
         ));
@@ -58,7 +69,7 @@ fn s3(url: &str, parsed: &Url) -> Result<(Arc<dyn ObjectStore>, object_store::pa
     let store = AmazonS3Builder::from_env()
         .with_url(url)
         .build()
-        .map_err(|e| Failure::new(Code::Usage, format!("--mirror {url}: {e}")))?;
+        .map_err(|e| Failure::new(Code::Usage, format!("{flag} {url}: {e}")))?;
     let prefix = object_store::path::Path::from(parsed.path().trim_start_matches('/'));
     Ok((Arc::new(store), prefix))
 }

@@ -1,6 +1,8 @@
 //! The `sinkpoint` binary over real store files and mirrors (a local directory; moto's S3 API when
 //! `SINKPOINT_S3_ENDPOINT` is set): every command, `--json` parsed, exit codes, golden text for `status` and
-//! `show`, the hatches driven end to end, and a person's habits (help, wrong paths, a held store).
+//! `show`, the hatches driven end to end, a person's habits (help, wrong paths, a held store), and `gc`: it
+//! deletes exactly the garbage past its age (the mirror still restores every checkpoint), keeps what is young,
+//! and lists inbox parts no committer will adopt with the write results to clean up.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -68,10 +70,14 @@ impl Job {
     }
 
     async fn open(&self) -> Store {
+        self.open_with(MirrorSettings::default()).await
+    }
+
+    async fn open_with(&self, settings: MirrorSettings) -> Store {
         let job = JobId::new("cli-job").unwrap_or_else(|e| panic!("{e}"));
         Store::builder(job, TargetIdentity::new("file://table").unwrap_or_else(|e| panic!("{e}")))
             .path(self.store_path())
-            .mirror(self.mirror(), object_store::path::Path::from("job"), MirrorSettings::default())
+            .mirror(self.mirror(), object_store::path::Path::from("job"), settings)
             .open()
             .await
             .unwrap_or_else(|e| panic!("open: {e}"))
@@ -130,6 +136,44 @@ impl Job {
         rows.sort();
         rows
     }
+}
+
+/// Every file under `dir`, relative to it, sorted.
+fn files_under(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if let Ok(rel) = path.strip_prefix(root) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// Sets a file's modification time (an object's `last_modified` in a local object store) `back` earlier than it
+/// is: how a test makes an object old without waiting.
+fn backdate(path: &Path, back: std::time::Duration) {
+    let file = std::fs::File::options().write(true).open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let modified = file.metadata().and_then(|m| m.modified()).unwrap_or_else(|e| panic!("{e}"));
+    file.set_modified(modified - back).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// The paths a `gc --json` report lists under `section` (`mirror`, `inbox`) and `list` (`due`, `young`), sorted.
+fn listed(report: &Value, section: &str, list: &str) -> Vec<String> {
+    let mut paths: Vec<String> = report[section][list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["path"].as_str().map(str::to_owned))
+        .collect();
+    paths.sort();
+    paths
 }
 
 fn masked(text: &str, dir: &Path) -> String {
@@ -394,4 +438,226 @@ async fn status_reads_a_mirror_on_the_s3_api() {
     let value = json(&out);
     assert_eq!((value["job"].as_str(), value["counts"]["sealed"].as_u64()), (Some("cli-s3-job"), Some(1)));
     store.close_async().await;
+}
+
+// ---- gc ----
+
+/// A report's paths relative to the job's mirror directory (`wal/…`, `snapshot/…`, `manifest/…`).
+fn in_mirror(paths: Vec<String>) -> Vec<String> {
+    paths.into_iter().map(|p| p.split_once("/mirror/job/").map_or(p.clone(), |(_, rel)| rel.to_owned())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_deletes_exactly_the_mirror_objects_no_restore_needs_and_the_mirror_still_restores_every_checkpoint() {
+    let job = Job::new();
+    // A job that snapshots often and never collects itself: a writer that died before its collection was due.
+    let settings =
+        MirrorSettings { snapshot_interval_records: 3, gc_age_ms_min: u64::MAX, ..MirrorSettings::default() };
+    let store = job.open_with(settings).await;
+    for i in 0..6 {
+        job.seal(&store, i).await;
+    }
+    Committer::new(&store, &job.table()).commit_pending().await.unwrap_or_else(|e| panic!("commit: {e}"));
+    for i in 6..9 {
+        job.seal(&store, i).await;
+    }
+    store.close_async().await;
+    let root = job.dir.path().join("mirror/job");
+    let before_gc = files_under(&root);
+    let slot_of = |name: &str| name.rsplit('/').next().and_then(|l| l.split('.').next()).map(str::to_owned);
+    let snapshots: Vec<&String> = before_gc.iter().filter(|f| f.starts_with("snapshot/")).collect();
+    let base =
+        snapshots.iter().filter_map(|f| slot_of(f)).max().unwrap_or_else(|| panic!("no snapshot: {before_gc:?}"));
+    let base_slot: u64 = base.parse().unwrap_or_else(|e| panic!("{e}"));
+    let newest_manifest =
+        before_gc.iter().filter(|f| f.starts_with("manifest/")).max().cloned().unwrap_or_else(|| panic!("no manifest"));
+    // What superseded the newest manifest's base: every older manifest, every slot and snapshot below the base.
+    let mut superseded: Vec<String> = before_gc
+        .iter()
+        .filter(|f| {
+            (f.starts_with("manifest/") && **f != newest_manifest)
+                || ((f.starts_with("wal/") || f.starts_with("snapshot/")) && slot_of(f).is_some_and(|s| s < base))
+        })
+        .cloned()
+        .collect();
+    assert!(superseded.iter().any(|f| f.starts_with("wal/")), "the job left no superseded segment: {before_gc:?}");
+    assert!(superseded.iter().any(|f| f.starts_with("snapshot/")), "no superseded snapshot: {before_gc:?}");
+    // A crashed writer's half-shipped snapshot above the base (chunk 1 and chunk 0, no manifest names it), and a
+    // snapshot being written right now: its chunk 2 is old, its chunk 1 young, and a snapshot is as young as its
+    // youngest chunk.
+    let stray = |slot: u64, chunk: Option<u32>| {
+        let leaf = chunk.map_or(format!("{slot:020}"), |c| format!("{slot:020}.{c:010}"));
+        let path = root.join("snapshot").join(leaf);
+        std::fs::write(&path, b"half-shipped").unwrap_or_else(|e| panic!("{e}"));
+        format!("snapshot/{}", path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+    };
+    let dead = vec![stray(base_slot + 100, Some(1)), stray(base_slot + 100, None)];
+    let live = vec![stray(base_slot + 200, Some(1)), stray(base_slot + 200, Some(2))];
+    // Everything is two hours old but the live snapshot.
+    for file in files_under(&root) {
+        if file != live[0] {
+            backdate(&root.join(&file), std::time::Duration::from_secs(2 * 3600));
+        }
+    }
+    let url = job.mirror_url();
+    let listed_before = stdout(&cli(&["list", "--mirror", &url, "--json"]));
+    let commits_before = stdout(&cli(&["commits", "--mirror", &url, "--json"]));
+    let keys_before = stdout(&cli(&["keys", "--mirror", &url, "--json"]));
+
+    // Younger than the minimum age: nothing is due, everything is kept.
+    let young = json(&cli(&["gc", "--mirror", &url, "--min-age", "3h", "--json"]));
+    assert_eq!(young["mirror"]["due_count"], 0, "{young}");
+    assert_eq!(young["mirror"]["young_count"].as_u64(), Some((superseded.len() + dead.len() + live.len()) as u64));
+
+    // The dry run (the default) lists exactly the superseded objects and the dead stray, and deletes nothing.
+    let on_disk = files_under(&root);
+    let dry = cli(&["gc", "--mirror", &url, "--min-age", "1h", "--json"]);
+    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    let report = json(&dry);
+    let mut expected: Vec<String> = superseded.iter().chain(&dead).cloned().collect();
+    expected.sort();
+    superseded.sort();
+    assert_eq!(in_mirror(listed(&report, "mirror", "due")), expected);
+    assert_eq!(in_mirror(listed(&report, "mirror", "young")), live);
+    assert_eq!(report["mirror"]["base_slot"].as_u64(), Some(base_slot));
+    assert_eq!(report["mirror"]["deleted"], Value::Null);
+    let bytes: u64 = expected.iter().map(|f| std::fs::metadata(root.join(f)).map_or(0, |m| m.len())).sum();
+    assert_eq!(report["mirror"]["due_bytes"].as_u64(), Some(bytes));
+    assert_eq!(files_under(&root), on_disk, "a dry run deleted something");
+    let text = cli(&["gc", "--mirror", &url, "--min-age", "1h"]);
+    assert!(
+        stdout(&text).contains(&format!("would delete {} objects, {bytes} bytes", expected.len())),
+        "{}",
+        stdout(&text)
+    );
+    assert!(stdout(&text).contains("dry run: nothing was deleted"), "{}", stdout(&text));
+
+    // --apply deletes exactly those.
+    let applied = json(&cli(&["gc", "--mirror", &url, "--min-age", "1h", "--apply", "--json"]));
+    assert_eq!(applied["mirror"]["deleted"].as_u64(), Some(expected.len() as u64), "{applied}");
+    let left: Vec<String> = on_disk.iter().filter(|f| !expected.contains(f)).cloned().collect();
+    assert_eq!(files_under(&root), left);
+    assert!(left.contains(&newest_manifest) && live.iter().all(|f| left.contains(f)));
+
+    // The mirror still restores, with every checkpoint, commit and key as before.
+    assert_eq!(stdout(&cli(&["list", "--mirror", &url, "--json"])), listed_before);
+    let restored = job.dir.path().join("restored.redb");
+    let restore = cli(&["restore", "--mirror", &url, "--to", &restored.to_string_lossy(), "--take-over"]);
+    assert_eq!(code(&restore), 0, "{}", stderr(&restore));
+    let file = restored.to_string_lossy().into_owned();
+    assert_eq!(stdout(&cli(&["list", "--store", &file, "--json"])), listed_before);
+    assert_eq!(stdout(&cli(&["commits", "--store", &file, "--json"])), commits_before);
+    assert_eq!(stdout(&cli(&["keys", "--store", &file, "--json"])), keys_before);
+    assert_eq!(code(&cli(&["verify", "--store", &file])), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_refuses_a_prefix_without_a_manifest_and_needs_something_to_collect() {
+    let job = Job::new();
+    job.ordinary().await;
+    let parent = format!("file://{}/mirror", job.dir.path().display());
+    let before = files_under(&job.dir.path().join("mirror"));
+    let out = cli(&["gc", "--mirror", &parent, "--min-age", "0s", "--apply"]);
+    assert_eq!(code(&out), 5, "{}", stderr(&out));
+    assert!(stderr(&out).contains("not a mirror"), "{}", stderr(&out));
+    assert_eq!(files_under(&job.dir.path().join("mirror")), before);
+    let nothing = cli(&["gc"]);
+    assert_eq!(code(&nothing), 2, "{}", stderr(&nothing));
+    let both = cli(&["gc", "--mirror", &job.mirror_url(), "--apply", "--dry-run"]);
+    assert_eq!(code(&both), 2, "{}", stderr(&both));
+    let bad_age = cli(&["gc", "--mirror", &job.mirror_url(), "--min-age", "10 minutes"]);
+    assert_eq!(code(&bad_age), 2, "{}", stderr(&bad_age));
+    // A fresh job's mirror has nothing due at the default minimum age.
+    let fresh = json(&cli(&["gc", "--mirror", &job.mirror_url(), "--apply", "--json"]));
+    assert_eq!(fresh["mirror"]["due_count"], 0, "{fresh}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_lists_and_deletes_inbox_parts_no_committer_will_adopt_and_keeps_young_unclaimed_ones() {
+    use sinkpoint::shared::{SharedStaging, Worker};
+    use sinkpoint::{Format, WriteResult};
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = dir.path().join("staging");
+    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{e}"));
+    let bucket: Arc<dyn ObjectStore> =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap_or_else(|e| panic!("{e}")));
+    let job = JobId::new("inbox-job").unwrap_or_else(|e| panic!("{e}"));
+    let shared = SharedStaging::new(bucket, "", job).unwrap_or_else(|e| panic!("{e}"));
+    let worker = |name: &str, session: u128| {
+        Worker::with_session(shared.clone(), name, session).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let part = |file: &str| {
+        let result = WriteResult::new(Format::Parquet, file.as_bytes().to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![file.as_bytes().to_vec()]).results(vec![result])
+    };
+    let (loser, winner, dead, running) =
+        (worker("loser", 1), worker("winner", 2), worker("dead", 3), worker("running", 4));
+    let contested = CheckpointId::new("contested").unwrap_or_else(|e| panic!("{e}"));
+    // The loser staged, then crashed; the winner staged and sealed; no committer has adopted yet.
+    loser.stage(&contested, part("loser.parquet")).await.unwrap_or_else(|e| panic!("{e}"));
+    winner.stage(&contested, part("winner.parquet")).await.unwrap_or_else(|e| panic!("{e}"));
+    winner.seal(&contested, 1).await.unwrap_or_else(|e| panic!("{e}"));
+    // A worker that died before sealing, two days ago; one still running.
+    dead.stage(&CheckpointId::new("dead").unwrap_or_else(|e| panic!("{e}")), part("dead.parquet"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    running
+        .stage(&CheckpointId::new("running").unwrap_or_else(|e| panic!("{e}")), part("running.parquet"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let entry_of = |session: u128| {
+        files_under(&root)
+            .into_iter()
+            .find(|f| {
+                f.contains("/inbox/")
+                    && f.rsplit('/').next().is_some_and(|n| n.starts_with(&format!("{session:032x}-")))
+            })
+            .unwrap_or_else(|| panic!("no inbox entry of session {session}: {:?}", files_under(&root)))
+    };
+    let (lost, won, unclaimed, young) = (entry_of(1), entry_of(2), entry_of(3), entry_of(4));
+    backdate(&root.join(&unclaimed), std::time::Duration::from_secs(48 * 3600));
+    let claims: Vec<String> = files_under(&root).into_iter().filter(|f| f.contains("/claims/")).collect();
+    assert!(!claims.is_empty());
+
+    let url = format!("file://{}", root.display());
+    let relative = |paths: Vec<String>| -> Vec<String> {
+        paths.into_iter().map(|p| p.split_once("/staging/").map_or(p.clone(), |(_, r)| r.to_owned())).collect()
+    };
+    let on_disk = files_under(&root);
+    let dry = cli(&["gc", "--shared", &url, "--job", "inbox-job", "--json"]);
+    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    let report = json(&dry);
+    let mut due = vec![lost.clone(), unclaimed.clone()];
+    due.sort();
+    assert_eq!(relative(listed(&report, "inbox", "due")), due, "{report}");
+    assert_eq!(relative(listed(&report, "inbox", "young")), vec![young.clone()]);
+    let results: Vec<&str> = report["inbox"]["due"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|e| e["results"].as_array().into_iter().flatten().filter_map(|r| r["result"].as_str()))
+        .collect();
+    let mut results = results;
+    results.sort_unstable();
+    assert_eq!(results, ["dead.parquet", "loser.parquet"]);
+    let reasons: Vec<&str> =
+        report["inbox"]["due"].as_array().into_iter().flatten().filter_map(|e| e["reason"].as_str()).collect();
+    assert!(reasons.contains(&"lost") && reasons.contains(&"unclaimed"), "{reasons:?}");
+    assert_eq!(files_under(&root), on_disk, "a dry run deleted something");
+    let text = stdout(&cli(&["gc", "--shared", &url, "--job", "inbox-job"]));
+    assert!(text.contains("would delete 2 entries") && text.contains("result Parquet loser.parquet"), "{text}");
+    assert!(text.contains("kept         1 unclaimed entries"), "{text}");
+
+    // A grace period longer than the dead worker's age keeps its part too.
+    let patient = json(&cli(&["gc", "--shared", &url, "--job", "inbox-job", "--grace", "3d", "--json"]));
+    assert_eq!(relative(listed(&patient, "inbox", "due")), vec![lost.clone()]);
+
+    let applied = json(&cli(&["gc", "--shared", &url, "--job", "inbox-job", "--apply", "--json"]));
+    assert_eq!(applied["inbox"]["deleted"].as_u64(), Some(2), "{applied}");
+    let left = files_under(&root);
+    assert!(!left.contains(&lost) && !left.contains(&unclaimed), "{left:?}");
+    assert!(left.contains(&won) && left.contains(&young), "the winner's or a young part was deleted: {left:?}");
+    assert!(claims.iter().all(|c| left.contains(c)), "a claim was deleted: {left:?}");
+    // Without the job's name there is nothing to find the inbox by.
+    assert_eq!(code(&cli(&["gc", "--shared", &url])), 2);
 }

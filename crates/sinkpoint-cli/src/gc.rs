@@ -1,0 +1,225 @@
+//! `sinkpoint gc`: the garbage of a job's mirror and of its shared-staging inbox, listed (a dry run, the default)
+//! or deleted (`--apply`). What is garbage, and why deleting it never breaks a restore or a commit, is decided by
+//! the core (`sinkpoint::mirror::find_garbage`, `sinkpoint::shared::Inbox::find_garbage`); this prints it.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use sinkpoint::JobId;
+use sinkpoint::mirror::{Clock as _, MirrorGarbage, SystemClock};
+use sinkpoint::shared::{Inbox, InboxGarbage, InboxReason, SharedStaging};
+
+use crate::exit::{Code, Failure};
+use crate::render::{key_text, print_json};
+use crate::source::object_store_at;
+
+/// The default `--min-age`: the mirror's own default `MirrorSettings::gc_age_ms_min` (10 minutes).
+pub(crate) const GC_MIN_AGE_DEFAULT: &str = "10m";
+
+/// The default `--grace`: `sinkpoint::shared::INBOX_GRACE_MS_DEFAULT` (24 hours).
+pub(crate) const GC_GRACE_DEFAULT: &str = "24h";
+
+/// What `gc` was asked to do.
+pub(crate) struct Request<'a> {
+    pub(crate) mirror: Option<&'a str>,
+    pub(crate) shared: Option<&'a str>,
+    pub(crate) job: Option<&'a str>,
+    pub(crate) min_age_ms: u64,
+    pub(crate) grace_ms: u64,
+    pub(crate) apply: bool,
+    pub(crate) json: bool,
+}
+
+/// Parses a duration such as `0s`, `90s`, `10m`, `24h`, `7d` or `500ms` into milliseconds.
+pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration: write e.g. 10m, 24h, 0s"))?;
+    let scale: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m, h or d (e.g. 10m, 24h)")),
+    };
+    number.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long a duration"))
+}
+
+fn duration_text(ms: u64) -> String {
+    match ms {
+        0 => "0s".into(),
+        ms if ms % 86_400_000 == 0 => format!("{}d", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
+}
+
+pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
+    if request.mirror.is_none() && request.shared.is_none() {
+        return Err(Failure::new(Code::Usage, "give --mirror URL, --shared URL or both: what to collect"));
+    }
+    // Ages are the store's `last_modified` against this machine's wall clock: the one clock both share.
+    let now_wall_ms = SystemClock.wall_ms();
+    let mut mirror_report = None;
+    if let Some(url) = request.mirror {
+        let (store, prefix) = object_store_at("--mirror", url)?;
+        let garbage =
+            sinkpoint::mirror::find_garbage(store.clone(), prefix.clone(), now_wall_ms, request.min_age_ms).await?;
+        let deleted =
+            if request.apply { Some(sinkpoint::mirror::delete_garbage(store, prefix, &garbage).await?) } else { None };
+        mirror_report = Some((url, garbage, deleted));
+    }
+    let mut inbox_report = None;
+    if let Some(url) = request.shared {
+        let job = match (request.job, &mirror_report) {
+            (Some(job), _) => JobId::new(job)?,
+            (None, Some((_, garbage, _))) => garbage.job.clone(),
+            (None, None) => {
+                return Err(Failure::new(Code::Usage, "--shared needs the job: give --job NAME (or --mirror URL)"));
+            }
+        };
+        let (store, prefix) = object_store_at("--shared", url)?;
+        let inbox = Inbox::new(SharedStaging::new(store, prefix.as_ref(), job.clone())?);
+        let garbage = inbox.find_garbage(now_wall_ms, request.grace_ms).await?;
+        let deleted = if request.apply { Some(inbox.delete_garbage(&garbage).await?) } else { None };
+        inbox_report = Some((url, job, garbage, deleted));
+    }
+    if request.json {
+        print_json(&json!({
+            "apply": request.apply,
+            "min_age_ms": request.min_age_ms,
+            "grace_ms": request.grace_ms,
+            "mirror": mirror_report.as_ref().map(|(url, g, d)| mirror_json(url, g, *d)),
+            "inbox": inbox_report.as_ref().map(|(url, job, g, d)| inbox_json(url, job, g, *d)),
+        }));
+    } else {
+        let mut out = String::new();
+        if let Some((url, garbage, deleted)) = &mirror_report {
+            mirror_text(&mut out, url, garbage, *deleted, request.min_age_ms);
+        }
+        if let Some((url, job, garbage, deleted)) = &inbox_report {
+            inbox_text(&mut out, url, job, garbage, *deleted, request.grace_ms);
+        }
+        if !request.apply {
+            let _ = writeln!(out, "dry run: nothing was deleted; run again with --apply to delete what is listed");
+        }
+        print!("{out}");
+    }
+    Ok(Code::Ok)
+}
+
+fn mirror_json(url: &str, g: &MirrorGarbage, deleted: Option<u64>) -> Value {
+    let objects = |list: &[sinkpoint::mirror::MirrorObject]| -> Vec<Value> {
+        list.iter()
+            .map(
+                |o| json!({ "path": o.path.as_ref(), "bytes": o.bytes, "age_ms": o.age_ms, "reason": o.reason.name() }),
+            )
+            .collect()
+    };
+    json!({
+        "url": url, "job": g.job.as_str(), "epoch": g.epoch, "newest_manifest": g.newest_manifest.as_ref(),
+        "base_slot": g.base_slot,
+        "due_count": g.due.len(), "due_bytes": g.due_bytes(), "due": objects(&g.due),
+        "young_count": g.young.len(), "young_bytes": g.young_bytes(), "young": objects(&g.young),
+        "deleted": deleted,
+    })
+}
+
+fn mirror_text(out: &mut String, url: &str, g: &MirrorGarbage, deleted: Option<u64>, min_age_ms: u64) {
+    let _ = writeln!(
+        out,
+        "mirror       {url} (job {}, epoch {}; restores from {} and slot {})",
+        g.job, g.epoch, g.newest_manifest, g.base_slot
+    );
+    let verb = if deleted.is_some() { "deleted     " } else { "would delete" };
+    let _ = writeln!(out, "  {verb} {} objects, {} bytes", g.due.len(), g.due_bytes());
+    let _ = writeln!(
+        out,
+        "  kept         {} objects, {} bytes younger than {}",
+        g.young.len(),
+        g.young_bytes(),
+        duration_text(min_age_ms)
+    );
+    for o in &g.due {
+        let _ = writeln!(
+            out,
+            "    {:<10}  {}  {} bytes  age {}",
+            o.reason.name(),
+            o.path,
+            o.bytes,
+            duration_text(o.age_ms)
+        );
+    }
+}
+
+fn inbox_json(url: &str, job: &JobId, g: &InboxGarbage, deleted: Option<u64>) -> Value {
+    let entries = |list: &[sinkpoint::shared::InboxEntry]| -> Vec<Value> {
+        list.iter()
+            .map(|e| {
+                let winner = match &e.reason {
+                    InboxReason::Lost { winner } => json!({
+                        "worker": winner.worker, "session": format!("{:032x}", winner.session),
+                        "attempt": winner.attempt,
+                    }),
+                    _ => Value::Null,
+                };
+                json!({
+                    "path": e.path.as_ref(), "bytes": e.bytes, "age_ms": e.age_ms, "reason": e.reason.name(),
+                    "winner": winner, "id": e.id.as_ref().map(|i| i.as_str()),
+                    "results": e.results.iter().map(result_json).collect::<Vec<_>>(),
+                })
+            })
+            .collect()
+    };
+    json!({
+        "url": url, "job": job.as_str(),
+        "due_count": g.due.len(), "due_bytes": g.due_bytes(), "due": entries(&g.due),
+        "results_count": g.due.iter().map(|e| e.results.len()).sum::<usize>(),
+        "young_count": g.young.len(), "young_bytes": g.young_bytes(), "young": entries(&g.young),
+        "truncated": g.truncated, "deleted": deleted,
+    })
+}
+
+fn result_json(r: &sinkpoint::WriteResult) -> Value {
+    match std::str::from_utf8(r.bytes()) {
+        Ok(text) => json!({ "format": format!("{:?}", r.format()), "result": text }),
+        Err(_) => {
+            json!({ "format": format!("{:?}", r.format()), "result_hex": crate::render::key_json(r.bytes())["key_hex"] })
+        }
+    }
+}
+
+fn inbox_text(out: &mut String, url: &str, job: &JobId, g: &InboxGarbage, deleted: Option<u64>, grace_ms: u64) {
+    let _ = writeln!(out, "inbox        {url} (job {job})");
+    let verb = if deleted.is_some() { "deleted     " } else { "would delete" };
+    let results: usize = g.due.iter().map(|e| e.results.len()).sum();
+    let _ = writeln!(
+        out,
+        "  {verb} {} entries, {} bytes; their {results} write results name data files to delete",
+        g.due.len(),
+        g.due_bytes()
+    );
+    let _ = writeln!(
+        out,
+        "  kept         {} unclaimed entries, {} bytes younger than {} (their workers may still seal)",
+        g.young.len(),
+        g.young_bytes(),
+        duration_text(grace_ms)
+    );
+    if g.truncated {
+        let _ = writeln!(out, "  (the listing stopped at its limit: run gc again for the rest)");
+    }
+    for e in &g.due {
+        let why = match &e.reason {
+            InboxReason::Lost { winner } => format!("lost to {winner}"),
+            other => other.name().to_string(),
+        };
+        let _ = writeln!(out, "    {}  {} bytes  age {}  {why}", e.path, e.bytes, duration_text(e.age_ms));
+        for r in &e.results {
+            let _ = writeln!(out, "      result {:?} {}", r.format(), key_text(r.bytes()));
+        }
+    }
+}

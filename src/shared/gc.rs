@@ -1,0 +1,198 @@
+//! The operator's collection of a job's inbox (`sinkpoint gc --shared`): entries of attempts that will never be
+//! adopted, which the committer did not clear because it crashed first or because no seal ever came.
+//!
+//! - **Lost** (the claim holds a seal by another session or attempt) and **key claimed** (the claim is another
+//!   checkpoint's key claim, so no attempt of this one can seal): the committer deletes these itself when it
+//!   adopts; a crash between its flush and its deletes leaves them. They can never be adopted (a claim is
+//!   permanent and adoption reads only the seal), so they are due at any age.
+//! - **Unclaimed** (no claim at all): a worker that died before sealing, or one still running. Due only once
+//!   older than the grace period; a younger one is kept, for its worker may still seal, and the committer finds
+//!   a seal only through its inbox entries. Before an unclaimed entry is deleted its claim is read again, and an
+//!   entry a seal now names (its worker sealed late) is kept. A worker that seals after its entries were
+//!   deleted has a seal no committer finds: the grace period must exceed any task's time from stage to seal.
+//! - **Never deleted**: a claim object (fencing and the skip set need every one of them), the winner's entries
+//!   (the committer adopts them), anything outside `<prefix>/jobs/<job>/shared/inbox/`.
+//!
+//! Each due entry's write results are read and reported: the data files they name are garbage too, and the
+//! operator (or a target's own collector) deletes them; this module does not touch the table.
+
+use std::collections::BTreeMap;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use object_store::ObjectMeta;
+use object_store::path::Path;
+
+use super::inbox::{ClaimAt, Inbox, is_winners};
+use super::{SHARED_CONCURRENT_MAX, SealedBy};
+use crate::error::Result;
+use crate::types::{CheckpointId, WriteResult};
+
+/// The default grace period of unclaimed inbox entries, in milliseconds (24 hours): far above any task's time
+/// from stage to seal.
+pub const INBOX_GRACE_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+
+/// The most inbox entries one collection looks at; past it the report says `truncated` and a second run takes
+/// the rest (the first run deleted what it listed).
+pub const INBOX_GC_ENTRIES_MAX: usize = 1_000_000;
+
+/// Why an inbox entry will never be adopted.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum InboxReason {
+    /// Another attempt won the checkpoint's seal.
+    Lost {
+        /// The winner.
+        winner: SealedBy,
+    },
+    /// The checkpoint's claim is another checkpoint's key claim: none of its attempts can seal.
+    KeyClaimed,
+    /// No claim: the worker died before sealing (or is still running, if the entry is younger than the grace).
+    Unclaimed,
+}
+
+impl InboxReason {
+    /// A short name, for reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            InboxReason::Lost { .. } => "lost",
+            InboxReason::KeyClaimed => "key-claimed",
+            InboxReason::Unclaimed => "unclaimed",
+        }
+    }
+}
+
+/// One inbox entry that will never be adopted.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct InboxEntry {
+    /// Its path in the object store.
+    pub path: Path,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Its age by the store's `last_modified`, in milliseconds (0 for a time in the future).
+    pub age_ms: u64,
+    /// Why.
+    pub reason: InboxReason,
+    /// The checkpoint it staged toward (read from the entry; `None` for a kept entry, which is not read).
+    pub id: Option<CheckpointId>,
+    /// Its write results (read only for due entries): delete their data files.
+    pub results: Vec<WriteResult>,
+}
+
+/// What [`Inbox::find_garbage`] found.
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct InboxGarbage {
+    /// Entries that will never be adopted: what [`Inbox::delete_garbage`] deletes.
+    pub due: Vec<InboxEntry>,
+    /// Unclaimed entries younger than the grace period: kept (their workers may still seal).
+    pub young: Vec<InboxEntry>,
+    /// Whether the listing stopped at [`INBOX_GC_ENTRIES_MAX`] entries: run again after deleting.
+    pub truncated: bool,
+}
+
+impl InboxGarbage {
+    /// The bytes of the due entries.
+    pub fn due_bytes(&self) -> u64 {
+        self.due.iter().map(|e| e.bytes).sum()
+    }
+
+    /// The bytes of the kept entries.
+    pub fn young_bytes(&self) -> u64 {
+        self.young.iter().map(|e| e.bytes).sum()
+    }
+}
+
+fn age_ms(now_wall_ms: u64, meta: &ObjectMeta) -> u64 {
+    now_wall_ms.saturating_sub(u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0))
+}
+
+impl Inbox {
+    /// Lists the inbox entries that will never be adopted (see `shared::gc`'s rules): lost and key-claimed
+    /// ones at any age, unclaimed ones at least `grace_ms` old at `now_wall_ms` (milliseconds since the Unix
+    /// epoch, compared with the store's `last_modified`); younger unclaimed ones are reported as kept. Reads
+    /// one claim per checkpoint and each due entry; deletes nothing.
+    pub async fn find_garbage(&self, now_wall_ms: u64, grace_ms: u64) -> Result<InboxGarbage> {
+        let shared = &self.shared;
+        let root = shared.inbox_root();
+        let listed = shared.list(&root, INBOX_GC_ENTRIES_MAX).await?;
+        let truncated = listed.len() >= INBOX_GC_ENTRIES_MAX;
+        let mut groups: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
+        for meta in listed {
+            let parts: Vec<_> = meta.location.prefix_match(&root).map(|p| p.collect()).unwrap_or_default();
+            if let [hash, _name] = parts.as_slice() {
+                groups.entry(hash.as_ref().to_owned()).or_default().push(meta);
+            }
+        }
+        let claims: Vec<(Option<ClaimAt>, Vec<ObjectMeta>)> = futures::stream::iter(groups)
+            .map(|(hash, entries)| async move { Ok::<_, crate::Error>((self.read_seal(&hash).await?, entries)) })
+            .buffered(SHARED_CONCURRENT_MAX)
+            .try_collect()
+            .await?;
+        let mut report = InboxGarbage { truncated, ..InboxGarbage::default() };
+        for (claim, entries) in claims {
+            for meta in entries {
+                let reason = match &claim {
+                    Some(ClaimAt::Seal(seal)) if is_winners(&meta.location, seal) => continue,
+                    Some(ClaimAt::Seal(seal)) => InboxReason::Lost {
+                        winner: SealedBy {
+                            worker: seal.author.worker.clone(),
+                            session: seal.author.session,
+                            attempt: seal.attempt,
+                        },
+                    },
+                    Some(ClaimAt::KeyClaim) => InboxReason::KeyClaimed,
+                    None => InboxReason::Unclaimed,
+                };
+                let age_ms = age_ms(now_wall_ms, &meta);
+                let entry =
+                    InboxEntry { path: meta.location, bytes: meta.size, age_ms, reason, id: None, results: vec![] };
+                if entry.reason == InboxReason::Unclaimed && age_ms < grace_ms {
+                    report.young.push(entry);
+                } else {
+                    report.due.push(entry);
+                }
+            }
+        }
+        let staged: Vec<_> = futures::stream::iter(&report.due)
+            .map(|entry| self.read_staged(&entry.path))
+            .buffered(SHARED_CONCURRENT_MAX)
+            .try_collect()
+            .await?;
+        for (entry, staged) in report.due.iter_mut().zip(staged) {
+            if let Some(staged) = staged {
+                entry.id = Some(staged.id);
+                entry.results = staged.results;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Deletes the due entries of `garbage` (found by [`Inbox::find_garbage`] on this inbox), never a claim.
+    /// An unclaimed entry's claim is read again first, and an entry a seal now names (its worker sealed since the
+    /// report) is kept. Returns how many entries were deleted.
+    pub async fn delete_garbage(&self, garbage: &InboxGarbage) -> Result<u64> {
+        let shared = &self.shared;
+        let root = shared.inbox_root();
+        let mut paths = Vec::new();
+        for entry in &garbage.due {
+            let parts: Vec<_> = entry.path.prefix_match(&root).map(|p| p.collect()).unwrap_or_default();
+            let [hash, _name] = parts.as_slice() else {
+                return Err(crate::Error::invalid_input(format!(
+                    "{} is not an entry of the inbox {root}: the report is of another job",
+                    entry.path
+                )));
+            };
+            if entry.reason == InboxReason::Unclaimed
+                && let Some(ClaimAt::Seal(seal)) = self.read_seal(hash.as_ref()).await?
+                && is_winners(&entry.path, &seal)
+            {
+                continue;
+            }
+            paths.push(entry.path.clone());
+        }
+        let deleted = paths.len() as u64;
+        shared.delete_all(paths).await?;
+        Ok(deleted)
+    }
+}
