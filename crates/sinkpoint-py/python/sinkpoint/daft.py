@@ -51,8 +51,8 @@ not counted here), as :meth:`LanceSink.run` makes them (``tests/test_requests.py
   input). With ``check_processed_in_worker``, 1 more (a read of the input's claim) before the input is written.
   Besides: 1 footer read of the input (on the inputs' store) for its row count, unless ``row_counts`` gives it.
 - Driver, per input: 1 (adopt reads each sealed checkpoint's claim). Per run: 2 inbox listings (the adopt before
-  pruning and the one in ``finalize``; 1 more per 1,000 entries) and the bulk deletes of the adopted entries (the
-  core spreads them over up to 16 concurrent bulk requests: 13 for 50 entries). Pruning itself is free: after the
+  pruning and the one in ``finalize``; 1 more per 1,000 entries) and the bulk deletes of the adopted entries (1 per
+  1,000 entries). Pruning itself is free: after the
   adopt every sealed input is in the driver's store, which answers locally.
 - Mirror (``mirror_url``): the store's open under a new epoch (6 requests on a new mirror; a reopen also reads the
   WAL segments since the last snapshot), 1 put per WAL group of the adoptions (the core adopts up to 16 seals at
@@ -60,8 +60,8 @@ not counted here), as :meth:`LanceSink.run` makes them (``tests/test_requests.py
   (its intent, its mark).
 - A rerun of a finished job: the store's open, nothing else (no worker, no staging request).
 
-So a fresh run costs 3 requests per input, plus the adoption groups and a constant per run: measured 3.6 per input
-for 50 inputs, 3.4 for 100, 3.2 for 200 (before: 5.8 for 50, with a claim read per input by the driver's pruning
+So a fresh run costs 3 requests per input, plus the adoption groups and a constant per run: measured 3.34 per input
+for 50 inputs, 3.17 for 200 (``tests/test_requests.py``; before: 5.8 for 50, with a claim read per input by the driver's pruning
 and by each worker, and the store opened twice). An attempt that loses its seal (a racing driver, a Ray retry of a
 task whose worker died after sealing) costs 2 more (it reads the winner's claim and deletes its inbox entry) and
 its fragment is garbage.
