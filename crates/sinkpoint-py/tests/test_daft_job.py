@@ -1,9 +1,11 @@
 """examples/daft_lance_job.py end to end, in real processes: one run writes every row once, a rerun of a finished
 job does nothing, every crash point and kill -9 at random moments is finished by a rerun with 0 duplicates and 0
-missing, two drivers started 0.5 s apart write no duplicate, and a Ray run finishes. (The object-store requests of
-a run are counted in test_requests.py.)
+missing, two drivers started 0.5 s apart write no duplicate, a Ray run finishes, and so does a Ray run killed -9
+(every process of its session) at random moments and rerun. (The object-store requests of a run are counted in
+test_requests.py.)
 
-Knobs: SINKPOINT_DAFT_TRIALS (kill trials, default 10), SINKPOINT_DAFT_SEED (default 20240601).
+Knobs: SINKPOINT_DAFT_TRIALS (kill trials, default 10), SINKPOINT_DAFT_SEED (default 20240601); for the kills of
+every process of a Ray run, SINKPOINT_RAY_KILL_TRIALS (default 4) and SINKPOINT_PY_SEED (default random, printed).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,3 +198,210 @@ def test_a_ray_run_with_a_worker_crash_finishes(tmp_path):
         print(f"the Ray run failed ({p.returncode}); rerunning")
         p = _run(tmp_path, "--runner", "ray", timeout=600, inputs=10, rows=500)
     _ok(p, rows=5000)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# kill -9 of every process of a Ray run's session
+#
+# With --runner ray the example starts a local Ray instance. Its gcs_server, raylet, dashboard, monitor,
+# log_monitor and the raylet's agents stay in the driver's process group and session, but Ray puts every worker
+# (default_worker.py, retitled ray::<task>) in a process group of its own, still in the driver's session: a kill
+# of the driver's process group would miss the workers (they go on writing fragments for seconds after such a kill,
+# until they notice that their raylet is gone). So the test kills by session id and, in case a Ray process left the
+# session (setsid), by a marker in the environment that every process of the run inherits (a safety net only: a
+# process that sets a long title, like Ray's agents, may overwrite its /proc environ) or by the Ray temp dir of the
+# run in its command line: each run gets one of its own (RAY_TMPDIR), so its session dir and address file are its own.
+
+RAY_KILL_TRIALS = int(os.environ.get("SINKPOINT_RAY_KILL_TRIALS", "4"))
+RAY_INPUTS, RAY_ROWS = 20, 500
+RAY_EXTRA = ("--runner", "ray", "--delay-ms", "15")
+RAY_MARK = "SINKPOINT_RAY_KILL_MARK"
+
+
+def _procs(sid: int, mark: str, temp: str):
+    """{pid: (pgid, session, marked, cmdline)} of the live (not zombie) processes in session ``sid``, or with
+    ``mark`` in their environment, or naming the Ray temp dir ``temp`` in their command line."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
+            state, pgid, session = fields[0], int(fields[2]), int(fields[3])
+            if state in ("Z", "X") or pid == os.getpid():
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    marked = f"{RAY_MARK}={mark}".encode() in f.read().split(b"\0")
+            except OSError:
+                marked = False
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if session == sid or marked or temp in cmdline:
+            found[pid] = (pgid, session, marked, cmdline)
+    return found
+
+
+def _kill_all(sid: int, mark: str, temp: str, grace: float = 10.0):
+    """SIGKILL every process of the run (its session, each one with its marker or temp dir; the driver's group
+    first), again until none is left; the processes found at the first pass (pid: (pgid, session, marked,
+    cmdline); a look at /proc takes a few ms). Fails if one survives ``grace`` seconds."""
+    first = _procs(sid, mark, temp)
+    if sid > 0:
+        try:
+            os.killpg(sid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace
+    left = first
+    while left:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+        left = _procs(sid, mark, temp)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes of the killed Ray run survive SIGKILL: {left}")
+    return first
+
+
+def _ray_env(mark: str, temp: str):
+    return {**os.environ, RAY_MARK: mark, "RAY_TMPDIR": temp}
+
+
+def _layout(directory: Path):
+    """(fragments in the table, claims (one per sealed input), the table's versions) on disk now."""
+    def n(path: Path, suffix: str = "") -> int:
+        try:
+            return sum(name.endswith(suffix) for name in os.listdir(path))
+        except OSError:
+            return 0
+
+    claims = directory / "staging" / "jobs" / "daft-lance-job" / "shared" / "claims"
+    return n(directory / "table.lance" / "data"), n(claims), n(directory / "table.lance" / "_versions", ".manifest")
+
+
+def _wait_for(proc: subprocess.Popen, directory: Path, done, timeout: float) -> bool:
+    """Polls the job's directory until ``done(layout)`` (True), or the process ended or ``timeout`` passed (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if done(_layout(directory)):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_kill_9_of_every_process_of_a_ray_run_at_random_moments_then_a_rerun(tmp_path, seed):
+    pytest.importorskip("ray")
+    import tempfile
+    import uuid
+
+    rng = random.Random(seed)
+    # Short temp dirs: Ray's unix sockets live under them (108 bytes at most for a socket path).
+    temps = []
+
+    def temp_dir() -> str:
+        temps.append(tempfile.mkdtemp(prefix="sp-ray-", dir="/tmp"))
+        return temps[-1]
+
+    def start(directory: Path, mark: str, temp: str) -> subprocess.Popen:
+        return subprocess.Popen(_cmd(directory, *RAY_EXTRA, inputs=RAY_INPUTS, rows=RAY_ROWS),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env=_ray_env(mark, temp))
+
+    runs = []  # (Popen or None, mark, temp) of every run, for the cleanup
+    try:
+        # Calibrate: when a clean Ray run here writes its first fragment, has sealed every input, ends.
+        directory, mark, temp = tmp_path / "calibrate", uuid.uuid4().hex, temp_dir()
+        t0 = time.monotonic()
+        proc = start(directory, mark, temp)
+        runs.append((proc, mark, temp))
+        _wait_for(proc, directory, lambda l: l[0] > 0, 300)
+        t_first = time.monotonic() - t0
+        _wait_for(proc, directory, lambda l: l[1] >= RAY_INPUTS, 300)
+        t_sealed = time.monotonic() - t0
+        _wait_for(proc, directory, lambda l: l[2] >= 2, 300)
+        t_commit = time.monotonic() - t0
+        assert proc.wait(timeout=300) == 0, "the clean Ray run failed"
+        t_end = time.monotonic() - t0
+        assert _count(directory, RAY_INPUTS, RAY_ROWS) == (RAY_INPUTS * RAY_ROWS, 0, 0)
+        left = _procs(proc.pid, mark, temp)
+        assert not left, f"a clean Ray run left processes behind: {left}"
+        print(f"\nclean Ray run: first fragment {t_first:.2f} s, every input sealed {t_sealed:.2f} s, "
+              f"committed {t_commit:.2f} s, exit {t_end:.2f} s")
+
+        # Kill moments across the run, one phase after the other (from a seeded start): before the first fragment
+        # (Ray starting, the inputs read), mid-write (after the first fragment), around finalize and the commit
+        # (from the last but one seal to 1.5 times as long as a seal and the commit took in the clean run, ~100 ms
+        # in all: the last seal, Daft collects the results, the driver adopts and commits), and after the commit (the table's version 2 is on disk; the driver
+        # reports, Ray shuts down). Version 1 is the empty table run() creates.
+        phases = ["startup", "write", "finalize", "committed"]
+        offset = rng.randrange(len(phases))
+        results = []
+        for trial in range(RAY_KILL_TRIALS):
+            phase = phases[(offset + trial) % len(phases)]
+            directory, mark, temp = tmp_path / f"trial-{trial}", uuid.uuid4().hex, temp_dir()
+            t0 = time.monotonic()
+            proc = start(directory, mark, temp)
+            runs.append((proc, mark, temp))
+            if phase == "startup":
+                delay = rng.uniform(0.3, t_first)
+            elif phase == "write":
+                _wait_for(proc, directory, lambda l: l[0] > 0, 300)
+                delay = rng.uniform(0.0, max(0.1, t_sealed - t_first))
+            elif phase == "finalize":
+                _wait_for(proc, directory, lambda l: l[1] >= RAY_INPUTS - 1, 300)
+                delay = rng.uniform(0.0, 1.5 * (t_commit - t_sealed + (t_sealed - t_first) / RAY_INPUTS))
+            else:
+                _wait_for(proc, directory, lambda l: l[2] >= 2, 300)
+                delay = rng.uniform(0.0, 1.1 * max(0.2, t_end - t_commit))
+            try:
+                proc.wait(timeout=delay)
+                exited = proc.returncode
+            except subprocess.TimeoutExpired:
+                exited = None
+            at = time.monotonic() - t0
+            killed = _kill_all(proc.pid, mark, temp)
+            layout = _layout(directory)
+            proc.wait(timeout=30)
+            outside = sorted({c.split()[0].rsplit("/", 1)[-1] if c else "?"
+                              for g, _, _, c in killed.values() if g != proc.pid})
+            in_session = sum(s == proc.pid for _, s, _, _ in killed.values())
+            marked = sum(m for _, _, m, _ in killed.values())
+            unmarked = sorted({c[:60] for _, _, m, c in killed.values() if not m})
+            # Nothing of the killed run is left: not in its session, not with its marker, not in its temp dir.
+            assert not _procs(proc.pid, mark, temp)
+            rows, dups, missing = _count(directory, RAY_INPUTS, RAY_ROWS)
+            what = (f"trial {trial}: {phase}, kill at {at:.2f} s (fragments {layout[0]}, seals {layout[1]}, "
+                    f"Lance versions {layout[2]}{', after the exit' if exited is not None else ''}): "
+                    f"{len(killed)} processes killed ({in_session} in the driver's session, {marked} with the marker"
+                    f"{' ' + str(unmarked) if unmarked else ''}), "
+                    f"{sum(g != proc.pid for g, _, _, _ in killed.values())} outside the driver's group "
+                    f"{outside}; table before the rerun: {rows} rows, {dups} duplicates")
+            assert dups == 0, what
+            # The rerun: the native runner, and Ray every other trial.
+            runner = "ray" if trial % 2 else "native"
+            rmark, rtemp = uuid.uuid4().hex, temp_dir()
+            rerun_cmd = _cmd(directory, "--runner", runner, inputs=RAY_INPUTS, rows=RAY_ROWS)
+            p = subprocess.run(rerun_cmd, capture_output=True, text=True, timeout=300, start_new_session=True,
+                               env=_ray_env(rmark, rtemp))
+            runs.append((None, rmark, rtemp))
+            _ok(p, rows=RAY_INPUTS * RAY_ROWS)
+            assert _count(directory, RAY_INPUTS, RAY_ROWS) == (RAY_INPUTS * RAY_ROWS, 0, 0), what
+            what += f"; rerun ({runner}): {RAY_INPUTS * RAY_ROWS} rows, 0 duplicates, 0 missing"
+            print(what, flush=True)
+            results.append(phase)
+        print(f"seed {seed}: {len(results)} trials, phases {results}")
+    finally:
+        for proc, mark, temp in runs:
+            # By the session too while the driver lives (its pid is its session's id only until then).
+            _kill_all(proc.pid if proc is not None and proc.poll() is None else -1, mark, temp)
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
