@@ -22,14 +22,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("daft")
-pytest.importorskip("lance")
-try:
-    import sinkpoint._sinkpoint  # noqa: F401
-except ImportError:
-    pytest.skip("sinkpoint._sinkpoint is not built (maturin develop)", allow_module_level=True)
+from _support import EXAMPLE, require_daft_and_the_binding
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "daft_lance_job.py"
+require_daft_and_the_binding()
 INPUTS, ROWS = 20, 500
 LAST = re.compile(r"^table: (\d+) rows, (\d+) duplicates, (\d+) missing$")
 TRIALS = int(os.environ.get("SINKPOINT_DAFT_TRIALS", "10"))

@@ -41,14 +41,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("daft")
-pytest.importorskip("lance")
-try:
-    import sinkpoint._sinkpoint  # noqa: F401
-except ImportError:
-    pytest.skip("sinkpoint._sinkpoint is not built (maturin develop)", allow_module_level=True)
+from _support import EXAMPLE, require_daft_and_the_binding
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "daft_lance_job.py"
+require_daft_and_the_binding()
 ENDPOINT = os.environ.get("SINKPOINT_S3_ENDPOINT")
 INPUTS, ROWS = 50, 200
 #: The honest bound at 50 inputs (measured 3.34): 3 per input plus the per-run requests listed above. Daft 0.7.26's
