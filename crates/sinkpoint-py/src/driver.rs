@@ -113,7 +113,9 @@ impl PyDriver {
         }
         let opened = Arc::new(self.open(py)?);
         let mut slot = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Two Python threads racing the first call: the second open was fenced by... itself; keep the first.
+        // The lock is not held across the open: the open releases the GIL, and a thread waiting on this lock holds
+        // it (a deadlock). Two threads racing the first call both open; the loser's open of the same file fails
+        // with AlreadyOpen (redb's lock) and that call raises it; the winner's store is kept.
         Ok(slot.get_or_insert(opened).clone())
     }
 

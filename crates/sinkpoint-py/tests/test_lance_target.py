@@ -173,24 +173,34 @@ def test_an_empty_commit_lands_its_key_with_no_rows(uri):
 # Races: the fence
 
 
+def after_first_key_check(monkeypatch, action):
+    """Runs ``action(commit, outcome)`` right after the first key check (between the check and the commit);
+    returns the list of read versions every key check was made at."""
+    real_check = sl._key_check
+    checks = []
+
+    def intercepted(dataset, c, read_version):
+        checks.append(read_version)
+        outcome = real_check(dataset, c, read_version)
+        if len(checks) == 1:
+            action(c, outcome)
+        return outcome
+
+    monkeypatch.setattr(sl, "_key_check", intercepted)
+    return checks
+
+
 def test_a_racing_send_of_the_same_key_from_the_same_read_version_is_refused(uri, monkeypatch):
     target = sl.LanceTarget(uri)
     v0 = target.version()
     commit = commit_of(uri, 0, ["a"], [1, 2, 3], prepared_version=v0)
-    real_check = sl._key_check
-    checks = []
+    def another_send_lands_first(c, outcome):
+        # Between this attempt's key check (at v0) and its commit, a second send of the same key checks the same
+        # v0 and lands at v0 + 1.
+        assert outcome is None
+        assert target.commit(c) == "committed"
 
-    def another_send_lands_first(dataset, c, read_version):
-        checks.append(read_version)
-        outcome = real_check(dataset, c, read_version)
-        if len(checks) == 1:
-            # Between this attempt's key check (at v0) and its commit, a second send of the same key checks the
-            # same v0 and lands at v0 + 1.
-            assert outcome is None
-            assert target.commit(c) == "committed"
-        return outcome
-
-    monkeypatch.setattr(sl, "_key_check", another_send_lands_first)
+    checks = after_first_key_check(monkeypatch, another_send_lands_first)
 
     # Lance rebases the first send onto v0 + 1 (it would land at v0 + 2); the fence refuses it, the retry's key
     # check finds our own commit.
@@ -205,17 +215,7 @@ def test_a_foreign_commit_after_the_key_check_is_retried_at_the_next_version(uri
     target = sl.LanceTarget(uri)
     v0 = target.version()
     commit = commit_of(uri, 0, ["a"], [1, 2, 3], prepared_version=v0)
-    real_check = sl._key_check
-    checks = []
-
-    def foreign_commit_after_check(dataset, c, read_version):
-        checks.append(read_version)
-        outcome = real_check(dataset, c, read_version)
-        if len(checks) == 1:
-            foreign_append(uri, [9])
-        return outcome
-
-    monkeypatch.setattr(sl, "_key_check", foreign_commit_after_check)
+    checks = after_first_key_check(monkeypatch, lambda c, outcome: foreign_append(uri, [9]))
     fences = []
 
     class RecordedFence(sl._NextVersionOnly):
