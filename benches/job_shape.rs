@@ -1,6 +1,7 @@
 //! The whole job shape of issue 15: N inputs of 1,000 rows, one data file each, one final table commit; plain
 //! (no checkpoints) vs checkpointed through sinkpoint (`is_processed`, then `stage_and_seal` per input, then
-//! `Committer::finish`), with 1 and 8 workers, the mirror on a local directory (synchronous) or off. Cost per
+//! `Committer::finish`), with 1 and 8 workers, the mirror on a local directory (synchronous or asynchronous) or
+//! off. Cost per
 //! input = (checkpointed − plain) / N, both measured in the same run; the goal is 1/20 of Daft 0.7.26's 17.4 ms
 //! with one worker (0.87 ms) and 0.45 ms with 8.
 //!
@@ -15,7 +16,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::{
     Attempt, CheckpointId, CommitKey, Committer, DirTable, JobId, Part, StagePart, Store, Target, TargetCommit,
 };
@@ -58,15 +59,37 @@ async fn plain(dir: &std::path::Path, n: usize, workers: usize) -> Duration {
     started.elapsed()
 }
 
+/// Where the checkpointed job's store is mirrored.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mirror {
+    Synchronous,
+    Asynchronous,
+    Off,
+}
+
+impl Mirror {
+    fn describe(self) -> &'static str {
+        match self {
+            Mirror::Synchronous => "mirror on a local dir, synchronous",
+            Mirror::Asynchronous => "mirror on a local dir, asynchronous",
+            Mirror::Off => "no mirror",
+        }
+    }
+}
+
 /// The same job checkpointed: each input skipped if processed, else written and staged-and-sealed; then finish.
-async fn checkpointed(dir: &std::path::Path, n: usize, workers: usize, mirror: bool) -> Duration {
+async fn checkpointed(dir: &std::path::Path, n: usize, workers: usize, mirror: Mirror) -> Duration {
     let table = DirTable::local(dir.join("table")).unwrap();
     let started = Instant::now();
     let mut builder = Store::builder(JobId::new("ckpt").unwrap(), target()).path(dir.join("sink.redb"));
-    if mirror {
+    if mirror != Mirror::Off {
         std::fs::create_dir_all(dir.join("mirror")).unwrap();
         let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.join("mirror")).unwrap().with_fsync(true);
-        builder = builder.mirror(Arc::new(fs), object_store::path::Path::from("m"), MirrorSettings::default());
+        let mut settings = MirrorSettings::default();
+        if mirror == Mirror::Asynchronous {
+            settings.mode = MirrorMode::Asynchronous { lag_batches_max: 1024, lag_ms_max: 10_000 };
+        }
+        builder = builder.mirror(Arc::new(fs), object_store::path::Path::from("m"), settings);
     }
     let store = Arc::new(builder.open().await.unwrap());
     let tasks = (0..workers).map(|w| {
@@ -103,7 +126,7 @@ fn main() {
     let (sizes, runs): (&[usize], usize) = if quick { (&[20], 1) } else { (&[50, 1000], 3) };
     for &n in sizes {
         for workers in [1usize, 8] {
-            for mirror in [true, false] {
+            for mirror in [Mirror::Synchronous, Mirror::Asynchronous, Mirror::Off] {
                 let mut plain_t = Vec::new();
                 let mut ckpt_t = Vec::new();
                 for _ in 0..runs {
@@ -117,7 +140,7 @@ fn main() {
                 let name = format!(
                     "cost per input / goal, N = {n}, {workers} worker{}, {}",
                     if workers == 1 { "" } else { "s" },
-                    if mirror { "mirror on a local dir" } else { "no mirror" }
+                    mirror.describe()
                 );
                 let figures =
                     format!("{per_input_ms:.3} ms per input (plain {}, checkpointed {})", fmt_dur(p), fmt_dur(c));

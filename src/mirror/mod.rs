@@ -2,15 +2,16 @@
 //! when the local file is gone, and the one place where a stale writer is fenced.
 //!
 //! - **Objects** (see `mirror::layout` for the keys, `mirror::format` for the bytes): epoch claims and their updates in
-//!   `manifest/`, one segment per committed group in the dense slots of `wal/`, periodic images of the state in
+//!   `manifest/`, segments of one or more committed groups in the dense slots of `wal/`, periodic images of the state in
 //!   `snapshot/`. All are written once, with `PutMode::Create`.
 //! - **Takeover** (`open`): read the slots up to the first absent one, reconcile the local file with them (or
 //!   restore it), claim the next epoch, re-list the manifests (redoing the read from any newer base a racing
 //!   collection may use), and put a fence (a segment holding this writer's `Open` record) in the first absent
 //!   slot. A zombie's next segment finds its slot taken by a higher epoch and stops with `Fenced`.
-//! - **Shipping** (`ship`): the writer thread hands every committed group to an uploader as one object, waits
-//!   for it when the mode or a commit-protocol record says so, snapshots every so many records, and deletes what
-//!   the newest manifest no longer references after a minimum age.
+//! - **Shipping** (`ship`): the writer thread hands every committed group to an uploader and goes on; the
+//!   uploader puts one segment at a time holding every group queued behind the last put, and sends the acks the
+//!   mode or a commit-protocol record held back when their group lands; snapshots every so many records, and
+//!   deletes what the newest manifest no longer references after a minimum age.
 //! - **Reading without the local file**: [`MirrorView`].
 //! - **The operator's collection** ([`find_garbage`], [`delete_garbage`]): what a dead writer's own collection
 //!   never reached, by the same rules.

@@ -1,10 +1,14 @@
-//! Shipping: the writer thread's side of the mirror. Each committed group becomes one segment, put by an
-//! uploader thread in slot order; the writer waits for it when the mode or a commit-protocol record says so, and
-//! waits for room when the asynchronous lag bound is reached. A maintenance thread makes snapshots (only once
-//! every slot before them is in the mirror), writes the manifest update that references each, and, after the
-//! minimum age, deletes what the newest manifest no longer references.
+//! Shipping: the writer thread's side of the mirror. The writer hands each committed group to an uploader
+//! thread with a ticket and goes on; the uploader puts one segment at a time, in slot order, and a segment holds
+//! every group that was queued when its put began (the groups committed while the previous put was in flight),
+//! so a slow object store costs fewer, larger puts rather than a serialised job. Calls whose acks must wait for
+//! the mirror (every call in synchronous mode; commit-protocol records in any mode) are answered by the
+//! uploader when their group lands, in ticket order. The writer waits only for room (the asynchronous lag
+//! bound, or [`MIRROR_GROUPS_IN_FLIGHT_MAX`]). A maintenance thread makes snapshots (a group after which a
+//! snapshot is due ends its segment, so the snapshot names the next slot), writes the manifest update that
+//! references each, and, after the minimum age, deletes what the newest manifest no longer references.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -14,7 +18,10 @@ use object_store::ObjectMeta;
 use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
-use crate::limits::MIRROR_SNAPSHOT_CHUNK_BYTES_MAX;
+use crate::limits::{
+    MIRROR_GROUPS_IN_FLIGHT_MAX, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
+    MIRROR_TAIL_SEGMENT_BYTES_MAX,
+};
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
     EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot_chunk,
@@ -26,7 +33,7 @@ use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::{MirrorLag, MirrorMode, MirrorSettings, snapshot};
 use crate::types::{Epoch, JobId, TargetIdentity};
 use crate::wal::tables::Meta;
-use crate::wal::writer::{Shared, Shipper};
+use crate::wal::writer::{Ack, Shared, Shipped, Shipper};
 
 /// Why the mirror stopped taking segments.
 #[derive(Clone, Debug)]
@@ -45,19 +52,39 @@ impl Failure {
     }
 }
 
+/// A committed group handed to the uploader.
+struct Group {
+    ticket: u64,
+    first_seq: u64,
+    frames: Vec<Vec<u8>>,
+    /// A snapshot of the state right after this group is due: the segment holding it ends with it.
+    cut: bool,
+}
+
+impl Group {
+    fn bytes(&self) -> usize {
+        self.frames.iter().map(Vec::len).sum()
+    }
+}
+
 #[derive(Debug)]
 struct Queued {
-    slot: u64,
+    ticket: u64,
     records: u64,
     at_ms: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct ProgressState {
-    /// Groups handed to the uploader and not yet in the mirror, in slot order.
+    /// Groups handed to the uploader and not yet in the mirror, in ticket order.
     queued: VecDeque<Queued>,
-    /// The highest slot in the mirror put by this writer (every slot before it is there too).
-    mirrored: Option<u64>,
+    /// The highest ticket in the mirror (every lower one is there too); 0 before the first.
+    mirrored: u64,
+    /// The slot of each segment that ended with a cut group, by that group's ticket, until the maintenance
+    /// thread takes it for its snapshot.
+    cuts: BTreeMap<u64, u64>,
+    /// Held-back acks, in ticket order.
+    acks: VecDeque<(u64, Ack)>,
     failure: Option<Failure>,
     /// The lowest sequence number the local log must keep.
     keep_from: u64,
@@ -78,8 +105,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     fn new(start: &ShipperStart) -> Self {
-        let state =
-            ProgressState { keep_from: start.keep_from, mirrored: Some(start.fence_slot), ..ProgressState::default() };
+        let state = ProgressState { keep_from: start.keep_from, ..ProgressState::default() };
         Self {
             state: Mutex::new(state),
             changed: Condvar::new(),
@@ -153,24 +179,28 @@ impl Progress {
         }
     }
 
-    fn wait_mirrored(&self, slot: u64) -> Result<()> {
+    /// Waits until the cut group `ticket` is in the mirror; the slot of the segment it ended.
+    fn wait_cut(&self, ticket: u64) -> Result<u64> {
         let mut state = self.lock();
         loop {
             Self::check(&state)?;
-            if state.mirrored.is_some_and(|m| m >= slot) {
-                return Ok(());
+            if let Some(slot) = state.cuts.remove(&ticket) {
+                return Ok(slot);
             }
             state = self.wait(state);
         }
     }
 
     fn wait_room(&self, mode: MirrorMode) -> Result<()> {
-        let MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } = mode else { return Ok(()) };
+        let (groups_max, lag_ms_max) = match mode {
+            MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } => (lag_batches_max.max(1) as usize, lag_ms_max),
+            MirrorMode::Synchronous => (MIRROR_GROUPS_IN_FLIGHT_MAX, u64::MAX),
+        };
         let mut state = self.lock();
         loop {
             Self::check(&state)?;
             let now = self.clock.now_ms();
-            let full = state.queued.len() >= lag_batches_max.max(1) as usize;
+            let full = state.queued.len() >= groups_max;
             let old = state.queued.front().is_some_and(|q| now.saturating_sub(q.at_ms) >= lag_ms_max);
             if !full && !old {
                 return Ok(());
@@ -179,18 +209,48 @@ impl Progress {
         }
     }
 
-    fn push(&self, slot: u64, records: u64) {
+    fn push(&self, ticket: u64, records: u64) {
         let at_ms = self.clock.now_ms();
-        self.lock().queued.push_back(Queued { slot, records, at_ms });
+        self.lock().queued.push_back(Queued { ticket, records, at_ms });
     }
 
-    fn landed(&self, slot: u64) {
+    /// Runs `ack` once `ticket` is in the mirror, or at once if it is (or the mirror failed).
+    fn ack_when_mirrored(&self, ticket: u64, ack: Ack) {
         let mut state = self.lock();
-        debug_assert_eq!(state.queued.front().map(|q| q.slot), Some(slot));
-        state.queued.pop_front();
-        state.mirrored = Some(slot);
+        let landed = match state.failure {
+            Some(_) => false,
+            None if state.mirrored >= ticket => true,
+            None => {
+                debug_assert!(state.acks.back().is_none_or(|(t, _)| *t < ticket), "acks out of ticket order");
+                state.acks.push_back((ticket, ack));
+                return;
+            }
+        };
+        drop(state);
+        ack(landed);
+    }
+
+    /// The segment at `slot`, holding every group up to `ticket`, is in the mirror.
+    fn landed(&self, ticket: u64, slot: u64, cut: bool) {
+        let mut state = self.lock();
+        debug_assert!(state.queued.front().is_some_and(|q| q.ticket <= ticket), "landed a group not queued");
+        while state.queued.front().is_some_and(|q| q.ticket <= ticket) {
+            state.queued.pop_front();
+        }
+        state.mirrored = ticket;
+        if cut {
+            state.cuts.insert(ticket, slot);
+        }
+        let mut due = Vec::new();
+        while state.acks.front().is_some_and(|(t, _)| *t <= ticket) {
+            due.extend(state.acks.pop_front());
+        }
         drop(state);
         self.changed.notify_all();
+        // Outside the lock: an ack only sends replies, but it must not wait on anything holding it.
+        for (_, ack) in due {
+            ack(true);
+        }
     }
 
     fn fail(&self, failure: Failure) {
@@ -206,8 +266,12 @@ impl Progress {
             }
             state.failure = Some(failure);
         }
+        let refused = std::mem::take(&mut state.acks);
         drop(state);
         self.changed.notify_all();
+        for (_, ack) in refused {
+            ack(false);
+        }
     }
 
     fn failed(&self) -> bool {
@@ -253,13 +317,84 @@ fn put_segment(remote: &Remote, slot: u64, bytes: &Bytes, epoch: Epoch) -> std::
     }
 }
 
-enum Upload {
-    Segment { slot: u64, bytes: Bytes },
+enum Maintenance {
+    /// A snapshot of `txn`, the state right after the cut group `ticket` (`next_seq` is the next record's).
+    Snapshot {
+        ticket: u64,
+        next_seq: u64,
+        txn: Box<ReadTransaction>,
+    },
+    Tick,
 }
 
-enum Maintenance {
-    Snapshot { slot: u64, next_seq: u64, txn: Box<ReadTransaction> },
-    Tick,
+/// The uploader: one put in flight at a time, slots in order, each segment holding every group queued when its
+/// put began (up to a cut, [`MIRROR_TAIL_SEGMENT_BYTES_MAX`] and [`MIRROR_SEGMENT_FRAMES_MAX`]).
+///
+/// Why not several puts in flight: slot `s + 1` could land while slot `s` failed, and a takeover, which fences
+/// at the first free slot, would then meet this writer's `s + 1` beyond its fence — a lower epoch where only
+/// its own may be, indistinguishable from an altered mirror. One put at a time keeps the mirror a dense prefix
+/// of the log; folding the queue into that put gives the same throughput against a slow store.
+struct Uploader {
+    remote: Arc<Remote>,
+    progress: Arc<Progress>,
+    epoch: Epoch,
+    writer_tag: u128,
+    next_slot: u64,
+    /// A group taken from the queue that did not fit the last segment.
+    carried: Option<Group>,
+}
+
+impl Uploader {
+    fn run(mut self, groups: &mpsc::Receiver<Group>) {
+        while let Some(first) = self.carried.take().or_else(|| groups.recv().ok()) {
+            let batch = self.fill(first, groups);
+            if self.progress.failed() {
+                continue;
+            }
+            let slot = self.next_slot;
+            let last = batch.last().map_or(0, |g| g.ticket);
+            let cut = batch.last().is_some_and(|g| g.cut);
+            match self.put(slot, batch) {
+                Ok(()) => {
+                    self.next_slot += 1;
+                    self.progress.landed(last, slot, cut);
+                }
+                Err(failure) => self.progress.fail(failure),
+            }
+        }
+    }
+
+    /// `first` and every group queued behind it that fits one segment.
+    fn fill(&mut self, first: Group, groups: &mpsc::Receiver<Group>) -> Vec<Group> {
+        let (mut bytes, mut frames) = (first.bytes(), first.frames.len());
+        let mut batch = vec![first];
+        while !batch.last().is_some_and(|g| g.cut) {
+            let Ok(next) = groups.try_recv() else { break };
+            let fits = bytes + next.bytes() <= MIRROR_TAIL_SEGMENT_BYTES_MAX
+                && frames + next.frames.len() <= MIRROR_SEGMENT_FRAMES_MAX as usize;
+            if !fits {
+                self.carried = Some(next);
+                break;
+            }
+            bytes += next.bytes();
+            frames += next.frames.len();
+            batch.push(next);
+        }
+        batch
+    }
+
+    fn put(&self, slot: u64, batch: Vec<Group>) -> std::result::Result<(), Failure> {
+        let first_seq = batch.first().map_or(0, |g| g.first_seq);
+        let mut frames: Vec<Vec<u8>> = Vec::with_capacity(batch.iter().map(|g| g.frames.len()).sum());
+        for group in batch {
+            debug_assert_eq!(group.first_seq, first_seq + frames.len() as u64, "groups of a segment are dense");
+            frames.extend(group.frames);
+        }
+        let header =
+            SegmentHeader { kind: SegmentKind::Group, slot, epoch: self.epoch, writer_tag: self.writer_tag, first_seq };
+        let bytes = encode_segment(&header, &frames).map_err(|e| Failure::from_error(&e))?;
+        put_segment(&self.remote, slot, &Bytes::from(bytes), self.epoch)
+    }
 }
 
 /// What the open learnt that shipping needs.
@@ -293,13 +428,12 @@ pub(crate) struct MirrorShipper {
     mode: MirrorMode,
     snapshot_interval_records: u64,
     snapshot_interval_bytes: u64,
-    epoch: Epoch,
-    writer_tag: u128,
-    next_slot: u64,
+    /// The next group's ticket: tickets count this writer's groups from 1.
+    next_ticket: u64,
     records_since_snapshot: u64,
     bytes_since_snapshot: u64,
     progress: Arc<Progress>,
-    uploads: Option<mpsc::Sender<Upload>>,
+    uploads: Option<mpsc::Sender<Group>>,
     maintenance: Option<mpsc::Sender<Maintenance>>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -307,25 +441,22 @@ pub(crate) struct MirrorShipper {
 impl MirrorShipper {
     pub(crate) fn start(start: ShipperStart) -> Result<(Self, Arc<Progress>)> {
         let progress = Arc::new(Progress::new(&start));
-        let (upload_tx, upload_rx) = mpsc::channel::<Upload>();
+        let (upload_tx, upload_rx) = mpsc::channel::<Group>();
         let (maint_tx, maint_rx) = mpsc::channel::<Maintenance>();
         let mut threads = Vec::new();
-        {
-            let remote = start.remote.clone();
-            let progress = progress.clone();
-            let epoch = start.epoch;
-            threads.push(std::thread::Builder::new().name("sinkpoint-mirror-upload".into()).spawn(move || {
-                for Upload::Segment { slot, bytes } in upload_rx {
-                    if progress.failed() {
-                        continue;
-                    }
-                    match put_segment(&remote, slot, &bytes, epoch) {
-                        Ok(()) => progress.landed(slot),
-                        Err(failure) => progress.fail(failure),
-                    }
-                }
-            })?);
-        }
+        let uploader = Uploader {
+            remote: start.remote.clone(),
+            progress: progress.clone(),
+            epoch: start.epoch,
+            writer_tag: start.writer_tag,
+            next_slot: start.fence_slot + 1,
+            carried: None,
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name("sinkpoint-mirror-upload".into())
+                .spawn(move || uploader.run(&upload_rx))?,
+        );
         let mut maintainer = Maintainer {
             remote: start.remote.clone(),
             progress: progress.clone(),
@@ -358,9 +489,7 @@ impl MirrorShipper {
             db: start.db,
             mode: start.settings.mode,
             snapshot_interval_records: start.settings.snapshot_interval_records.max(1),
-            epoch: start.epoch,
-            writer_tag: start.writer_tag,
-            next_slot: start.fence_slot + 1,
+            next_ticket: 1,
             records_since_snapshot: start.records_since_snapshot,
             snapshot_interval_bytes: start.settings.snapshot_interval_bytes.max(1),
             bytes_since_snapshot: start.bytes_since_snapshot,
@@ -372,7 +501,7 @@ impl MirrorShipper {
         Ok((shipper, progress))
     }
 
-    fn send_upload(&self, upload: Upload) -> Result<()> {
+    fn send_upload(&self, upload: Group) -> Result<()> {
         self.uploads
             .as_ref()
             .and_then(|tx| tx.send(upload).ok())
@@ -381,42 +510,38 @@ impl MirrorShipper {
 }
 
 impl Shipper for MirrorShipper {
-    fn ship(&mut self, meta: &Meta, frames: &[Vec<u8>], must_wait: bool) -> Result<u64> {
+    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, must_wait: bool) -> Result<Shipped> {
         Progress::check(&self.progress.lock())?;
-        let slot = self.next_slot;
+        let ticket = self.next_ticket;
         let records = frames.len() as u64;
-        let header = SegmentHeader {
-            kind: SegmentKind::Group,
-            slot,
-            epoch: self.epoch,
-            writer_tag: self.writer_tag,
-            first_seq: meta.next_seq - records,
-        };
-        let bytes = Bytes::from(encode_segment(&header, frames)?);
-        self.progress.wait_room(self.mode)?;
-        self.progress.push(slot, records);
-        self.send_upload(Upload::Segment { slot, bytes })?;
-        self.next_slot += 1;
-        if self.mode == MirrorMode::Synchronous || must_wait {
-            self.progress.wait_mirrored(slot)?;
-        }
         self.records_since_snapshot += records;
         self.bytes_since_snapshot += frames.iter().map(|f| f.len() as u64).sum::<u64>();
+        let snapshot_due = self.maintenance.is_some()
+            && (self.records_since_snapshot >= self.snapshot_interval_records
+                || self.bytes_since_snapshot >= self.snapshot_interval_bytes);
+        self.progress.wait_room(self.mode)?;
+        self.progress.push(ticket, records);
+        let first_seq = meta.next_seq - records;
+        self.send_upload(Group { ticket, first_seq, frames, cut: snapshot_due })?;
+        self.next_ticket += 1;
         if let Some(tx) = &self.maintenance {
-            let due = self.records_since_snapshot >= self.snapshot_interval_records
-                || self.bytes_since_snapshot >= self.snapshot_interval_bytes;
-            let job = if due {
+            let job = if snapshot_due {
                 self.records_since_snapshot = 0;
                 self.bytes_since_snapshot = 0;
-                // Begun right after the commit of `slot`, so it sees the state just before `slot + 1`.
+                // Begun right after this group's commit, before the next one: the state its cut stands for.
                 let txn = Box::new(self.db.begin_read()?);
-                Maintenance::Snapshot { slot: slot + 1, next_seq: meta.next_seq, txn }
+                Maintenance::Snapshot { ticket, next_seq: meta.next_seq, txn }
             } else {
                 Maintenance::Tick
             };
             let _ = tx.send(job);
         }
-        Ok(self.progress.keep_from())
+        let wait = self.mode == MirrorMode::Synchronous || must_wait;
+        Ok(Shipped { keep_from: self.progress.keep_from(), ticket: wait.then_some(ticket) })
+    }
+
+    fn ack_when_mirrored(&mut self, ticket: u64, ack: Ack) {
+        self.progress.ack_when_mirrored(ticket, ack);
     }
 }
 
@@ -462,11 +587,11 @@ struct Maintainer {
 
 impl Maintainer {
     fn run(&mut self, job: Maintenance) {
-        if let Maintenance::Snapshot { slot, next_seq, txn } = job
-            && let Err(e) = self.snapshot(slot, next_seq, &txn)
+        if let Maintenance::Snapshot { ticket, next_seq, txn } = job
+            && let Err(e) = self.snapshot(ticket, next_seq, &txn)
         {
             // A failed snapshot only delays truncation; the next interval tries again.
-            tracing::warn!(slot, error = %e, "sinkpoint mirror snapshot failed");
+            tracing::warn!(ticket, error = %e, "sinkpoint mirror snapshot failed");
         }
         if let Err(e) = self.collect_due() {
             tracing::warn!(error = %e, "sinkpoint mirror collection failed");
@@ -514,9 +639,10 @@ impl Maintainer {
         Ok(())
     }
 
-    fn snapshot(&mut self, slot: u64, next_seq: u64, txn: &ReadTransaction) -> Result<()> {
-        // Only a snapshot whose every earlier slot is in the mirror describes the mirror's history.
-        self.progress.wait_mirrored(slot - 1)?;
+    fn snapshot(&mut self, ticket: u64, next_seq: u64, txn: &ReadTransaction) -> Result<()> {
+        // Only a snapshot whose every earlier slot is in the mirror describes the mirror's history; the segment
+        // that holds the cut group ends with it, so the snapshot stands for the state before the next slot.
+        let slot = self.progress.wait_cut(ticket)? + 1;
         let header = SnapshotHeader { slot, next_seq, epoch: self.epoch, writer_tag: self.writer_tag };
         let remote = &self.remote;
         // Chunks 1… are put as they fill, chunk 0 last: no chunk over what a reader accepts is ever put, and
