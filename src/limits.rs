@@ -77,10 +77,6 @@ pub const MIRROR_PUT_ATTEMPTS_MAX: u32 = 5;
 /// The most bytes of frames in one segment: when a takeover re-ships a local tail the mirror lacks, and when
 /// the uploader folds the groups queued behind a put into the next one.
 pub const MIRROR_TAIL_SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// The most groups the writer may have handed to the mirror and not yet seen land, in synchronous mode (the
-/// asynchronous mode's bound is [`crate::mirror::MirrorMode::Asynchronous`]'s): bounds the memory of a queue
-/// behind a slow or stuck object store. Each is one group commit of at most [`GROUP_COMMIT_CALLS_MAX`] calls.
-pub const MIRROR_GROUPS_IN_FLIGHT_MAX: usize = 1024;
 /// The largest mirror object a reader accepts, in bytes (a single S3 PUT is at most 5 GiB).
 pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
 /// The most mirror objects one reader fetches at once (a restore reading the log's slots): enough to hide an

@@ -1,12 +1,11 @@
 //! Shipping: the writer thread's side of the mirror. The writer hands each committed group to an uploader
-//! thread with a ticket and goes on; the uploader puts one segment at a time, in slot order, and a segment holds
-//! every group that was queued when its put began (the groups committed while the previous put was in flight),
-//! so a slow object store costs fewer, larger puts rather than a serialised job. Calls whose acks must wait for
-//! the mirror (every call in synchronous mode; commit-protocol records in any mode) are answered by the
-//! uploader when their group lands, in ticket order. The writer waits only for room (the asynchronous lag
-//! bound, or [`MIRROR_GROUPS_IN_FLIGHT_MAX`]). A maintenance thread makes snapshots (a group after which a
-//! snapshot is due ends its segment, so the snapshot names the next slot), writes the manifest update that
-//! references each, and, after the minimum age, deletes what the newest manifest no longer references.
+//! thread with a ticket (its group number); the uploader puts one segment at a time, in slot order, and a segment
+//! holds every group queued when its put began (the groups committed while the previous put was in flight), so a
+//! slow object store costs fewer, larger puts rather than one put per group. The writer waits for its group
+//! when the mode or a commit-protocol record says so, and for room when the asynchronous lag bound is reached.
+//! A maintenance thread makes snapshots (a group after which a snapshot is due ends its segment, so the snapshot
+//! names the next slot), writes the manifest update that references each, and, after the minimum age, deletes
+//! what the newest manifest no longer references.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc;
@@ -18,10 +17,7 @@ use object_store::ObjectMeta;
 use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
-use crate::limits::{
-    MIRROR_GROUPS_IN_FLIGHT_MAX, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
-    MIRROR_TAIL_SEGMENT_BYTES_MAX,
-};
+use crate::limits::{MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
     EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot_chunk,
@@ -33,7 +29,7 @@ use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::{MirrorLag, MirrorMode, MirrorSettings, snapshot};
 use crate::types::{Epoch, JobId, TargetIdentity};
 use crate::wal::tables::Meta;
-use crate::wal::writer::{Ack, Shared, Shipped, Shipper};
+use crate::wal::writer::{Shared, Shipper};
 
 /// Why the mirror stopped taking segments.
 #[derive(Clone, Debug)]
@@ -83,8 +79,6 @@ struct ProgressState {
     /// The slot of each segment that ended with a cut group, by that group's ticket, until the maintenance
     /// thread takes it for its snapshot.
     cuts: BTreeMap<u64, u64>,
-    /// Held-back acks, in ticket order.
-    acks: VecDeque<(u64, Ack)>,
     failure: Option<Failure>,
     /// The lowest sequence number the local log must keep.
     keep_from: u64,
@@ -192,10 +186,9 @@ impl Progress {
     }
 
     fn wait_room(&self, mode: MirrorMode) -> Result<()> {
-        let (groups_max, lag_ms_max) = match mode {
-            MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } => (lag_batches_max.max(1) as usize, lag_ms_max),
-            MirrorMode::Synchronous => (MIRROR_GROUPS_IN_FLIGHT_MAX, u64::MAX),
-        };
+        // Synchronous mode waits for each group, so nothing queues behind it.
+        let MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } = mode else { return Ok(()) };
+        let groups_max = lag_batches_max.max(1) as usize;
         let mut state = self.lock();
         loop {
             Self::check(&state)?;
@@ -214,20 +207,16 @@ impl Progress {
         self.lock().queued.push_back(Queued { ticket, records, at_ms });
     }
 
-    /// Runs `ack` once `ticket` is in the mirror, or at once if it is (or the mirror failed).
-    fn ack_when_mirrored(&self, ticket: u64, ack: Ack) {
+    /// Waits until the group `ticket` is in the mirror (or the mirror failed).
+    fn wait_mirrored(&self, ticket: u64) -> Result<()> {
         let mut state = self.lock();
-        let landed = match state.failure {
-            Some(_) => false,
-            None if state.mirrored >= ticket => true,
-            None => {
-                debug_assert!(state.acks.back().is_none_or(|(t, _)| *t < ticket), "acks out of ticket order");
-                state.acks.push_back((ticket, ack));
-                return;
+        loop {
+            Self::check(&state)?;
+            if state.mirrored >= ticket {
+                return Ok(());
             }
-        };
-        drop(state);
-        ack(landed);
+            state = self.wait(state);
+        }
     }
 
     /// The segment at `slot`, holding every group up to `ticket`, is in the mirror.
@@ -241,16 +230,8 @@ impl Progress {
         if cut {
             state.cuts.insert(ticket, slot);
         }
-        let mut due = Vec::new();
-        while state.acks.front().is_some_and(|(t, _)| *t <= ticket) {
-            due.extend(state.acks.pop_front());
-        }
         drop(state);
         self.changed.notify_all();
-        // Outside the lock: an ack only sends replies, but it must not wait on anything holding it.
-        for (_, ack) in due {
-            ack(true);
-        }
     }
 
     fn fail(&self, failure: Failure) {
@@ -266,12 +247,8 @@ impl Progress {
             }
             state.failure = Some(failure);
         }
-        let refused = std::mem::take(&mut state.acks);
         drop(state);
         self.changed.notify_all();
-        for (_, ack) in refused {
-            ack(false);
-        }
     }
 
     fn failed(&self) -> bool {
@@ -510,7 +487,7 @@ impl MirrorShipper {
 }
 
 impl Shipper for MirrorShipper {
-    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, must_wait: bool) -> Result<Shipped> {
+    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, must_wait: bool) -> Result<u64> {
         Progress::check(&self.progress.lock())?;
         let ticket = self.next_ticket;
         let records = frames.len() as u64;
@@ -536,12 +513,10 @@ impl Shipper for MirrorShipper {
             };
             let _ = tx.send(job);
         }
-        let wait = self.mode == MirrorMode::Synchronous || must_wait;
-        Ok(Shipped { keep_from: self.progress.keep_from(), ticket: wait.then_some(ticket) })
-    }
-
-    fn ack_when_mirrored(&mut self, ticket: u64, ack: Ack) {
-        self.progress.ack_when_mirrored(ticket, ack);
+        if self.mode == MirrorMode::Synchronous || must_wait {
+            self.progress.wait_mirrored(ticket)?;
+        }
+        Ok(self.progress.keep_from())
     }
 }
 

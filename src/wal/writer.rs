@@ -1,8 +1,7 @@
 //! Group commit: one thread owns every write. Concurrent callers queue their records; the thread folds up to
 //! [`GROUP_COMMIT_CALLS_MAX`] of them into one redb write transaction and one fsync, validates each in order
 //! against the state that includes the calls before it, and acks each caller only after the commit (and, when
-//! a mirror is attached and its mode or a commit-protocol record requires it, only once the batch is in the
-//! mirror: those replies are handed to the mirror's uploader, and the writer goes on with the next batch).
+//! a mirror is attached, after the mirror took the batch as its mode requires).
 //!
 //! A failed commit poisons the store: redb may or may not have made the transaction durable, so no later call
 //! can be answered truthfully until the store is reopened and recovered.
@@ -22,30 +21,16 @@ use crate::wal::tables::Meta;
 
 /// The receiver of each committed batch's frames: the mirror.
 pub(crate) trait Shipper: Send {
-    /// Hands the frames of one committed batch (never empty) to the mirror; `meta` is the state after it.
-    /// `must_wait` is true when the batch holds a commit-protocol record, which must be in the mirror before any
-    /// call of the batch is acked whatever the mode (a synchronous mirror holds back every batch's acks).
-    /// An error of kind `Fenced` means a newer writer has taken over.
-    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, must_wait: bool) -> Result<Shipped>;
-
-    /// Runs `ack` once the batch of `ticket` is in the mirror (`true`), or once the mirror failed (`false`, the
-    /// store is then stopped). Acks run in ticket order; the writer goes on with later batches meanwhile, so
-    /// one slow put does not serialise the job.
-    fn ack_when_mirrored(&mut self, ticket: u64, ack: Ack);
+    /// Hands the frames of one committed batch (never empty) to the mirror; `meta` is the state after it. Returns
+    /// once the batch is in the mirror when `must_wait` (the batch holds a commit-protocol record, which must be
+    /// there before any call of the batch is acked whatever the mode) or the mirror is synchronous; else at
+    /// once. Returns the lowest sequence number that must stay in the local log (everything below is safely in
+    /// the mirror's snapshot). An error of kind `Fenced` means a newer writer has taken over.
+    ///
+    /// The wait is on this thread on purpose: while it waits, concurrent callers' calls queue and become the
+    /// next group, one commit and one object for all of them (docs/ARCHITECTURE.md, "Write path").
+    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, must_wait: bool) -> Result<u64>;
 }
-
-/// What handing one batch to the mirror came to.
-pub(crate) struct Shipped {
-    /// The lowest sequence number that must stay in the local log (everything below is safely in the mirror's
-    /// snapshot).
-    pub keep_from: u64,
-    /// Set when the batch's calls may be acked only once it is in the mirror: pass their replies to
-    /// [`Shipper::ack_when_mirrored`] with it.
-    pub ticket: Option<u64>,
-}
-
-/// Replies held back until their batch is in the mirror: called with whether it landed.
-pub(crate) type Ack = Box<dyn FnOnce(bool) + Send>;
 
 /// Whether a record belongs to the commit protocol, whose records are in the mirror before they are acked in
 /// every mirror mode (only staging may lag).
@@ -191,7 +176,7 @@ impl Writer {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("sinkpoint-writer".into())
-            .spawn(move || run(&db, meta, thread_shared, shipper, rx))?;
+            .spawn(move || run(&db, meta, &thread_shared, shipper, rx))?;
         Ok(Self { tx: Some(tx), thread: Some(thread), shared })
     }
 
@@ -242,7 +227,7 @@ impl Drop for Writer {
 fn run(
     db: &Database,
     mut meta: Meta,
-    shared: Arc<Shared>,
+    shared: &Shared,
     mut shipper: Option<Box<dyn Shipper>>,
     mut rx: mpsc::Receiver<Call>,
 ) {
@@ -264,29 +249,18 @@ fn run(
             }
         }
         shared.counters.batches.fetch_add(1, Ordering::AcqRel);
-        let outcome = match shared.check() {
+        let results = match shared.check() {
             Err(e) => Err(e),
             Ok(()) => {
-                commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced, &mut keep_from, &shared)
+                commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced, &mut keep_from, shared)
             }
         };
         // Counted before the replies, so that a caller who has its answer sees its call counted.
         shared.counters.calls.fetch_add(batch.len() as u64, Ordering::AcqRel);
-        match outcome {
-            Ok((results, None)) => reply(batch.drain(..), results),
-            Ok((results, Some(ticket))) => {
-                let calls = std::mem::replace(&mut batch, Vec::with_capacity(GROUP_COMMIT_CALLS_MAX));
-                let stopped = shared.clone();
-                let ack: Ack = Box::new(move |landed| {
-                    if landed {
-                        reply(calls.into_iter(), results);
-                    } else {
-                        refuse(calls.into_iter(), &stopped);
-                    }
-                });
-                match shipper.as_deref_mut() {
-                    Some(shipper) => shipper.ack_when_mirrored(ticket, ack),
-                    None => ack(false),
+        match results {
+            Ok(results) => {
+                for (call, result) in batch.drain(..).zip(results) {
+                    let _ = call.reply.send(Ok(result));
                 }
             }
             Err(e) => {
@@ -296,27 +270,13 @@ fn run(
                 } else {
                     shared.poison(e.message());
                 }
-                refuse(batch.drain(..), &shared);
+                for call in batch.drain(..) {
+                    let _ = call.reply.send(Err(shared.check().err().unwrap_or_else(|| Error::bug("not stopped"))));
+                }
             }
         }
     }
 }
-
-fn reply(calls: impl Iterator<Item = Call>, results: Vec<Result<Vec<Applied>, TransitionError>>) {
-    for (call, result) in calls.zip(results) {
-        let _ = call.reply.send(Ok(result));
-    }
-}
-
-/// Answers every call with the reason the store stopped.
-fn refuse(calls: impl Iterator<Item = Call>, shared: &Shared) {
-    for call in calls {
-        let _ = call.reply.send(Err(shared.check().err().unwrap_or_else(|| Error::bug("not stopped"))));
-    }
-}
-
-/// The answers of one batch, and the mirror's ticket when they must wait for it.
-type BatchOutcome = (Vec<Result<Vec<Applied>, TransitionError>>, Option<u64>);
 
 fn commit_batch(
     db: &Database,
@@ -326,7 +286,7 @@ fn commit_batch(
     unsynced: &mut bool,
     keep_from: &mut u64,
     shared: &Shared,
-) -> Result<BatchOutcome> {
+) -> Result<Vec<Result<Vec<Applied>, TransitionError>>> {
     let mut next = meta.clone();
     let mut txn = db.begin_write()?;
     let durable = batch.iter().any(|c| c.durability == CallDurability::Immediate);
@@ -369,21 +329,18 @@ fn commit_batch(
     if frames.is_empty() && !(durable && *unsynced) {
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
-        return Ok((results, None));
+        return Ok(results);
     }
     txn.commit()?;
     shared.counters.commits.fetch_add(1, Ordering::AcqRel);
     *unsynced = !durable;
     *meta = next;
-    let mut ticket = None;
     if let Some(shipper) = shipper
         && !frames.is_empty()
     {
-        let shipped = shipper.ship(meta, frames, must_wait)?;
-        *keep_from = shipped.keep_from;
-        ticket = shipped.ticket;
+        *keep_from = shipper.ship(meta, frames, must_wait)?;
     }
-    Ok((results, ticket))
+    Ok(results)
 }
 
 #[cfg(any(test, feature = "testkit"))]
