@@ -143,12 +143,18 @@ async fn one_put_per_group_never_one_object_per_call() {
             let store =
                 Arc::new(builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap());
             let at_open = bucket.faults.put_paths().len();
-            // Sequential calls: one group, one put each.
+            // Sequential calls: one group each; synchronous, one put each. Asynchronous calls do not wait for
+            // their put, so the groups committed while one is in flight share the next (a slow store folds them).
             for n in 0..5 {
                 store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
             }
             store.flush().await.unwrap();
-            assert_eq!(bucket.faults.put_paths().len() - at_open, 5, "{kind:?} {:?}", settings.mode);
+            let sequential = bucket.faults.put_paths().len() - at_open;
+            if settings.mode == MirrorMode::Synchronous {
+                assert_eq!(sequential, 5, "{kind:?}: synchronous sequential calls");
+            } else {
+                assert!((1..=5).contains(&sequential), "{kind:?}: {sequential} puts for 5 asynchronous groups");
+            }
             // Concurrent calls while each put takes 20 ms: folded into few groups, still one put per group.
             bucket.faults.set_latency(Duration::from_millis(20));
             let calls: Vec<_> = (100..164)
@@ -164,7 +170,7 @@ async fn one_put_per_group_never_one_object_per_call() {
             }
             store.flush().await.unwrap();
             bucket.faults.set_latency(Duration::ZERO);
-            let puts: Vec<String> = bucket.faults.put_paths()[at_open + 5..].to_vec();
+            let puts: Vec<String> = bucket.faults.put_paths()[at_open + sequential..].to_vec();
             let mut frames = 0;
             for path in &puts {
                 assert!(path.contains("/wal/"), "{kind:?}: {path}");
@@ -225,7 +231,8 @@ async fn synchronous_callers_arriving_during_a_put_share_the_next_group_and_obje
         let bucket = Bucket::new(kind, "sync-fold");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);
-        let store = Arc::new(builder(&bucket, &dir.path().join("a.redb"), sync_settings(), &clock).open().await.unwrap());
+        let store =
+            Arc::new(builder(&bucket, &dir.path().join("a.redb"), sync_settings(), &clock).open().await.unwrap());
         let at_open = bucket.faults.put_paths().len();
         let commits_at_open = store.stats().commits;
         bucket.faults.hold_puts(true);

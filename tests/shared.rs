@@ -1,7 +1,15 @@
 //! Workers on many machines (issue 12): workers stage and seal through a shared object store, one committer
 //! adopts and commits. Each test names the race it ends with one winner; the table is read back every time.
+//! The last tests count the object-store requests of `stage_and_seal` and of a committer round (issue 13: at
+//! most 3 per input for a Daft job, so the worker makes 1 and the committer reads each new claim once).
+
+#[allow(dead_code, reason = "the benches' counting store; this file uses only its tallies per area")]
+#[path = "../benches/common/counting.rs"]
+mod counting;
 
 use std::sync::Arc;
+
+use futures::{StreamExt as _, TryStreamExt as _};
 
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
@@ -104,9 +112,10 @@ async fn four_workers_and_one_committer_commit_every_input_once() {
     assert!(first.cleanup.is_empty() && second.cleanup.is_empty());
     Committer::new(&store, &job.table).finish().await.unwrap();
     assert_eq!(job.counts(inputs).await, vec![1; inputs as usize]);
-    // The inbox is empty once adopted: a later round lists nothing and reads nothing.
+    // A later round reads nothing: it lists the claims (40, one page, every one settled in the store, so none
+    // is read) and the inbox (empty: stage_and_seal puts no entry). Two list requests, nothing else.
     let idle = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
-    assert_eq!((idle.adopted.len(), idle.unsealed, idle.requests), (0, 0, 1), "{idle:?}");
+    assert_eq!((idle.adopted.len(), idle.unsealed, idle.requests), (0, 0, 2), "{idle:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +198,10 @@ async fn a_key_owned_by_another_checkpoint_refuses_the_seal_across_workers() {
     let r = job.write(4, "c").await;
     let err = a.stage_and_seal(&CheckpointId::for_key(&input(4)), vec![input(5)], vec![r]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    assert_eq!(job.objects.counts().puts, puts + 2, "the data file and the inbox entry; no claim was made");
+    assert_eq!(job.objects.counts().puts, puts + 1, "the data file only: no claim, no inbox entry");
+    // Nothing was recorded either: the corrected call seals.
+    let r = job.write(4, "c").await;
+    a.stage_and_seal(&CheckpointId::for_key(&input(4)), vec![input(4)], vec![r]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,4 +346,146 @@ async fn a_key_claimed_by_an_attempt_that_lost_its_seal_is_not_processed_unless_
         !retry.is_processed(&input(2)).await.unwrap(),
         "y is claimed by the checkpoint, but its seal does not hold it: skipping y would lose it"
     );
+}
+
+/// A job whose shared staging, committer mirror and table are on one request-counting store, each in its own
+/// area (`staging/…`, `mirror/…`, `table/…`).
+struct Counted {
+    objects: Arc<dyn ObjectStore>,
+    counts: counting::Counts,
+    shared: SharedStaging,
+    table: DirTable,
+    dir: tempfile::TempDir,
+}
+
+impl Counted {
+    fn new() -> Self {
+        let store = counting::CountingStore::new(InMemory::new());
+        let counts = store.counts();
+        let objects: Arc<dyn ObjectStore> = Arc::new(store);
+        let shared = SharedStaging::new(objects.clone(), "staging", job_id()).unwrap();
+        let table = DirTable::new(objects.clone(), Path::from("table"));
+        Self { objects, counts, shared, table, dir: tempfile::tempdir().unwrap() }
+    }
+
+    async fn committer(&self) -> Store {
+        Store::builder(job_id(), TargetIdentity::new("dir:table").unwrap())
+            .path(self.dir.path().join("committer.redb"))
+            .mirror(self.objects.clone(), Path::from("mirror"), MirrorSettings::default())
+            .open()
+            .await
+            .unwrap()
+    }
+
+    fn staging(&self) -> counting::Tally {
+        self.counts.area("staging")
+    }
+
+    /// Input `n` sealed by a worker of its own (a task), as a Daft job does: one checkpoint per input.
+    async fn seal_input(&self, n: u32) {
+        let result = self.table.write_data_file(&format!("in-{n}"), format!("row-{n}\n").into_bytes()).await.unwrap();
+        let worker = Worker::new(self.shared.clone(), &format!("task-{n}")).unwrap();
+        worker.stage_and_seal(&CheckpointId::for_key(&input(n)), vec![input(n)], vec![result]).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage_and_seal_costs_a_worker_one_request_per_input_and_the_committer_one_read() {
+    let job = Counted::new();
+    let store = job.committer().await;
+    let inputs = 24u32;
+    let before = job.staging();
+    futures::future::join_all((0..inputs).map(|n| job.seal_input(n))).await;
+    let workers = job.staging().since(&before);
+    // One conditional create per input (the seal is the key's claim); no inbox entry, no read.
+    assert_eq!((workers.puts, workers.requests()), (u64::from(inputs), u64::from(inputs)), "{workers:?}");
+
+    let before = job.staging();
+    let report = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!(report.adopted.len(), inputs as usize, "{report:?}");
+    // One read per new claim, and two listings (the claims: 24, one page; the inbox: empty). Nothing to delete.
+    assert_eq!((round.gets, round.lists, round.puts, round.deletes), (u64::from(inputs), 2, 0, 0), "{round:?}");
+    assert_eq!(report.requests, round.requests(), "the report counts what the store was asked: {report:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    let rows = job.table.rows().await.unwrap();
+    assert_eq!(rows.len(), inputs as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_read_once_is_never_read_again_by_this_or_a_new_inbox_handle() {
+    let job = Counted::new();
+    let store = job.committer().await;
+    for n in 0..5 {
+        job.seal_input(n).await;
+    }
+    // A checkpoint of two keys: its seal and two key claims, three claims in all.
+    let pair = CheckpointId::new("pair").unwrap();
+    let result = job.table.write_data_file("pair", b"row-5\nrow-6\n".to_vec()).await.unwrap();
+    let worker = Worker::new(job.shared.clone(), "pair").unwrap();
+    worker.stage_and_seal(&pair, vec![input(5), input(6)], vec![result]).await.unwrap();
+    // An input the committer's store already holds under another checkpoint (claims bypassed: it was staged
+    // into the store directly): the worker's seal of it is refused at adoption and aborted in the store.
+    let local = CheckpointId::new("local-7").unwrap();
+    let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![input(7)]);
+    store.stage_and_seal(&local, part, 1).await.unwrap();
+    job.seal_input(7).await;
+
+    let inbox = Inbox::new(job.shared.clone());
+    let before = job.staging();
+    let first = inbox.adopt(&store).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!((first.adopted.len(), first.refused.len()), (6, 1), "{first:?}");
+    assert_eq!((round.gets, round.lists), (5 + 3 + 1, 2), "each of the 9 claims read once: {round:?}");
+
+    // The next round knows every claim: the store settled the seals (adopted, or refused and aborted), this
+    // handle remembers the key claims. It lists and reads nothing.
+    let before = job.staging();
+    let second = inbox.adopt(&store).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!((second.adopted.len(), second.already_adopted, second.refused.len()), (0, 0, 0), "{second:?}");
+    assert_eq!((round.gets, round.lists, second.requests), (0, 2, 2), "{round:?}");
+
+    // A new handle (a new driver process on the same store) reads only the two key claims, not the seals.
+    let before = job.staging();
+    let fresh = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!((fresh.adopted.len(), round.gets, round.lists), (0, 2, 2), "{fresh:?} {round:?}");
+
+    // A new input sealed after all that is the only claim read.
+    job.seal_input(8).await;
+    let before = job.staging();
+    let last = inbox.adopt(&store).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!((last.adopted.len(), round.gets), (1, 1), "{last:?} {round:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    let rows = job.table.rows().await.unwrap();
+    let count = |n: u32| rows.iter().filter(|r| **r == format!("row-{n}")).count();
+    assert_eq!((0..9).map(count).collect::<Vec<_>>(), vec![1, 1, 1, 1, 1, 1, 1, 0, 1], "input 7 was refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_finds_every_new_claim_past_a_page_of_claims_it_already_holds() {
+    // 1,005 checkpoints: the claims listing is two pages; the five newest are past the first page in no
+    // particular order, and a listing cut at the first page would miss some. The round reads only new ones.
+    let job = Counted::new();
+    let store = job.committer().await;
+    let worker = Worker::new(job.shared.clone(), "bulk").unwrap();
+    let result =
+        |n: u32| sinkpoint::WriteResult::new(sinkpoint::Format::Parquet, format!("f{n}").into_bytes()).unwrap();
+    let seal = |n: u32| {
+        let worker = &worker;
+        async move { worker.stage_and_seal(&CheckpointId::for_key(&input(n)), vec![input(n)], vec![result(n)]).await }
+    };
+    futures::stream::iter((0..1_000).map(seal)).buffer_unordered(32).try_collect::<Vec<()>>().await.unwrap();
+    let inbox = Inbox::new(job.shared.clone());
+    assert_eq!(inbox.adopt(&store).await.unwrap().adopted.len(), 1_000);
+    futures::stream::iter((1_000..1_005).map(seal)).buffer_unordered(5).try_collect::<Vec<()>>().await.unwrap();
+    let before = job.staging();
+    let report = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!(report.adopted.len(), 5, "{report:?}");
+    assert_eq!((round.gets, round.entries_listed), (5, 1_005), "{round:?}");
+    // Two pages of claims and one (empty) listing of the inbox, as the report says.
+    assert_eq!((round.lists, report.requests), (3, 3 + 5), "{round:?} {report:?}");
 }

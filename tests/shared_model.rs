@@ -2,8 +2,10 @@
 //! in-memory object store with injected faults: duplicate and speculative attempts, zombies that seal late,
 //! workers paused inside their seal (its put held at the store's gate while the job goes on), workers that die
 //! after staging, puts whose acknowledgement is lost, committers that restart or lose their
-//! disk mid-job. After every case the table must hold each input exactly once, written by the attempt whose
-//! seal succeeded, and nothing of any attempt that lost.
+//! disk mid-job. Half the attempts stage then seal (an inbox entry, then the claim), half call
+//! `stage_and_seal` (the claim alone: the committer finds it only by listing the claims). After every case the
+//! table must hold each input exactly once, written by the attempt whose seal succeeded, and nothing of any
+//! attempt that lost.
 //!
 //! `PROPTEST_CASES` sets the case count (default 1,000); `SINKPOINT_SHARED_SEED` replays a seed (printed).
 
@@ -16,13 +18,15 @@ use object_store::path::Path;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{Inbox, SharedStaging, Worker};
 use sinkpoint::testkit::{FaultStore, PutFault, SplitMix64};
-use sinkpoint::{CheckpointId, Committer, DirTable, JobId, Store, TargetIdentity, TransitionError};
+use sinkpoint::{CheckpointId, Committer, DirTable, JobId, Store, TargetIdentity, TransitionError, WriteResult};
 
 /// One attempt of one input's task, staged and not yet sealed (or dead).
 struct Live {
     input: u32,
     worker: Worker,
     file: String,
+    /// For an attempt that calls `stage_and_seal`: its write result, staged by that call (nothing staged yet).
+    one_call: Option<WriteResult>,
 }
 
 struct Case {
@@ -85,12 +89,17 @@ impl Case {
         let worker = Worker::with_session(self.shared.clone(), &format!("w{input}"), self.sessions).unwrap();
         let file = format!("in-{input}-{}", self.sessions);
         let result = self.table.write_data_file(&file, format!("row-{input}\n").into_bytes()).await.unwrap();
+        if self.rng.below(2) == 0 {
+            // It will stage and seal in one call: nothing goes to the object store before its seal.
+            self.live.push(Live { input, worker, file, one_call: Some(result) });
+            return;
+        }
         let id = CheckpointId::for_key(&key(input));
         let part = sinkpoint::StagePart::new(sinkpoint::Attempt::FIRST, sinkpoint::Part::FIRST)
             .keys(vec![key(input)])
             .results(vec![result]);
         match worker.stage(&id, part).await {
-            Ok(_) => self.live.push(Live { input, worker, file }),
+            Ok(_) => self.live.push(Live { input, worker, file, one_call: None }),
             // An injected failure before the put landed: the task fails and will be retried.
             Err(e) => {
                 self.log.push(format!("stage of {file} failed: {e}"));
@@ -207,7 +216,8 @@ impl Case {
                 self.pause(at);
             }
             10 => self.resume().await,
-            // A worker dies after staging: its parts stay in the inbox.
+            // A worker dies after staging (its parts stay in the inbox), or after writing its file and before its
+            // `stage_and_seal` (nothing of it is in the object store but the file).
             6 if !self.live.is_empty() => {
                 let at = self.rng.below(self.live.len() as u64) as usize;
                 let dead = self.live.swap_remove(at);
@@ -286,13 +296,20 @@ impl Case {
     }
 }
 
-/// One seal call, retried while it is `Io` (an unsettled create under stacked faults: the call is idempotent).
+/// One seal call (`seal`, or `stage_and_seal` for an attempt that stages in it), retried while it is `Io` (an
+/// unsettled create under stacked faults: the call is idempotent).
 async fn seal_call(live: &Live) -> sinkpoint::Result<()> {
     let id = CheckpointId::for_key(&key(live.input));
-    let mut outcome = live.worker.seal(&id, 1).await;
+    let call = || async {
+        match &live.one_call {
+            Some(result) => live.worker.stage_and_seal(&id, vec![key(live.input)], vec![result.clone()]).await,
+            None => live.worker.seal(&id, 1).await,
+        }
+    };
+    let mut outcome = call().await;
     for _ in 0..10 {
         match &outcome {
-            Err(e) if e.kind() == sinkpoint::ErrorKind::Io => outcome = live.worker.seal(&id, 1).await,
+            Err(e) if e.kind() == sinkpoint::ErrorKind::Io => outcome = call().await,
             _ => break,
         }
     }

@@ -24,6 +24,9 @@
 //!
 //! Ages are measured against the caller's wall time (`now_wall_ms`) and the store's `last_modified`: a clock
 //! skew between the two shortens or lengthens every age by the skew, so keep the minimum age far above it.
+//!
+//! [`find_garbage_with_progress`] and [`delete_garbage_with_progress`] tell a callback how far they have got
+//! ([`GcProgress`]), for the CLI's progress bars; they collect exactly what the plain forms collect.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -104,6 +107,40 @@ impl MirrorGarbage {
     }
 }
 
+/// How far a collection has got, told to a [`GcProgressFn`] as it goes (for a progress bar). Each count is a
+/// running total since the call began; a count only grows, and an `of` is what is known so far to be done.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum GcProgress {
+    /// Objects listed so far (a mirror's `manifest/`, `wal/` and `snapshot/`, or an inbox): how many there are
+    /// is not known until the listing ends.
+    Listed(u64),
+    /// Objects read so far (an inbox's claims and due entries), of `of` to read.
+    Read {
+        /// Read so far.
+        done: u64,
+        /// To read, as far as is known now.
+        of: u64,
+    },
+    /// Objects deleted so far, of `of` to delete.
+    Deleted {
+        /// Deleted so far.
+        done: u64,
+        /// To delete.
+        of: u64,
+    },
+}
+
+/// A callback told of a collection's progress ([`GcProgress`]), for the `*_with_progress` forms of the
+/// collection functions. It is called on the collection's own thread between requests, so it should return at
+/// once; it cannot change what is collected.
+pub type GcProgressFn = Arc<dyn Fn(GcProgress) + Send + Sync>;
+
+/// A callback that ignores progress: what the forms without `_with_progress` pass.
+pub(crate) fn no_progress() -> GcProgressFn {
+    Arc::new(|_| {})
+}
+
 /// Lists the garbage of the mirror at `prefix` of `store`: objects no restore needs (see the module's rules),
 /// `due` if at least `age_ms_min` old at `now_wall_ms` (milliseconds since the Unix epoch, compared with the
 /// store's `last_modified`), else `young`. Reads the manifest listing, the newest manifest (and its predecessor
@@ -117,14 +154,38 @@ pub async fn find_garbage(
     now_wall_ms: u64,
     age_ms_min: u64,
 ) -> Result<MirrorGarbage> {
-    blocking(store, prefix, move |remote| find(remote, now_wall_ms, age_ms_min)).await
+    find_garbage_with_progress(store, prefix, now_wall_ms, age_ms_min, no_progress()).await
+}
+
+/// [`find_garbage`], telling `progress` how many objects it has listed after each of its three listings
+/// ([`GcProgress::Listed`]). It finds exactly what [`find_garbage`] finds.
+pub async fn find_garbage_with_progress(
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    now_wall_ms: u64,
+    age_ms_min: u64,
+    progress: GcProgressFn,
+) -> Result<MirrorGarbage> {
+    blocking(store, prefix, move |remote| find(remote, now_wall_ms, age_ms_min, &*progress)).await
 }
 
 /// Deletes the due objects of `garbage` (found by [`find_garbage`] on the same `store` and `prefix`); an object
 /// already gone counts as deleted. Returns how many were deleted. Objects only grow older, and a newer manifest
 /// only supersedes more, so a report stays true until it is applied.
 pub async fn delete_garbage(store: Arc<dyn ObjectStore>, prefix: Path, garbage: &MirrorGarbage) -> Result<u64> {
+    delete_garbage_with_progress(store, prefix, garbage, no_progress()).await
+}
+
+/// [`delete_garbage`], telling `progress` after each delete how many of the due objects are deleted so far
+/// ([`GcProgress::Deleted`]). It deletes exactly what [`delete_garbage`] deletes.
+pub async fn delete_garbage_with_progress(
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    garbage: &MirrorGarbage,
+    progress: GcProgressFn,
+) -> Result<u64> {
     let paths: Vec<Path> = garbage.due.iter().map(|o| o.path.clone()).collect();
+    let of = paths.len() as u64;
     blocking(store, prefix, move |remote| {
         let mut deleted = 0;
         for path in &paths {
@@ -136,6 +197,7 @@ pub async fn delete_garbage(store: Arc<dyn ObjectStore>, prefix: Path, garbage: 
             }
             remote.delete(path)?;
             deleted += 1;
+            progress(GcProgress::Deleted { done: deleted, of });
         }
         Ok(deleted)
     })
@@ -161,9 +223,15 @@ fn age_ms(now_wall_ms: u64, meta: &ObjectMeta) -> u64 {
     now_wall_ms.saturating_sub(at)
 }
 
-fn find(remote: &Remote, now_wall_ms: u64, age_ms_min: u64) -> Result<MirrorGarbage> {
-    let mut manifests: Vec<(ManifestName, ObjectMeta)> = remote
-        .list("manifest")?
+fn find(remote: &Remote, now_wall_ms: u64, age_ms_min: u64, progress: &dyn Fn(GcProgress)) -> Result<MirrorGarbage> {
+    let mut listed = 0;
+    let mut list = |dir: &str| -> Result<Vec<ObjectMeta>> {
+        let objects = remote.list(dir)?;
+        listed += objects.len() as u64;
+        progress(GcProgress::Listed(listed));
+        Ok(objects)
+    };
+    let mut manifests: Vec<(ManifestName, ObjectMeta)> = list("manifest")?
         .into_iter()
         .filter_map(|m| remote.layout.parse_manifest(&m.location).map(|n| (n, m)))
         .collect();
@@ -187,14 +255,14 @@ fn find(remote: &Remote, now_wall_ms: u64, age_ms_min: u64) -> Result<MirrorGarb
     for (_, meta) in manifests.into_iter().take(keep_from) {
         garbage.push((meta, GarbageReason::Superseded, superseded_age));
     }
-    for meta in remote.list("wal")? {
+    for meta in list("wal")? {
         if remote.layout.parse_slot(&meta.location, "wal").is_some_and(|slot| slot < base) {
             garbage.push((meta, GarbageReason::Superseded, superseded_age));
         }
     }
     // Snapshots above the base are grouped by slot: a stray one is only as old as its youngest chunk.
     let mut strays: BTreeMap<u64, Vec<ObjectMeta>> = BTreeMap::new();
-    for meta in remote.list("snapshot")? {
+    for meta in list("snapshot")? {
         match remote.layout.parse_slot(&meta.location, "snapshot") {
             Some(slot) if slot < base => garbage.push((meta, GarbageReason::Superseded, superseded_age)),
             Some(slot) if slot > base => strays.entry(slot).or_default().push(meta),

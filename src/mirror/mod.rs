@@ -36,7 +36,10 @@ use serde::{Deserialize, Serialize};
 
 pub use clock::{Clock, SystemClock};
 pub use format::MIRROR_FORMAT_VERSION;
-pub use gc::{GarbageReason, MirrorGarbage, MirrorObject, delete_garbage, find_garbage};
+pub use gc::{
+    GarbageReason, GcProgress, GcProgressFn, MirrorGarbage, MirrorObject, delete_garbage, delete_garbage_with_progress,
+    find_garbage, find_garbage_with_progress,
+};
 pub use view::MirrorView;
 
 pub(crate) use open::open;

@@ -6,15 +6,23 @@
 //!   adopts; a crash between its flush and its deletes leaves them. They can never be adopted (a claim is
 //!   permanent and adoption reads only the seal), so they are due at any age.
 //! - **Unclaimed** (no claim at all): a worker that died before sealing, or one still running. Due only once
-//!   older than the grace period; a younger one is kept, for its worker may still seal, and the committer finds
-//!   a seal only through its inbox entries. Before an unclaimed entry is deleted its claim is read again, and an
-//!   entry a seal now names (its worker sealed late) is kept. A worker that seals after its entries were
-//!   deleted has a seal no committer finds: the grace period must exceed any task's time from stage to seal.
+//!   older than the grace period; a younger one is kept, for its worker may still seal. Before an unclaimed
+//!   entry is deleted its claim is read again, and an entry a seal now names (its worker sealed late) is kept.
+//!   A worker that seals after its entries were deleted is still adopted (the committer finds seals by listing
+//!   the claims, and a seal holds every part), but the results this report named for deletion are then in a
+//!   sealed checkpoint: the grace period must exceed any task's time from stage to seal.
+//! - **Not here**: a checkpoint sealed by `Worker::stage_and_seal` has no inbox entry at all (its seal holds
+//!   its one part). An attempt of it that died before its create landed, or that lost, left nothing in the
+//!   object store to find; a loser's call returns its results (`SealLost`), a dead one's files are the
+//!   target's orphans.
 //! - **Never deleted**: a claim object (fencing and the skip set need every one of them), the winner's entries
 //!   (the committer adopts them), anything outside `<prefix>/jobs/<job>/shared/inbox/`.
 //!
 //! Each due entry's write results are read and reported: the data files they name are garbage too, and the
 //! operator (or a target's own collector) deletes them; this module does not touch the table.
+//!
+//! The `*_with_progress` forms tell a callback how far they have got (`mirror::GcProgress`), for the CLI's
+//! progress bars; they collect exactly what the plain forms collect.
 
 use std::collections::BTreeMap;
 
@@ -23,8 +31,9 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 
 use super::inbox::{ClaimAt, Inbox, is_winners};
-use super::{SHARED_CONCURRENT_MAX, SealedBy};
+use super::{DELETE_BATCH_OBJECTS_MAX, SHARED_CONCURRENT_MAX, SealedBy};
 use crate::error::Result;
+use crate::mirror::{GcProgress, GcProgressFn};
 use crate::types::{CheckpointId, WriteResult};
 
 /// The default grace period of unclaimed inbox entries, in milliseconds (24 hours): far above any task's time
@@ -103,6 +112,11 @@ impl InboxGarbage {
     }
 }
 
+/// A callback that ignores progress: what the forms without `_with_progress` pass.
+fn no_progress() -> GcProgressFn {
+    std::sync::Arc::new(|_| {})
+}
+
 fn age_ms(now_wall_ms: u64, meta: &ObjectMeta) -> u64 {
     now_wall_ms.saturating_sub(u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0))
 }
@@ -113,9 +127,29 @@ impl Inbox {
     /// epoch, compared with the store's `last_modified`); younger unclaimed ones are reported as kept. Reads
     /// one claim per checkpoint and each due entry; deletes nothing.
     pub async fn find_garbage(&self, now_wall_ms: u64, grace_ms: u64) -> Result<InboxGarbage> {
+        self.find_garbage_with_progress(now_wall_ms, grace_ms, no_progress()).await
+    }
+
+    /// [`Inbox::find_garbage`], telling `progress` how many entries it has listed as the listing streams in
+    /// ([`GcProgress::Listed`]), then how many claims and due entries it has read ([`GcProgress::Read`]: first
+    /// of the claims, then of the claims and the due entries). It finds exactly what [`Inbox::find_garbage`]
+    /// finds.
+    pub async fn find_garbage_with_progress(
+        &self,
+        now_wall_ms: u64,
+        grace_ms: u64,
+        progress: GcProgressFn,
+    ) -> Result<InboxGarbage> {
         let shared = &self.shared;
         let root = shared.inbox_root();
-        let listed = shared.list(&root, INBOX_GC_ENTRIES_MAX).await?;
+        let mut listed = Vec::new();
+        shared
+            .list_each(&root, |meta| {
+                listed.push(meta);
+                progress(GcProgress::Listed(listed.len() as u64));
+                listed.len() < INBOX_GC_ENTRIES_MAX
+            })
+            .await?;
         let truncated = listed.len() >= INBOX_GC_ENTRIES_MAX;
         let mut groups: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
         for meta in listed {
@@ -124,9 +158,15 @@ impl Inbox {
                 groups.entry(hash.as_ref().to_owned()).or_default().push(meta);
             }
         }
+        let claims_of = groups.len() as u64;
+        let mut read = 0;
         let claims: Vec<(Option<ClaimAt>, Vec<ObjectMeta>)> = futures::stream::iter(groups)
             .map(|(hash, entries)| async move { Ok::<_, crate::Error>((self.read_seal(&hash).await?, entries)) })
             .buffered(SHARED_CONCURRENT_MAX)
+            .inspect_ok(|_| {
+                read += 1;
+                progress(GcProgress::Read { done: read, of: claims_of });
+            })
             .try_collect()
             .await?;
         let mut report = InboxGarbage { truncated, ..InboxGarbage::default() };
@@ -154,9 +194,14 @@ impl Inbox {
                 }
             }
         }
+        let reads_of = claims_of + report.due.len() as u64;
         let staged: Vec<_> = futures::stream::iter(&report.due)
             .map(|entry| self.read_staged(&entry.path))
             .buffered(SHARED_CONCURRENT_MAX)
+            .inspect_ok(|_| {
+                read += 1;
+                progress(GcProgress::Read { done: read, of: reads_of });
+            })
             .try_collect()
             .await?;
         for (entry, staged) in report.due.iter_mut().zip(staged) {
@@ -172,7 +217,17 @@ impl Inbox {
     /// An unclaimed entry's claim is read again first, and an entry a seal now names (its worker sealed since the
     /// report) is kept. Returns how many entries were deleted.
     pub async fn delete_garbage(&self, garbage: &InboxGarbage) -> Result<u64> {
+        self.delete_garbage_with_progress(garbage, no_progress()).await
+    }
+
+    /// [`Inbox::delete_garbage`], telling `progress` how many unclaimed entries' claims it has read again
+    /// ([`GcProgress::Read`]), then how many entries are deleted so far ([`GcProgress::Deleted`], after each
+    /// round of [`SHARED_CONCURRENT_MAX`] bulk deletes). It deletes exactly what [`Inbox::delete_garbage`]
+    /// deletes.
+    pub async fn delete_garbage_with_progress(&self, garbage: &InboxGarbage, progress: GcProgressFn) -> Result<u64> {
         let shared = &self.shared;
+        let rereads_of = garbage.due.iter().filter(|e| e.reason == InboxReason::Unclaimed).count() as u64;
+        let mut reread = 0;
         let root = shared.inbox_root();
         let mut paths = Vec::new();
         for entry in &garbage.due {
@@ -183,16 +238,27 @@ impl Inbox {
                     entry.path
                 )));
             };
-            if entry.reason == InboxReason::Unclaimed
-                && let Some(ClaimAt::Seal(seal)) = self.read_seal(hash.as_ref()).await?
-                && is_winners(&entry.path, &seal)
-            {
-                continue;
+            if entry.reason == InboxReason::Unclaimed {
+                let claim = self.read_seal(hash.as_ref()).await?;
+                reread += 1;
+                progress(GcProgress::Read { done: reread, of: rereads_of });
+                if let Some(ClaimAt::Seal(seal)) = claim
+                    && is_winners(&entry.path, &seal)
+                {
+                    continue;
+                }
             }
             paths.push(entry.path.clone());
         }
         let deleted = paths.len() as u64;
-        shared.delete_all(paths).await?;
+        // One `delete_all` per round of its concurrency (up to SHARED_CONCURRENT_MAX streams of whole bulk
+        // requests), so that progress can be told between rounds; the same bulk requests, in rounds.
+        let mut done = 0;
+        for round in paths.chunks(SHARED_CONCURRENT_MAX * DELETE_BATCH_OBJECTS_MAX) {
+            shared.delete_all(round.to_vec()).await?;
+            done += round.len() as u64;
+            progress(GcProgress::Deleted { done, of: deleted });
+        }
         Ok(deleted)
     }
 }

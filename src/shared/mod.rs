@@ -4,18 +4,25 @@
 //! the driver but an object store and a prefix. Its `stage` puts one object into the job's **inbox**; its
 //! `seal` wins the checkpoint's **claim** with one conditional create (`PutMode::Create`), so that of two
 //! attempts of one checkpoint (a retried task whose first attempt still runs, a speculative copy, a zombie
-//! that wakes up) exactly one is ever sealed, decided by the object store and not by timing. The committer's
-//! [`Inbox::adopt`] lists only the inbox (what is new), adopts each sealed checkpoint into its own
-//! [`crate::Store`] (a redb WAL mirrored as usual, so a committer that loses its disk restores, and a new
-//! driver fences the old one), waits for the mirror, and only then deletes the inbox entries.
+//! that wakes up) exactly one is ever sealed, decided by the object store and not by timing. Its
+//! `stage_and_seal` puts no inbox entry: the seal holds the part whole, so a one-input checkpoint costs one
+//! request. The committer's [`Inbox::adopt`] lists the claims and reads only those it does not know yet (its
+//! store holds every checkpoint it adopted), lists the inbox for the parts of multi-part checkpoints, adopts
+//! each new seal into its own [`crate::Store`] (a redb WAL mirrored as usual, so a committer that loses its
+//! disk restores, and a new driver fences the old one), waits for the mirror, and only then deletes the inbox
+//! entries.
 //!
 //! Object layout under `<prefix>/jobs/<job>/shared/` (docs/ARCHITECTURE.md has the races):
 //!
-//! | object | written by | condition | holds |
-//! |---|---|---|---|
-//! | `claims/<h>` for a checkpoint id | the sealing worker | create | the seal: winner, keys, results |
-//! | `claims/<h>` for a source key | the sealing worker, before the seal | create | the id owning the key |
-//! | `inbox/<h>/<session>-<attempt>-<part>` | the staging worker | none (unique name) | one staged part |
+//! | object | written by | condition | holds | the committer reads it |
+//! |---|---|---|---|---|
+//! | `claims/<h>` for a checkpoint id | the sealing worker | create | the seal: winner, keys, results | once |
+//! | `claims/<h>` for a source key | the sealing worker, first | create | the id owning the key | once a handle |
+//! | `inbox/<h>/<session>-<attempt>-<part>` | `stage` (not `stage_and_seal`) | none | one staged part | a loser's |
+//!
+//! Per input of a Daft-shaped job (`stage_and_seal` of a [`CheckpointId::for_key`] id): 1 request by the
+//! worker (the create), 1 by the committer (the read); per committer round, the claims listing (1 request per
+//! 1,000 claims of the job: the one cost that grows with its history) and the inbox listing.
 //!
 //! `<h>` is the hex SHA-256 of the name (`id\0…` or `key\0…`): fixed length, any key. A checkpoint id made by
 //! [`CheckpointId::for_key`] *is* its key's claim, so a one-input checkpoint (Daft's shape) seals with one
@@ -100,7 +107,7 @@ impl SharedStaging {
 
     /// Where the claim named `hash` lives.
     fn claim(&self, hash: &str) -> Path {
-        self.root.clone().join("claims").join(hash)
+        self.claims_root().join(hash)
     }
 
     /// The inbox directory of everything staged toward the claim `hash`.
@@ -110,6 +117,11 @@ impl SharedStaging {
 
     fn inbox_root(&self) -> Path {
         self.root.clone().join("inbox")
+    }
+
+    /// The directory of every claim: seals and key claims.
+    fn claims_root(&self) -> Path {
+        self.root.clone().join("claims")
     }
 
     /// For messages.
@@ -172,10 +184,11 @@ enum Created {
 /// The most object-store requests one committer round has in flight at once.
 pub const SHARED_CONCURRENT_MAX: usize = 16;
 
-/// The most inbox entries one committer round takes on (the rest wait for the next round): bounds a round's
-/// memory and time however many parts dead workers left behind. (More than this many parts of dead, never
-/// sealed attempts would starve newer ones, for the listing order is by hash: collecting them is
-/// `sinkpoint gc --shared`, [`Inbox::find_garbage`].)
+/// The most inbox entries, and the most claims not known yet, one committer round takes on (the rest wait for
+/// the next round): bounds a round's memory and time however many parts dead workers left behind or seals
+/// arrived at once. The claims listing itself is never cut short: known claims are passed over, not kept.
+/// (More than this many parts of dead, never sealed attempts would starve newer ones, for the listing order is
+/// by hash: collecting them is `sinkpoint gc --shared`, [`Inbox::find_garbage`].)
 pub const SHARED_ROUND_ENTRIES_MAX: usize = 100_000;
 
 /// The most objects one bulk delete request carries (S3's `DeleteObjects` limit; object_store batches by it).
@@ -296,10 +309,43 @@ impl SharedStaging {
             .map(drop)
     }
 
-    /// Every object under `dir`.
     /// The first `max` objects under `dir` (in the store's listing order).
     async fn list(&self, dir: &Path, max: usize) -> Result<Vec<object_store::ObjectMeta>> {
-        use futures::{StreamExt as _, TryStreamExt as _};
-        self.timed(dir, self.store.list(Some(dir)).take(max).try_collect::<Vec<_>>()).await
+        let mut out = Vec::new();
+        self.list_each(dir, |meta| {
+            out.push(meta);
+            out.len() < max
+        })
+        .await?;
+        Ok(out)
     }
+
+    /// Hands each object under `dir` to `each` as the listing streams in, until `each` returns false or the
+    /// listing ends; returns how many objects it was handed. Each step gets the request timeout, not the whole
+    /// listing: a long listing is many requests (one per [`LIST_PAGE_OBJECTS`]).
+    async fn list_each(&self, dir: &Path, mut each: impl FnMut(object_store::ObjectMeta) -> bool) -> Result<u64> {
+        use futures::StreamExt as _;
+        let mut listing = self.store.list(Some(dir));
+        let mut seen = 0u64;
+        loop {
+            match tokio::time::timeout(self.timeout, listing.next()).await {
+                Err(_) => return Err(self.no_answer(&format!("{}: a listing", self.describe(dir)))),
+                Ok(None) => return Ok(seen),
+                Ok(Some(meta)) => {
+                    seen += 1;
+                    if !each(meta?) {
+                        return Ok(seen);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The objects one list request returns at most (S3's page; object_store's S3 listing pages by it).
+const LIST_PAGE_OBJECTS: u64 = 1_000;
+
+/// The list requests a listing that returned `objects` objects made: one per page, at least one.
+fn list_requests(objects: u64) -> u64 {
+    objects.div_ceil(LIST_PAGE_OBJECTS).max(1)
 }

@@ -1,4 +1,5 @@
-//! The worker handle: stage into the inbox, seal by winning the checkpoint's claim.
+//! The worker handle: stage into the inbox, seal by winning the checkpoint's claim; or both at once with the
+//! claim alone (`stage_and_seal`: the seal holds the part whole, and the committer lists the claims).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -33,13 +34,22 @@ impl std::fmt::Display for SealedBy {
     }
 }
 
+/// One part as this handle staged it.
+#[derive(Debug)]
+struct Held {
+    staged: Staged,
+    /// Whether it has an inbox entry: parts of [`Worker::stage`] do, the part of [`Worker::stage_and_seal`] does
+    /// not (its seal holds it whole), so there is nothing to delete for it.
+    in_inbox: bool,
+}
+
 /// One checkpoint as this handle staged it.
 #[derive(Debug)]
 struct Local {
     attempt: u32,
     /// The current attempt's parts while Staged; emptied once sealed, so a long-lived worker holds only what it
     /// has not sealed yet.
-    parts: BTreeMap<u32, Staged>,
+    parts: BTreeMap<u32, Held>,
     state: CheckpointState,
     /// The part count it was sealed with (0 before).
     sealed_parts: u32,
@@ -134,30 +144,13 @@ impl Worker {
     /// Stages one part of checkpoint `id`: one put into the inbox. The same part again with the same bytes is
     /// `AlreadyStaged` and puts nothing.
     pub async fn stage(&self, id: &CheckpointId, part: StagePart) -> Result<StageOutcome> {
-        id.check()?;
-        check_stage(part.part, &part.keys, &part.results)?;
-        if part.keys.is_empty() && part.results.is_empty() {
-            return Err(Error::invalid_input("a stage call carries no keys and no results; give it one or both"));
-        }
-        let staged = Staged {
-            id: id.clone(),
-            author: self.author.clone(),
-            attempt: part.attempt.get(),
-            part: part.part.get(),
-            keys: part.keys,
-            results: part.results,
-        };
+        let staged = self.staged(id, part)?;
         if self.check_stage_locally(&staged)? {
             return Ok(StageOutcome::AlreadyStaged);
         }
         let bytes = envelope::encode(&Body::Staged(staged.clone()))?;
         self.shared.put(&self.inbox_path(&staged), bytes).await?;
-        let mut local = self.lock()?;
-        let entry = local.entry(id.clone()).or_insert_with(new_local);
-        // A concurrent restart of the same id in this handle bumped the attempt: the part is dropped then.
-        if entry.attempt == staged.attempt && entry.state == CheckpointState::Staged {
-            entry.parts.insert(staged.part, staged);
-        }
+        self.hold(staged, true)?;
         Ok(StageOutcome::Staged)
     }
 
@@ -180,7 +173,13 @@ impl Worker {
         }
     }
 
-    /// Stages everything in one part and seals it: two requests (the inbox entry, the seal).
+    /// Stages everything in one part and seals it: **one request** for an id from [`CheckpointId::for_key`]
+    /// (the seal's conditional create; one more create per key for any other id). The part is recorded in this
+    /// handle under the rules of [`Worker::stage`] (attempt checks, the same part again is a no-op, another part
+    /// under its number is `PartConflict`) but gets no inbox entry: the seal holds it whole, and the committer
+    /// finds seals by listing the claims ([`super::Inbox::adopt`]). So an attempt that dies before its create
+    /// lands leaves nothing in the object store; its data files are named nowhere (as those of one that dies
+    /// before any stage call).
     pub async fn stage_and_seal(
         &self,
         id: &CheckpointId,
@@ -194,11 +193,17 @@ impl Worker {
             None => Attempt::FIRST.get(),
         };
         let part = StagePart::new(Attempt::new(attempt), Part::FIRST).keys(keys).results(results);
-        self.stage(id, part).await?;
+        let staged = self.staged(id, part)?;
+        // The part is the whole seal: its keys are checked before it is recorded, so a refused call leaves the
+        // handle as it was (a corrected retry is not a `PartConflict`).
+        check_keys(id, &staged.keys)?;
+        if !self.check_stage_locally(&staged)? {
+            self.hold(staged, false)?;
+        }
         self.seal(id, 1).await
     }
 
-    /// Drops this handle's current attempt of `id` (its inbox entries are deleted) and begins the next;
+    /// Drops this handle's current attempt of `id` (its inbox entries, if any, are deleted) and begins the next;
     /// returns the dropped results for cleanup.
     pub async fn restart(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
         self.drop_attempt(id, CheckpointState::Staged).await
@@ -218,6 +223,42 @@ impl Worker {
 
     fn describe(&self, path: &Path) -> String {
         self.shared.describe(path)
+    }
+
+    /// One stage call's part, checked as the store checks it.
+    fn staged(&self, id: &CheckpointId, part: StagePart) -> Result<Staged> {
+        id.check()?;
+        check_stage(part.part, &part.keys, &part.results)?;
+        if part.keys.is_empty() && part.results.is_empty() {
+            return Err(Error::invalid_input("a stage call carries no keys and no results; give it one or both"));
+        }
+        Ok(Staged {
+            id: id.clone(),
+            author: self.author.clone(),
+            attempt: part.attempt.get(),
+            part: part.part.get(),
+            keys: part.keys,
+            results: part.results,
+        })
+    }
+
+    /// Records a part this handle staged (`in_inbox`: its entry is in the object store).
+    fn hold(&self, staged: Staged, in_inbox: bool) -> Result<()> {
+        let mut local = self.lock()?;
+        let entry = local.entry(staged.id.clone()).or_insert_with(new_local);
+        // A concurrent restart of the same id in this handle bumped the attempt: the part is dropped then.
+        if entry.attempt == staged.attempt && entry.state == CheckpointState::Staged {
+            entry.parts.insert(staged.part, Held { staged, in_inbox });
+        }
+        Ok(())
+    }
+
+    /// Deletes the inbox entries of `parts` (those that have one).
+    async fn delete_entries(&self, parts: &[Held]) -> Result<()> {
+        for held in parts.iter().filter(|h| h.in_inbox) {
+            self.shared.delete(&self.inbox_path(&held.staged)).await?;
+        }
+        Ok(())
     }
 
     fn inbox_path(&self, staged: &Staged) -> Path {
@@ -257,7 +298,7 @@ impl Worker {
         }
         match cur.parts.get(&staged.part) {
             None => Ok(false),
-            Some(p) if p == staged => Ok(true),
+            Some(p) if p.staged == *staged => Ok(true),
             Some(_) => Err(TransitionError::PartConflict { id, attempt: staged.attempt, part: staged.part }.into()),
         }
     }
@@ -299,8 +340,8 @@ impl Worker {
             }
             .into());
         }
-        let keys: Vec<SourceKey> = cur.parts.values().flat_map(|p| p.keys.iter().cloned()).collect();
-        let results: Vec<WriteResult> = cur.parts.values().flat_map(|p| p.results.iter().cloned()).collect();
+        let keys: Vec<SourceKey> = cur.parts.values().flat_map(|p| p.staged.keys.iter().cloned()).collect();
+        let results: Vec<WriteResult> = cur.parts.values().flat_map(|p| p.staged.results.iter().cloned()).collect();
         check_stage(Part::FIRST, &keys, &results).map_err(|e| {
             Error::invalid_input(format!(
                 "checkpoint {id}: a shared checkpoint holds at most one stage call's worth: {e}"
@@ -352,10 +393,8 @@ impl Worker {
             }
         };
         // The loser's inbox entries are garbage now; the committer would report them, this saves it the reads.
-        let staged: Vec<Staged> = self.take_parts(id, CheckpointState::Aborted)?;
-        for part in &staged {
-            self.shared.delete(&self.inbox_path(part)).await?;
-        }
+        let parts = self.take_parts(id, CheckpointState::Aborted)?;
+        self.delete_entries(&parts).await?;
         Err(TransitionError::SealLost { id: id.clone(), winner, results }.into())
     }
 
@@ -370,7 +409,7 @@ impl Worker {
     }
 
     /// Takes the current attempt's parts out and moves the checkpoint to `state` (Staged: the next attempt).
-    fn take_parts(&self, id: &CheckpointId, state: CheckpointState) -> Result<Vec<Staged>> {
+    fn take_parts(&self, id: &CheckpointId, state: CheckpointState) -> Result<Vec<Held>> {
         let mut local = self.lock()?;
         let Some(cur) = local.get_mut(id) else { return Err(TransitionError::NotFound { id: id.clone() }.into()) };
         match (cur.state, state) {
@@ -394,10 +433,8 @@ impl Worker {
     async fn drop_attempt(&self, id: &CheckpointId, state: CheckpointState) -> Result<Vec<WriteResult>> {
         id.check()?;
         let parts = self.take_parts(id, state)?;
-        for part in &parts {
-            self.shared.delete(&self.inbox_path(part)).await?;
-        }
-        Ok(parts.into_iter().flat_map(|p| p.results).collect())
+        self.delete_entries(&parts).await?;
+        Ok(parts.into_iter().flat_map(|p| p.staged.results).collect())
     }
 }
 

@@ -1,15 +1,19 @@
 //! `sinkpoint gc`: the garbage of a job's mirror and of its shared-staging inbox, listed (a dry run, the default)
 //! or deleted (`--apply`). What is garbage, and why deleting it never breaks a restore or a commit, is decided by
-//! the core (`sinkpoint::mirror::find_garbage`, `sinkpoint::shared::Inbox::find_garbage`); this prints it.
+//! the core (`sinkpoint::mirror::find_garbage`, `sinkpoint::shared::Inbox::find_garbage`); this prints it, and
+//! shows the core's progress counts on stderr while it works (`crate::progress`).
 
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 use sinkpoint::JobId;
-use sinkpoint::mirror::{Clock as _, MirrorGarbage, SystemClock};
+use sinkpoint::mirror::{
+    Clock as _, MirrorGarbage, SystemClock, delete_garbage_with_progress, find_garbage_with_progress,
+};
 use sinkpoint::shared::{Inbox, InboxGarbage, InboxReason, SharedStaging};
 
 use crate::exit::{Code, Failure};
+use crate::progress::Progress;
 use crate::render::{key_text, print_json};
 use crate::source::object_store_at;
 
@@ -63,13 +67,25 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
     }
     // Ages are the store's `last_modified` against this machine's wall clock: the one clock both share.
     let now_wall_ms = SystemClock.wall_ms();
+    // Progress on stderr while listing, reading and deleting (only on a terminal, never with --json).
+    let progress = Progress::start(request.json, "gc: starting");
     let mut mirror_report = None;
     if let Some(url) = request.mirror {
         let (store, prefix) = object_store_at("--mirror", url)?;
-        let garbage =
-            sinkpoint::mirror::find_garbage(store.clone(), prefix.clone(), now_wall_ms, request.min_age_ms).await?;
-        let deleted =
-            if request.apply { Some(sinkpoint::mirror::delete_garbage(store, prefix, &garbage).await?) } else { None };
+        progress.phase("mirror: listing");
+        let garbage = find_garbage_with_progress(
+            store.clone(),
+            prefix.clone(),
+            now_wall_ms,
+            request.min_age_ms,
+            progress.gc("mirror"),
+        )
+        .await?;
+        let deleted = if request.apply {
+            Some(delete_garbage_with_progress(store, prefix, &garbage, progress.gc("mirror")).await?)
+        } else {
+            None
+        };
         mirror_report = Some((url, garbage, deleted));
     }
     let mut inbox_report = None;
@@ -83,10 +99,17 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
         };
         let (store, prefix) = object_store_at("--shared", url)?;
         let inbox = Inbox::new(SharedStaging::new(store, prefix.as_ref(), job.clone())?);
-        let garbage = inbox.find_garbage(now_wall_ms, request.grace_ms).await?;
-        let deleted = if request.apply { Some(inbox.delete_garbage(&garbage).await?) } else { None };
+        progress.phase("inbox: listing");
+        let garbage = inbox.find_garbage_with_progress(now_wall_ms, request.grace_ms, progress.gc("inbox")).await?;
+        let deleted = if request.apply {
+            Some(inbox.delete_garbage_with_progress(&garbage, progress.gc("inbox")).await?)
+        } else {
+            None
+        };
         inbox_report = Some((url, job, garbage, deleted));
     }
+    // Cleared before the report, so that it never mixes with stdout on one terminal.
+    drop(progress);
     if request.json {
         print_json(&json!({
             "apply": request.apply,

@@ -9,6 +9,7 @@ use sinkpoint::{CheckpointId, Resolution, Store, WriteResult};
 
 use crate::Writable;
 use crate::exit::{Code, Failure};
+use crate::progress::Progress;
 use crate::render::key_text;
 use crate::source::{mirror, writer};
 
@@ -67,8 +68,11 @@ pub(crate) async fn restore(url: &str, to: &Path, take_over: bool) -> Result<Cod
     if to.exists() {
         return Err(Failure::new(Code::Usage, format!("{} exists: restore into a new path", to.display())));
     }
+    // The restore has no counts to give while it reads: a spinner names each phase (see `crate::progress`).
+    let progress = Progress::start(false, "reading the mirror");
     let summary = crate::source::mirror_inspector(url).await?.summary()?;
     let (object_store, prefix) = mirror(url)?;
+    progress.phase(&format!("restoring into {} (taking the mirror over)", to.display()));
     let store = Store::builder(summary.job.clone(), summary.target.clone())
         .path(to)
         .mirror(object_store, prefix, MirrorSettings::default())
@@ -76,7 +80,9 @@ pub(crate) async fn restore(url: &str, to: &Path, take_over: bool) -> Result<Cod
         .await?;
     let epoch = store.epoch();
     store.close_async().await;
+    progress.phase("verifying the restored store");
     let checked = Inspector::open_file(to)?.verify()?;
+    drop(progress);
     println!(
         "restored job {} into {} as epoch {epoch}: {} checkpoints, {} commit keys; run the job with this file",
         summary.job,

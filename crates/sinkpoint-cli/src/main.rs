@@ -5,6 +5,8 @@
 //! refused while the job runs, and each records who and why in the log. `gc` lists (by default) or deletes
 //! garbage of a mirror or a shared-staging inbox by the core's rules: never a mirror object younger than the
 //! minimum age, never an unclaimed inbox part younger than the grace period, so it needs no writer to stop. Exit codes are in [`exit`].
+//! Long work (`restore`, `verify`, `gc`) shows progress on stderr when it is a terminal, never with `--json`
+//! ([`progress`]).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
@@ -13,6 +15,7 @@
 mod exit;
 mod gc;
 mod hatch;
+mod progress;
 mod read;
 mod render;
 mod source;

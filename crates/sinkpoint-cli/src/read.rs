@@ -5,6 +5,7 @@ use sinkpoint::{CheckpointId, StateFilter};
 
 use crate::Source;
 use crate::exit::{Code, Failure};
+use crate::progress::Progress;
 use crate::render;
 use crate::source::{inspector, mirror_inspector};
 
@@ -103,8 +104,13 @@ pub(crate) async fn commits(source: &Source) -> Result<Code, Failure> {
 }
 
 pub(crate) async fn verify(source: &Source) -> Result<Code, Failure> {
+    // The inspector has no counts to give while it reads: a spinner names each phase (see `crate::progress`).
+    let opening = if source.store.is_some() { "opening the store" } else { "restoring the mirror into memory" };
+    let progress = Progress::start(source.json, opening);
     let inspector = inspector(source).await?;
+    progress.phase("checking every log frame, checkpoint, commit and pending write result");
     let report = inspector.verify()?;
+    drop(progress);
     if source.json {
         render::print_json(&json!({
             "source": inspector.source(), "ok": true, "frames": report.frames, "checkpoints": report.checkpoints,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt as _};
 use serde_json::Value;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::testkit::{CommitFault, FaultyTarget, ProbeFault};
@@ -398,14 +398,12 @@ async fn a_persons_habits_get_one_line_errors_and_the_right_exit_codes() {
     assert_eq!(code(&unknown), 5, "{}", stderr(&unknown));
 }
 
-/// The same reads on a mirror in moto's S3 API, configured the way an operator would: the AWS_* environment.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_reads_a_mirror_on_the_s3_api() {
-    let Some(endpoint) = sinkpoint::testkit::s3_endpoint() else { return };
-    let bucket = format!("sinkpoint-cli-{}", std::process::id());
-    sinkpoint::testkit::create_s3_bucket(&endpoint, &bucket).unwrap_or_else(|e| panic!("{e}"));
+/// A new bucket on moto's S3 API (named after `test` and this process) and the store over it.
+fn moto_bucket(endpoint: &str, test: &str) -> (String, Arc<dyn ObjectStore>) {
+    let bucket = format!("sinkpoint-cli-{test}-{}", std::process::id());
+    sinkpoint::testkit::create_s3_bucket(endpoint, &bucket).unwrap_or_else(|e| panic!("{e}"));
     let s3 = object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(&endpoint)
+        .with_endpoint(endpoint)
         .with_allow_http(true)
         .with_bucket_name(&bucket)
         .with_access_key_id("test")
@@ -413,11 +411,32 @@ async fn status_reads_a_mirror_on_the_s3_api() {
         .with_region("us-east-1")
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
+    (bucket, Arc::new(s3))
+}
+
+/// Runs the binary configured for moto the way an operator would: the AWS_* environment.
+fn cli_s3(endpoint: &str, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sinkpoint"))
+        .args(args)
+        .env("AWS_ENDPOINT", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap_or_else(|e| panic!("running sinkpoint: {e}"))
+}
+
+/// The same reads on a mirror in moto's S3 API, configured the way an operator would: the AWS_* environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_a_mirror_on_the_s3_api() {
+    let Some(endpoint) = sinkpoint::testkit::s3_endpoint() else { return };
+    let (bucket, s3) = moto_bucket(&endpoint, "status");
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let job = JobId::new("cli-s3-job").unwrap_or_else(|e| panic!("{e}"));
     let store = Store::builder(job, TargetIdentity::new("s3://t").unwrap_or_else(|e| panic!("{e}")))
         .path(dir.path().join("sink.redb"))
-        .mirror(Arc::new(s3), object_store::path::Path::from("jobs/a"), MirrorSettings::default())
+        .mirror(s3, object_store::path::Path::from("jobs/a"), MirrorSettings::default())
         .open()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -425,15 +444,7 @@ async fn status_reads_a_mirror_on_the_s3_api() {
     let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"k0".to_vec()]);
     store.stage(&id, part).await.unwrap_or_else(|e| panic!("{e}"));
     store.seal(&id, 1).await.unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sinkpoint"))
-        .args(["status", "--json", "--mirror", &format!("s3://{bucket}/jobs/a")])
-        .env("AWS_ENDPOINT", &endpoint)
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = cli_s3(&endpoint, &["status", "--json", "--mirror", &format!("s3://{bucket}/jobs/a")]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let value = json(&out);
     assert_eq!((value["job"].as_str(), value["counts"]["sealed"].as_u64()), (Some("cli-s3-job"), Some(1)));
@@ -660,4 +671,216 @@ async fn gc_lists_and_deletes_inbox_parts_no_committer_will_adopt_and_keeps_youn
     assert!(claims.iter().all(|c| left.contains(c)), "a claim was deleted: {left:?}");
     // Without the job's name there is nothing to find the inbox by.
     assert_eq!(code(&cli(&["gc", "--shared", &url])), 2);
+}
+
+/// The keys under `prefix` of `store`, relative to it, sorted.
+async fn keys_under(store: &Arc<dyn ObjectStore>, prefix: &str) -> Vec<String> {
+    use futures::TryStreamExt as _;
+    let mut keys: Vec<String> = store
+        .list(Some(&object_store::path::Path::from(prefix)))
+        .map_ok(|m| m.location.as_ref().trim_start_matches(prefix).trim_start_matches('/').to_owned())
+        .try_collect()
+        .await
+        .unwrap_or_else(|e| panic!("listing {prefix}: {e}"));
+    keys.sort();
+    keys
+}
+
+/// `gc --mirror s3://…` on moto: a job that never collected itself (superseded segments and snapshots) and a
+/// crashed writer's snapshot no manifest names. S3 keeps its own times, so age is taken from `--min-age`: at 1h
+/// everything is young and kept; at 0s the dry run lists exactly the garbage and deletes nothing, `--apply`
+/// deletes exactly that, and the mirror still verifies and restores with every checkpoint, commit and key. With
+/// stderr piped (not a terminal) no progress is drawn: stderr stays empty, and `--json` parses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_on_an_s3_mirror_deletes_exactly_its_garbage_and_the_mirror_still_restores() {
+    let Some(endpoint) = sinkpoint::testkit::s3_endpoint() else { return };
+    let (bucket, s3) = moto_bucket(&endpoint, "gc");
+    let job = Job::new();
+    let settings =
+        MirrorSettings { snapshot_interval_records: 3, gc_age_ms_min: u64::MAX, ..MirrorSettings::default() };
+    let store = Store::builder(
+        JobId::new("cli-s3-gc").unwrap_or_else(|e| panic!("{e}")),
+        TargetIdentity::new("file://table").unwrap_or_else(|e| panic!("{e}")),
+    )
+    .path(job.store_path())
+    .mirror(s3.clone(), object_store::path::Path::from("jobs/gc"), settings)
+    .open()
+    .await
+    .unwrap_or_else(|e| panic!("open: {e}"));
+    for i in 0..6 {
+        job.seal(&store, i).await;
+    }
+    Committer::new(&store, &job.table()).commit_pending().await.unwrap_or_else(|e| panic!("commit: {e}"));
+    for i in 6..9 {
+        job.seal(&store, i).await;
+    }
+    store.close_async().await;
+
+    let written = keys_under(&s3, "jobs/gc").await;
+    let slot_of = |name: &str| -> Option<u64> {
+        name.rsplit('/').next().and_then(|l| l.split('.').next()).and_then(|s| s.parse().ok())
+    };
+    let base = written
+        .iter()
+        .filter(|k| k.starts_with("snapshot/"))
+        .filter_map(|k| slot_of(k))
+        .max()
+        .unwrap_or_else(|| panic!("no snapshot: {written:?}"));
+    let newest_manifest =
+        written.iter().filter(|k| k.starts_with("manifest/")).max().cloned().unwrap_or_else(|| panic!("no manifest"));
+    // A crashed writer's half-shipped snapshot above the base (chunks 0 and 1; no manifest names it).
+    let stray = vec![format!("snapshot/{:020}", base + 100), format!("snapshot/{:020}.{:010}", base + 100, 1)];
+    for key in &stray {
+        let path = object_store::path::Path::from(format!("jobs/gc/{key}"));
+        s3.put(&path, b"half-shipped".to_vec().into()).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut garbage: Vec<String> = written
+        .iter()
+        .filter(|k| {
+            (k.starts_with("manifest/") && **k != newest_manifest)
+                || ((k.starts_with("wal/") || k.starts_with("snapshot/")) && slot_of(k).is_some_and(|s| s < base))
+        })
+        .cloned()
+        .chain(stray.iter().cloned())
+        .collect();
+    garbage.sort();
+    assert!(garbage.iter().any(|k| k.starts_with("wal/")), "the job left no superseded segment: {written:?}");
+    assert!(garbage.iter().any(|k| k.starts_with("manifest/")), "the job left no older manifest: {written:?}");
+
+    let url = format!("s3://{bucket}/jobs/gc");
+    let quiet = |out: &Output, what: &str| {
+        assert_eq!(code(out), 0, "{what}: {}", stderr(out));
+        assert_eq!(stderr(out), "", "{what}: stderr is not a terminal, so nothing may be drawn on it");
+    };
+    let read = |args: &[&str]| {
+        let out = cli_s3(&endpoint, &[args, &["--mirror", &url]].concat());
+        quiet(&out, &format!("{args:?}"));
+        stdout(&out)
+    };
+    let (listed_before, commits_before, keys_before) =
+        (read(&["list", "--json"]), read(&["commits", "--json"]), read(&["keys", "--json"]));
+    let relative = |paths: Vec<String>| -> Vec<String> {
+        paths.into_iter().map(|p| p.trim_start_matches("jobs/gc/").to_owned()).collect()
+    };
+
+    // Everything was written moments ago: at a minimum age of an hour all of it is young and kept.
+    let young = cli_s3(&endpoint, &["gc", "--mirror", &url, "--min-age", "1h", "--json"]);
+    quiet(&young, "gc --min-age 1h");
+    let young = json(&young);
+    assert_eq!(young["mirror"]["due_count"], 0, "{young}");
+    assert_eq!(relative(listed(&young, "mirror", "young")), garbage, "{young}");
+
+    // The dry run (the default) lists exactly the garbage and deletes nothing; the text form too.
+    let on_s3 = keys_under(&s3, "jobs/gc").await;
+    let dry = cli_s3(&endpoint, &["gc", "--mirror", &url, "--min-age", "0s", "--json"]);
+    quiet(&dry, "gc dry run");
+    let report = json(&dry);
+    assert_eq!(relative(listed(&report, "mirror", "due")), garbage, "{report}");
+    assert_eq!(report["mirror"]["base_slot"].as_u64(), Some(base), "{report}");
+    assert_eq!(report["mirror"]["deleted"], Value::Null);
+    let text = cli_s3(&endpoint, &["gc", "--mirror", &url, "--min-age", "0s"]);
+    quiet(&text, "gc dry run, text");
+    assert!(stdout(&text).contains(&format!("would delete {} objects", garbage.len())), "{}", stdout(&text));
+    assert_eq!(keys_under(&s3, "jobs/gc").await, on_s3, "a dry run deleted something");
+
+    // --apply deletes exactly the garbage.
+    let applied = cli_s3(&endpoint, &["gc", "--mirror", &url, "--min-age", "0s", "--apply", "--json"]);
+    quiet(&applied, "gc --apply");
+    let applied = json(&applied);
+    assert_eq!(applied["mirror"]["deleted"].as_u64(), Some(garbage.len() as u64), "{applied}");
+    let left: Vec<String> = on_s3.iter().filter(|k| !garbage.contains(k)).cloned().collect();
+    assert_eq!(keys_under(&s3, "jobs/gc").await, left);
+    assert!(left.contains(&newest_manifest), "{left:?}");
+    let again = json(&cli_s3(&endpoint, &["gc", "--mirror", &url, "--min-age", "0s", "--json"]));
+    assert_eq!((again["mirror"]["due_count"].as_u64(), again["mirror"]["young_count"].as_u64()), (Some(0), Some(0)));
+
+    // The mirror verifies and reads as before, and a restore from it holds every checkpoint, commit and key.
+    let verified = json(&cli_s3(&endpoint, &["verify", "--json", "--mirror", &url]));
+    assert_eq!((verified["ok"].as_bool(), verified["checkpoints"].as_u64()), (Some(true), Some(9)), "{verified}");
+    assert_eq!(read(&["list", "--json"]), listed_before);
+    assert_eq!(read(&["commits", "--json"]), commits_before);
+    assert_eq!(read(&["keys", "--json"]), keys_before);
+    let restored = job.dir.path().join("restored.redb");
+    let file = restored.to_string_lossy().into_owned();
+    let restore = cli_s3(&endpoint, &["restore", "--mirror", &url, "--to", &file, "--take-over"]);
+    quiet(&restore, "restore");
+    assert_eq!(stdout(&cli(&["list", "--store", &file, "--json"])), listed_before);
+    assert_eq!(stdout(&cli(&["commits", "--store", &file, "--json"])), commits_before);
+    assert_eq!(stdout(&cli(&["keys", "--store", &file, "--json"])), keys_before);
+    quiet(&cli(&["verify", "--store", &file]), "verify the restored file");
+}
+
+/// `gc --shared s3://…` on moto: a loser's part and a dead worker's unclaimed part (due with `--grace 0s`, as
+/// S3's times cannot be set back) are listed by the dry run and deleted by `--apply`; the winner's part and
+/// every claim stay, and a second run finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_on_an_s3_inbox_deletes_the_parts_no_committer_will_adopt() {
+    use sinkpoint::shared::{SharedStaging, Worker};
+    let Some(endpoint) = sinkpoint::testkit::s3_endpoint() else { return };
+    let (bucket, s3) = moto_bucket(&endpoint, "gc-inbox");
+    let shared = SharedStaging::new(s3.clone(), "staging", JobId::new("inbox-job").unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let worker =
+        |name: &str, session| Worker::with_session(shared.clone(), name, session).unwrap_or_else(|e| panic!("{e}"));
+    let part = |key: &str| StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key.as_bytes().to_vec()]);
+    let contested = CheckpointId::new("contested").unwrap_or_else(|e| panic!("{e}"));
+    worker("loser", 1).stage(&contested, part("c")).await.unwrap_or_else(|e| panic!("{e}"));
+    let winner = worker("winner", 2);
+    winner.stage(&contested, part("c")).await.unwrap_or_else(|e| panic!("{e}"));
+    winner.seal(&contested, 1).await.unwrap_or_else(|e| panic!("{e}"));
+    let dead = CheckpointId::new("dead").unwrap_or_else(|e| panic!("{e}"));
+    worker("dead", 3).stage(&dead, part("d")).await.unwrap_or_else(|e| panic!("{e}"));
+
+    let url = format!("s3://{bucket}/staging");
+    let before = keys_under(&s3, "staging").await;
+    let gc = |extra: &[&str]| {
+        let out =
+            cli_s3(&endpoint, &[&["gc", "--shared", &url, "--job", "inbox-job", "--grace", "0s"], extra].concat());
+        assert_eq!((code(&out), stderr(&out)), (0, String::new()), "gc {extra:?}");
+        json(&out)
+    };
+    let dry = gc(&["--json"]);
+    let due = listed(&dry, "inbox", "due");
+    assert_eq!(due.len(), 2, "the loser's and the dead worker's parts: {dry}");
+    let mut reasons: Vec<&str> =
+        dry["inbox"]["due"].as_array().into_iter().flatten().filter_map(|e| e["reason"].as_str()).collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, ["lost", "unclaimed"], "{dry}");
+    assert_eq!(keys_under(&s3, "staging").await, before, "a dry run deleted something");
+
+    let applied = gc(&["--json", "--apply"]);
+    assert_eq!(applied["inbox"]["deleted"].as_u64(), Some(2), "{applied}");
+    let after = keys_under(&s3, "staging").await;
+    let gone: Vec<String> = before.iter().filter(|k| !after.contains(k)).map(|k| format!("staging/{k}")).collect();
+    let mut due = due;
+    due.sort();
+    assert_eq!(gone, due, "deleted other than what was listed");
+    assert!(after.iter().any(|k| k.contains("/claims/")), "a claim was deleted: {after:?}");
+    assert_eq!(gc(&["--json"])["inbox"]["due_count"], 0);
+}
+
+/// Long work (`verify`, `restore`, `gc`) draws progress only on a terminal: with stderr piped, as here, stderr
+/// stays empty in text and in `--json`, and the JSON parses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_work_draws_nothing_on_a_stderr_that_is_not_a_terminal() {
+    let job = Job::new();
+    job.ordinary().await;
+    let (store, url) = (job.store_arg(), job.mirror_url());
+    let restored = job.dir.path().join("restored.redb").to_string_lossy().into_owned();
+    for args in [
+        vec!["verify", "--store", &store],
+        vec!["verify", "--store", &store, "--json"],
+        vec!["verify", "--mirror", &url],
+        vec!["verify", "--mirror", &url, "--json"],
+        vec!["gc", "--mirror", &url, "--min-age", "0s"],
+        vec!["gc", "--mirror", &url, "--min-age", "0s", "--json"],
+        vec!["gc", "--mirror", &url, "--min-age", "0s", "--apply", "--json"],
+        vec!["restore", "--mirror", &url, "--to", &restored, "--take-over"],
+    ] {
+        let out = cli(&args);
+        assert_eq!((code(&out), stderr(&out)), (0, String::new()), "{args:?}");
+        if args.contains(&"--json") {
+            let _ = json(&out);
+        }
+    }
 }

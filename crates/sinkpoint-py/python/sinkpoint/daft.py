@@ -47,24 +47,27 @@ How Daft calls a DataSink (the facts this module is built on, from Daft 0.7.26):
 Object-store requests (shared staging and the store's mirror; the inputs, their footers and the Lance table are
 not counted here), as :meth:`LanceSink.run` makes them (``tests/test_requests.py`` counts them on moto's S3 API):
 
-- Worker, per input: 2 (the stage put and the seal's conditional create; 1 more put per extra part of a large
-  input). With ``check_processed_in_worker``, 1 more (a read of the input's claim) before the input is written.
+- Worker, per input: 1 (``stage_and_seal``: the seal's conditional create, which holds the fragment; no inbox
+  entry). An input large enough to be flushed in parts puts 1 inbox entry per part, then the create. With
+  ``check_processed_in_worker``, 1 more (a read of the input's claim) before the input is written.
   Besides: 1 footer read of the input (on the inputs' store) for its row count, unless ``row_counts`` gives it.
-- Driver, per input: 1 (adopt reads each sealed checkpoint's claim). Per run: 2 inbox listings (the adopt before
-  pruning and the one in ``finalize``; 1 more per 1,000 entries) and the bulk deletes of the adopted entries (1 per
-  1,000 entries). Pruning itself is free: after the
-  adopt every sealed input is in the driver's store, which answers locally.
+- Driver, per input: 1 (adopt reads each new claim once; a claim whose checkpoint the driver's store holds is not
+  read again). Per adopt, 2 listings: the claims (1 request per 1,000 claims of the job) and the inbox (empty
+  unless inputs were flushed in parts; their entries are bulk-deleted once adopted, 1 request per 1,000); a run
+  adopts twice (before pruning, in ``finalize``): 4 listings. Pruning itself is free: after the adopt every
+  sealed input is in the driver's store, which answers locally.
 - Mirror (``mirror_url``): the store's open under a new epoch (6 requests on a new mirror; a reopen also reads the
   WAL segments since the last snapshot), 1 put per WAL group of the adoptions (the core adopts up to 16 seals at
   once, folded into groups: about 1 group per 7 inputs), 1 listing by the mirror's upkeep, and 2 puts per commit
   (its intent, its mark).
 - A rerun of a finished job: the store's open, nothing else (no worker, no staging request).
 
-So a fresh run costs 3 requests per input, plus the adoption groups and a constant per run: measured 3.34 per input
-for 50 inputs, 3.17 for 200 (``tests/test_requests.py``; before: 5.8 for 50, with a claim read per input by the driver's pruning
-and by each worker, and the store opened twice). An attempt that loses its seal (a racing driver, a Ray retry of a
-task whose worker died after sealing) costs 2 more (it reads the winner's claim and deletes its inbox entry) and
-its fragment is garbage.
+So a fresh run costs 2 requests per input, plus the adoption groups and a constant per run: measured 2.40 per input
+for 50 inputs, 2.20 for 200 (``tests/test_requests.py`` and ``examples/daft_lance_job.py`` on moto; 3.34 and 3.17
+while ``stage_and_seal`` also put an inbox entry; 5.8 for 50 before that, with a claim read per input by the
+driver's pruning and by each worker, and the store opened twice). An attempt that loses its seal (a racing
+driver, a Ray retry of a task whose worker died after sealing) costs 1 more (it reads the winner's claim) and its
+fragment is garbage.
 
 Limits:
 
