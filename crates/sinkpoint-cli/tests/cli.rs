@@ -94,6 +94,19 @@ impl Job {
         store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
     }
 
+    /// Seals inputs 0..6, commits them, seals 6..9, and closes `store`: with frequent snapshots and no
+    /// collection of its own, a mirror full of superseded objects (what the `gc` tests collect).
+    async fn seal_commit_seal_and_close(&self, store: Store) {
+        for i in 0..6 {
+            self.seal(&store, i).await;
+        }
+        Committer::new(&store, &self.table()).commit_pending().await.unwrap_or_else(|e| panic!("commit: {e}"));
+        for i in 6..9 {
+            self.seal(&store, i).await;
+        }
+        store.close_async().await;
+    }
+
     /// Two inputs committed under key 0, one sealed, one staged; closed.
     async fn ordinary(&self) {
         let store = self.open().await;
@@ -465,14 +478,7 @@ async fn gc_deletes_exactly_the_mirror_objects_no_restore_needs_and_the_mirror_s
     let settings =
         MirrorSettings { snapshot_interval_records: 3, gc_age_ms_min: u64::MAX, ..MirrorSettings::default() };
     let store = job.open_with(settings).await;
-    for i in 0..6 {
-        job.seal(&store, i).await;
-    }
-    Committer::new(&store, &job.table()).commit_pending().await.unwrap_or_else(|e| panic!("commit: {e}"));
-    for i in 6..9 {
-        job.seal(&store, i).await;
-    }
-    store.close_async().await;
+    job.seal_commit_seal_and_close(store).await;
     let root = job.dir.path().join("mirror/job");
     let before_gc = files_under(&root);
     let slot_of = |name: &str| name.rsplit('/').next().and_then(|l| l.split('.').next()).map(str::to_owned);
@@ -707,14 +713,7 @@ async fn gc_on_an_s3_mirror_deletes_exactly_its_garbage_and_the_mirror_still_res
     .open()
     .await
     .unwrap_or_else(|e| panic!("open: {e}"));
-    for i in 0..6 {
-        job.seal(&store, i).await;
-    }
-    Committer::new(&store, &job.table()).commit_pending().await.unwrap_or_else(|e| panic!("commit: {e}"));
-    for i in 6..9 {
-        job.seal(&store, i).await;
-    }
-    store.close_async().await;
+    job.seal_commit_seal_and_close(store).await;
 
     let written = keys_under(&s3, "jobs/gc").await;
     let slot_of = |name: &str| -> Option<u64> {
