@@ -291,7 +291,9 @@ fn settled_claims(store: &Store) -> Result<HashSet<String>> {
         if filter == StateFilter::Staged {
             continue;
         }
-        settled.extend(store.list(filter)?.into_iter().map(|info| seal_hash(&info.id)));
+        store.each_id(filter, |id| {
+            settled.insert(seal_hash(id));
+        })?;
     }
     Ok(settled)
 }

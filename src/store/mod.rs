@@ -299,6 +299,12 @@ impl Store {
         self.snapshot()?.list(filter)
     }
 
+    /// Calls `each` with the id of every checkpoint in a state, read from the state index alone: what a caller
+    /// that needs only the ids (the shared committer's known claims) reads instead of [`Store::list`].
+    pub(crate) fn each_id(&self, filter: StateFilter, each: impl FnMut(&CheckpointId)) -> Result<()> {
+        self.snapshot()?.each_id(filter, each)
+    }
+
     /// Whether a source key is processed: it belongs to a Sealed (or later) checkpoint. An indexed read.
     ///
     /// It answers from the local commit: it may show a seal still in flight (its call not returned yet, or, in

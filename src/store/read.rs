@@ -52,6 +52,17 @@ impl Snapshot {
         Ok(out)
     }
 
+    /// Calls `each` with the id of every checkpoint in a state, from the state index alone (no checkpoint
+    /// record read or decoded).
+    pub(crate) fn each_id(&self, filter: StateFilter, mut each: impl FnMut(&CheckpointId)) -> Result<()> {
+        let code = filter.code();
+        for entry in self.txn.open_table(STATES)?.range((code, "")..(code + 1, ""))? {
+            let (k, _) = entry?;
+            each(&stored_id(k.value().1)?);
+        }
+        Ok(())
+    }
+
     /// How many checkpoints are in a state (one index range, nothing decoded).
     pub(crate) fn count(&self, filter: StateFilter) -> Result<u64> {
         let code = filter.code();
