@@ -2,7 +2,8 @@
 //! each), its wall time and the growth of the process's peak resident memory while it runs, each size in a child
 //! process of its own so one measurement's heap never hides another's. Linear time means the 100 k / 10 k time
 //! ratio is about 10; flat memory means the peak grows by about the same at both sizes (one key's results, not
-//! the backlog's: the committer reads ids and counts, then each key's results after its intent).
+//! the backlog's: the committer reads one commit's ids and counts at a time, then that key's results after its
+//! intent).
 //!
 //! `cargo bench --bench backlog`; quick mode (`cargo test --bench backlog`): 200 and 2,000.
 

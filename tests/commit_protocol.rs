@@ -772,3 +772,30 @@ async fn the_retention_watermark_is_the_prepared_version_of_the_key_in_flight_an
     store.resolve(0, sinkpoint::Resolution::Committed, "checked by hand").await.unwrap();
     assert_eq!(store.retention_watermark().unwrap(), None, "committed: nothing in flight");
 }
+
+/// A backlog over one commit's checkpoint limit goes out one page at a time (`Store::sealed_page`): key 0 holds
+/// the first `COMMIT_CHECKPOINTS_MAX` by id, key 1 the rest and is the only one flagged final, and the
+/// checkpoints without results met on the way are committed empty in the same call.
+#[tokio::test]
+async fn a_backlog_over_one_commits_limit_is_committed_page_by_page_and_only_the_last_key_is_final() {
+    use sinkpoint::limits::COMMIT_CHECKPOINTS_MAX;
+    let table = memory_table();
+    let store = open(&CrashBackend::new()).await;
+    let full = COMMIT_CHECKPOINTS_MAX + 5;
+    for i in 0..full + 3 {
+        let id = sinkpoint::CheckpointId::new(format!("backlog-{i:06}")).unwrap();
+        let mut part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![format!("in/{i}").into_bytes()]);
+        if i < full {
+            part =
+                part.results(vec![WriteResult::new(sinkpoint::Format::Parquet, format!("f{i}").into_bytes()).unwrap()]);
+        }
+        store.stage_and_seal(&id, part, 1).await.unwrap();
+    }
+    let report = Committer::new(&store, &table).finish().await.unwrap();
+    assert_eq!((report.committed_keys.clone(), report.committed_empty), (vec![0, 1], 3), "{report:?}");
+    let (zero, one) = (store.commit_info(0).unwrap().unwrap(), store.commit_info(1).unwrap().unwrap());
+    assert_eq!((zero.ids.len(), zero.final_commit), (COMMIT_CHECKPOINTS_MAX, false));
+    assert_eq!((one.ids.len(), one.final_commit), (5, true));
+    assert!(zero.ids.windows(2).all(|w| w[0] < w[1]) && zero.ids.last() < one.ids.first(), "pages in id order");
+    assert!(store.is_finished().unwrap());
+}

@@ -200,7 +200,15 @@ async fn groups_queued_behind_a_put_are_shipped_as_one_object() {
         let at_open = bucket.faults.put_paths().len();
         bucket.faults.hold_puts(true);
         // Sequential calls, each its own group: the first group's put is held, the other 39 queue behind it.
-        for n in 0..40 {
+        store.stage(&id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)])).await.unwrap();
+        for _ in 0..2_000 {
+            if bucket.faults.held_puts() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(bucket.faults.held_puts(), 1, "{kind:?}: the first group's put never reached the store");
+        for n in 1..40 {
             store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
         }
         assert_eq!(store.mirror_lag().groups, 40, "{kind:?}");

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::error::{Error, ErrorKind, Result};
-use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX};
-use crate::store::{CheckpointInfo, Store};
+use crate::store::Store;
 use crate::types::{CheckpointId, CommitKey, WriteResult};
 use crate::wal::tables::CommitValue;
 
@@ -221,35 +220,41 @@ impl<'a> Committer<'a> {
         Ok(report)
     }
 
-    /// Commits the Sealed checkpoints under the next keys; `key0_checked` says the caller has just made sure the
-    /// target does not hold key 0.
+    /// Commits the Sealed checkpoints under the next keys, one commit's worth at a time (each page read after
+    /// the last is begun, so memory is one commit's ids, not the backlog's); `key0_checked` says the caller has
+    /// just made sure the target does not hold key 0.
     async fn commit_sealed(&self, final_commit: bool, key0_checked: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
-        // Ids and counts only: each key's results are read after its intent (`commit_results`), so memory is
-        // one key's results, not the backlog's.
-        let (sealed, next_key) = self.store.sealed_off_runtime().await?;
-        let (empty, full): (Vec<&CheckpointInfo>, Vec<&CheckpointInfo>) = sealed.iter().partition(|c| c.results == 0);
-        for chunk in empty.chunks(COMMIT_CHECKPOINTS_MAX) {
-            let ids: Vec<CheckpointId> = chunk.iter().map(|c| c.id.clone()).collect();
-            self.store.protocol().commit_empty(&ids).await?;
-            report.committed_empty += ids.len();
-        }
-        let batches = split_commits(&full);
-        if next_key == 0 && !batches.is_empty() && !key0_checked && !self.store.key0_absent() {
-            // Key 0 is begun only once the target is known not to hold it, whether or not `recover` ran first:
-            // a watermark target's probe cannot tell our key 0 from a lost run's, so after begin_commit it would
-            // be too late to ask.
-            self.refuse_lost_state().await?;
-        }
-        let count = batches.len();
-        for (n, (i, batch)) in (next_key..).zip(batches.into_iter().enumerate()) {
+        let mut key0_checked = key0_checked;
+        // Every page moves at least one checkpoint out of Sealed. Bounded by what was Sealed at the start:
+        // checkpoints sealed meanwhile by other tasks wait for the next call rather than keep this one going.
+        let pages_max = self.store.sealed_count()?.saturating_add(1);
+        for _ in 0..pages_max {
+            let page = self.store.sealed_page_off_runtime().await?;
+            if page.empty.is_empty() && page.batch.is_empty() {
+                break;
+            }
+            if !page.empty.is_empty() {
+                self.store.protocol().commit_empty(&page.empty).await?;
+                report.committed_empty += page.empty.len();
+            }
+            if page.batch.is_empty() {
+                continue;
+            }
+            let n = page.next_key;
+            if n == 0 && !key0_checked && !self.store.key0_absent() {
+                // Key 0 is begun only once the target is known not to hold it, whether or not `recover` ran
+                // first: a watermark target's probe cannot tell our key 0 from a lost run's, so after
+                // begin_commit it would be too late to ask.
+                self.refuse_lost_state().await?;
+            }
+            key0_checked = true;
             if n > 0 {
                 self.refuse_stale_state(n).await?;
             }
-            let ids: Vec<CheckpointId> = batch.iter().map(|c| c.id.clone()).collect();
-            let is_final = final_commit && i + 1 == count;
+            let is_final = final_commit && !page.more;
             let version = self.target.version().await?;
-            self.store.protocol().begin_commit(n, &ids, version, is_final).await?;
+            self.store.protocol().begin_commit(n, &page.batch, version, is_final).await?;
             self.crash_point(crash_points::AFTER_BEGIN_COMMIT)?;
             // The results bound to the key now, not the ones read before: a checkpoint force-aborted and
             // re-sealed in between must send its sealed attempt (red-team finding 4).
@@ -450,27 +455,6 @@ fn same_set(landed: &[CheckpointId], recorded: &[CheckpointId]) -> bool {
     landed.sort_unstable();
     recorded.sort_unstable();
     landed == recorded
-}
-
-/// Splits sealed checkpoints into commits within [`COMMIT_CHECKPOINTS_MAX`] and [`COMMIT_RESULTS_MAX`]; a
-/// checkpoint over the result limit on its own goes alone (a commit always covers whole checkpoints).
-fn split_commits<'p>(sealed: &[&'p CheckpointInfo]) -> Vec<Vec<&'p CheckpointInfo>> {
-    let mut out: Vec<Vec<&CheckpointInfo>> = Vec::new();
-    let mut results = 0usize;
-    for checkpoint in sealed {
-        let count = checkpoint.results as usize;
-        let fits =
-            out.last().is_some_and(|last| last.len() < COMMIT_CHECKPOINTS_MAX && results + count <= COMMIT_RESULTS_MAX);
-        if !fits {
-            out.push(Vec::new());
-            results = 0;
-        }
-        results += count;
-        if let Some(last) = out.last_mut() {
-            last.push(checkpoint);
-        }
-    }
-    out
 }
 
 impl std::fmt::Debug for Committer<'_> {

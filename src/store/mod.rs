@@ -326,14 +326,19 @@ impl Store {
         self.snapshot()?.pending()
     }
 
-    /// [`Snapshot::sealed`] on tokio's blocking pool: reading a large backlog must not stall the caller's runtime
-    /// threads (red-team finding 10).
-    pub(crate) async fn sealed_off_runtime(&self) -> Result<(Vec<CheckpointInfo>, u64)> {
+    /// [`Snapshot::sealed_page`] on tokio's blocking pool: reading a large backlog must not stall the caller's
+    /// runtime threads (red-team finding 10).
+    pub(crate) async fn sealed_page_off_runtime(&self) -> Result<read::SealedPage> {
         self.shared.check()?;
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || Snapshot::begin(&*db)?.sealed())
+        tokio::task::spawn_blocking(move || Snapshot::begin(&*db)?.sealed_page())
             .await
             .map_err(|e| Error::bug(format!("sealed task: {e}")))?
+    }
+
+    /// How many checkpoints are Sealed: one index range, nothing decoded.
+    pub(crate) fn sealed_count(&self) -> Result<u64> {
+        self.snapshot()?.count(StateFilter::Sealed)
     }
 
     /// The write results commit key `key` is bound to, read by id from one consistent snapshot, in the recorded

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::open::stored_id;
 use crate::error::{Error, Result};
-use crate::limits::KEY_PAGE_KEYS_MAX;
+use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX, KEY_PAGE_KEYS_MAX};
 use crate::state::StateFilter;
 use crate::state::{CheckpointRecord, CheckpointState};
 use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
@@ -132,14 +132,54 @@ impl Snapshot {
         Ok(Pending { checkpoints: out, in_flight, next_key: meta.seq.next_key, finished: meta.finished })
     }
 
-    /// The Sealed checkpoints' infos, by id, and the next commit key: what the committer splits into keys. No
-    /// write result is read (each key's are read after its intent, by `commit_results`), so a backlog of 100,000
-    /// sealed checkpoints costs their ids, not their results.
-    pub(crate) fn sealed(&self) -> Result<(Vec<CheckpointInfo>, u64)> {
-        let mut out = self.list(StateFilter::Sealed)?;
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok((out, self.meta()?.seq.next_key))
+    /// The next commit's worth of Sealed checkpoints, in id order: what the committer commits next. Reads the
+    /// state index and each checkpoint's record up to the end of that commit (no write result: a key's are read
+    /// after its intent, by `commit_results`), so a backlog of 100,000 sealed checkpoints costs one commit's
+    /// ids at a time, not the backlog's.
+    pub(crate) fn sealed_page(&self) -> Result<SealedPage> {
+        let states = self.txn.open_table(STATES)?;
+        let checkpoints = self.txn.open_table(CHECKPOINTS)?;
+        let code = StateFilter::Sealed.code();
+        let mut page = SealedPage { next_key: self.meta()?.seq.next_key, ..SealedPage::default() };
+        let mut batch_results = 0usize;
+        for entry in states.range((code, "")..(code + 1, ""))? {
+            let (k, _) = entry?;
+            let id = stored_id(k.value().1)?;
+            let record = read_checkpoint(&checkpoints, &id)?
+                .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
+            let count = record.results as usize;
+            if count == 0 {
+                if page.empty.len() < COMMIT_CHECKPOINTS_MAX {
+                    page.empty.push(id);
+                }
+                continue;
+            }
+            // Within both limits; a checkpoint over the results limit on its own goes alone (a commit always
+            // covers whole checkpoints).
+            let fits = page.batch.is_empty()
+                || (page.batch.len() < COMMIT_CHECKPOINTS_MAX && batch_results + count <= COMMIT_RESULTS_MAX);
+            if !fits {
+                page.more = true;
+                break;
+            }
+            batch_results += count;
+            page.batch.push(id);
+        }
+        Ok(page)
     }
+}
+
+/// One commit's worth of Sealed checkpoints ([`Snapshot::sealed_page`]).
+#[derive(Default, Debug)]
+pub(crate) struct SealedPage {
+    /// Checkpoints without results met on the way (at most [`COMMIT_CHECKPOINTS_MAX`]): committed empty.
+    pub empty: Vec<CheckpointId>,
+    /// The next commit's checkpoints, within [`COMMIT_CHECKPOINTS_MAX`] and [`COMMIT_RESULTS_MAX`].
+    pub batch: Vec<CheckpointId>,
+    /// Whether a Sealed checkpoint with results is left after `batch`.
+    pub more: bool,
+    /// The key `batch` goes under.
+    pub next_key: u64,
 }
 
 /// What the store holds of one checkpoint.
