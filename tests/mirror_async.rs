@@ -231,8 +231,8 @@ async fn groups_queued_behind_a_put_are_shipped_as_one_object() {
 
 /// Synchronous mode: the writer waits for its group's put, and that wait is what folds concurrent callers —
 /// the calls arriving meanwhile become one group, one commit and one object. (A writer that went on committing
-/// while the put was in flight made a group of each call here, and a fast store an object of each: measured
-/// 2.85 instead of 1.75 mirror requests a lifecycle with 8 workers, docs/BENCHMARKS.md.)
+/// while the put was in flight made a group of each call here, and smaller groups with 8 workers: 2.85 instead
+/// of 2.34 mirror requests a lifecycle in `benches/mirror.rs`; docs/ARCHITECTURE.md, "Write path".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synchronous_callers_arriving_during_a_put_share_the_next_group_and_object() {
     for kind in kinds() {
