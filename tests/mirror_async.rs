@@ -19,6 +19,18 @@ fn asynchronous(lag_batches_max: u32, lag_ms_max: u64) -> MirrorSettings {
     MirrorSettings { mode: MirrorMode::Asynchronous { lag_batches_max, lag_ms_max }, ..sync_settings() }
 }
 
+/// Waits (up to 2 s) until exactly one put is held at the gate: the first group's, with nothing queued behind it
+/// yet; says whether it came to that.
+async fn one_put_held(bucket: &Bucket) -> bool {
+    for _ in 0..2_000 {
+        if bucket.faults.held_puts() == 1 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
 /// Gives a call that should be blocked every chance to finish (a wrong implementation shows here), then says
 /// whether it did.
 async fn finished<T>(task: &tokio::task::JoinHandle<T>) -> bool {
@@ -201,13 +213,7 @@ async fn groups_queued_behind_a_put_are_shipped_as_one_object() {
         bucket.faults.hold_puts(true);
         // Sequential calls, each its own group: the first group's put is held, the other 39 queue behind it.
         store.stage(&id(0), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)])).await.unwrap();
-        for _ in 0..2_000 {
-            if bucket.faults.held_puts() == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert_eq!(bucket.faults.held_puts(), 1, "{kind:?}: the first group's put never reached the store");
+        assert!(one_put_held(&bucket).await, "{kind:?}: the first group's put never reached the store");
         for n in 1..40 {
             store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
         }
@@ -251,13 +257,7 @@ async fn synchronous_callers_arriving_during_a_put_share_the_next_group_and_obje
             })
         };
         let first = stage(0);
-        for _ in 0..2_000 {
-            if bucket.faults.held_puts() == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert_eq!(bucket.faults.held_puts(), 1, "{kind:?}: the first group's put never started");
+        assert!(one_put_held(&bucket).await, "{kind:?}: the first group's put never started");
         let rest: Vec<_> = (1..8).map(stage).collect();
         assert!(!finished(&first).await, "{kind:?}: a synchronous call was acked before its group was mirrored");
         assert_eq!(store.stats().commits - commits_at_open, 1, "{kind:?}: the writer went on during the put");

@@ -42,6 +42,7 @@ pub use gc::{
 };
 pub use view::MirrorView;
 
+pub(crate) use gc::no_progress;
 pub(crate) use open::open;
 pub(crate) use ship::Progress;
 

@@ -33,7 +33,7 @@ use object_store::path::Path;
 use super::inbox::{ClaimAt, Inbox, is_winners};
 use super::{DELETE_BATCH_OBJECTS_MAX, SHARED_CONCURRENT_MAX, SealedBy};
 use crate::error::Result;
-use crate::mirror::{GcProgress, GcProgressFn};
+use crate::mirror::{GcProgress, GcProgressFn, no_progress};
 use crate::types::{CheckpointId, WriteResult};
 
 /// The default grace period of unclaimed inbox entries, in milliseconds (24 hours): far above any task's time
@@ -110,11 +110,6 @@ impl InboxGarbage {
     pub fn young_bytes(&self) -> u64 {
         self.young.iter().map(|e| e.bytes).sum()
     }
-}
-
-/// A callback that ignores progress: what the forms without `_with_progress` pass.
-fn no_progress() -> GcProgressFn {
-    std::sync::Arc::new(|_| {})
 }
 
 fn age_ms(now_wall_ms: u64, meta: &ObjectMeta) -> u64 {
