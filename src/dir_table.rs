@@ -13,6 +13,7 @@
 //! the mirror refuses a stale writer at its next store call, but a zombie paused mid-commit reaches this table
 //! anyway, and only the conditional create (with the check of key `n - 1`) refuses its late commit.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,6 +22,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
+use crate::collect::{DataFiles, FileStat};
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::error::{Error, Result};
 use crate::types::{CheckpointId, Epoch, Format, JobId, WriteResult};
@@ -117,6 +119,40 @@ impl DirTable {
             }
         }
         Ok(rows)
+    }
+}
+
+/// The reference table's data files: a write result is one file name under `data/`; every commit of every job
+/// references its files forever (commits are never deleted).
+#[async_trait]
+impl DataFiles for DirTable {
+    fn files_of(&self, result: &WriteResult) -> Result<Vec<String>> {
+        let name = std::str::from_utf8(result.bytes())
+            .map_err(|_| Error::corrupt("a dir table write result is not a UTF-8 file name"))?;
+        CheckpointId::new(name).map_err(|_| Error::corrupt(format!("a dir table write result names {name:?}")))?;
+        Ok(vec![name.to_owned()])
+    }
+
+    async fn referenced(&self) -> Result<BTreeSet<String>> {
+        Ok(self.commits().await?.into_iter().flat_map(|c| c.files).collect())
+    }
+
+    async fn stat(&self, file: &str) -> Result<Option<FileStat>> {
+        match self.store.head(&self.data_path(file)).await {
+            Ok(meta) => Ok(Some(FileStat {
+                bytes: meta.size,
+                modified_ms: u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn delete(&self, file: &str) -> Result<()> {
+        match self.store.delete(&self.data_path(file)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use object_store::ObjectStore;
 use redb::ReadableDatabase;
 
 use crate::error::{Error, Result};
-use crate::limits::INSPECT_REPAIR_BYTES_MAX;
+use crate::limits::{INSPECT_LIVE_COPY_ATTEMPTS_MAX, INSPECT_REPAIR_BYTES_MAX};
 use crate::mirror::MirrorView;
 use crate::state::StateFilter;
 use crate::store::{CheckpointInfo, CommitInfo, ProcessedKeys, TableSnapshot};
@@ -92,8 +92,9 @@ pub struct VerifyReport {
 }
 
 impl Inspector {
-    /// Opens the store file at `path` read-only. A running job holds its file: that is
-    /// [`crate::ErrorKind::AlreadyOpen`]; inspect its mirror instead, which never needs the writer to stop.
+    /// Opens the store file at `path` read-only. A file a running job holds (or a crash left unclean) is read
+    /// from a copy in memory, repaired there if need be: the file itself is never written, and what is read is
+    /// the state at one moment of the copy (see [`Inspector::source`]).
     pub fn open_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let place = format!("store file {}", path.display());
@@ -104,8 +105,28 @@ impl Inspector {
             Ok(db) => Self::checked(Arc::new(db), place),
             // The job that wrote it crashed: redb must repair the file first, which a read-only open never does.
             Err(redb::DatabaseError::RepairAborted) => Self::repaired_in_memory(path, place),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => Self::live_copy(path, place),
             Err(e) => Err(crate::error::open_failed(&place, e)),
         }
+    }
+
+    /// Reads a copy of the file a running job holds. The writer may commit while the copy is read, so the copy
+    /// may be torn: redb's repair then checks every page's checksum and falls back to the previous commit, or
+    /// reports damage, and the copy is taken again ([`INSPECT_LIVE_COPY_ATTEMPTS_MAX`] times). So the state
+    /// read is one the job committed, a moment old; a file damaged on disk fails every attempt and is reported.
+    fn live_copy(path: &Path, place: String) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..INSPECT_LIVE_COPY_ATTEMPTS_MAX {
+            match Self::repaired_in_memory(path, place.clone()) {
+                Ok(mut inspector) => {
+                    inspector.source = format!("{place} (held by a running job: read from a copy, a moment old)");
+                    return Ok(inspector);
+                }
+                Err(e) if e.kind() == crate::ErrorKind::Corrupt => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::bug("no attempt at a live copy was made")))
     }
 
     /// Opens a copy of the unclean file at `path` in memory, repaired there: the file itself is never written.
@@ -116,7 +137,7 @@ impl Inspector {
         let bytes = std::fs::metadata(path)?.len();
         if bytes > INSPECT_REPAIR_BYTES_MAX {
             return Err(Error::invalid_input(format!(
-                "{place} was left unclean by a crash and needs repair, and at {bytes} bytes it is over the \
+                "{place} needs repair (a crash left it unclean, or a running job holds it), and at {bytes} bytes it is over the \
                  {INSPECT_REPAIR_BYTES_MAX} bytes repaired in memory: inspect the job's mirror, or rerun the job \
                  (its open repairs the file), then inspect the file"
             )));

@@ -12,6 +12,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod codec;
+pub mod collect;
 pub mod commit;
 mod dir_table;
 pub mod error;

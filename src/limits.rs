@@ -46,6 +46,10 @@ pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:
 /// at least this many and fewer than twice this many, for it is truncated in steps of this many.
 pub const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
+/// The most garbage-ledger entries one `ForgetGarbage` record removes (a collection forgets more in several).
+pub const GARBAGE_FORGET_ENTRIES_MAX: usize = 4096;
+/// The most garbage-ledger entries one read of the ledger returns.
+pub const GARBAGE_PAGE_ENTRIES_MAX: usize = 4096;
 /// The most keys one page of the processed-key iterator holds in memory.
 pub const KEY_PAGE_KEYS_MAX: usize = 1024;
 
@@ -105,3 +109,7 @@ const _: () = assert!(STORE_CACHE_BYTES_MIN <= STORE_CACHE_BYTES_DEFAULT);
 /// unclean needs redb's repair, which the inspector makes on a copy in memory so the file itself is never
 /// written. A larger one is refused with the advice to inspect the mirror (or let the job reopen it) instead.
 pub const INSPECT_REPAIR_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+/// How many copies an [`crate::inspect::Inspector`] takes of a store file a running job holds before it reports
+/// the damage it found in each (a copy read while the job commits may be torn; the next one is not, unless the
+/// file is damaged).
+pub const INSPECT_LIVE_COPY_ATTEMPTS_MAX: u32 = 3;

@@ -165,6 +165,9 @@ async fn a_zombie_worker_that_wakes_after_its_task_reran_elsewhere_never_reaches
     let report = job.adopt_and_commit(&store).await;
     assert_eq!(report.adopted, vec![id.clone()]);
     assert_eq!(report.cleanup, vec![first.clone()], "the zombie's staged part is reported for cleanup");
+    // And it is in the committer's garbage ledger, for the data-file collector, before its entry is gone.
+    let ledger: Vec<_> = store.garbage(None, 10).unwrap().into_iter().map(|g| (g.id, g.result)).collect();
+    assert_eq!(ledger, vec![(id.clone(), first.clone())], "the zombie's part is in the ledger");
     // It wakes up: more parts, then its seal, refused, naming the winner.
     let more = job.write(8, "zombie").await;
     zombie.stage(&id, StagePart::new(Attempt::FIRST, Part::new(1)).results(vec![more.clone()])).await.unwrap();

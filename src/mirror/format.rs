@@ -30,7 +30,7 @@
 //! | offset | size | field                                                                   |
 //! |-------:|-----:|-------------------------------------------------------------------------|
 //! | 0      | 8    | magic `SPSNAPSH`                                                        |
-//! | 8      | 1    | snapshot format version ([`SNAPSHOT_FORMAT_VERSION`]; 1 is still read) |
+//! | 8      | 1    | snapshot format version ([`SNAPSHOT_FORMAT_VERSION`]; 1, 2 still read) |
 //! | 9      | 3    | reserved, zero                                                          |
 //! | 12     | 4    | chunk (u32): in chunk 0 the chunk count n ≥ 1, in chunk i its index i    |
 //! | 16     | 8    | slot (u64)                                                              |
@@ -67,9 +67,10 @@ use crate::wal::record::Record;
 
 /// The only mirror format version written for segments and manifests; readers refuse any other.
 pub const MIRROR_FORMAT_VERSION: u8 = 1;
-/// The snapshot format version written: 2, chunked. Readers also accept 1 (a single object of the same
-/// layout, with the chunk field reserved and zero).
-pub(crate) const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+/// The snapshot format version written: 3, chunked, with the garbage ledger's rows. Readers also accept 2 (the
+/// same without garbage entries) and 1 (a single object of the same layout, with the chunk field reserved and
+/// zero). A reader of version 2 refuses a version 3 snapshot by its version, not as damage.
+pub(crate) const SNAPSHOT_FORMAT_VERSION: u8 = 3;
 
 const SEGMENT_MAGIC: [u8; 8] = *b"SPWALSEG";
 const SNAPSHOT_MAGIC: [u8; 8] = *b"SPSNAPSH";
@@ -280,6 +281,8 @@ pub(crate) enum SnapshotEntry {
     State(u8, String),
     /// A row of `commits`: key number, value.
     Commit(u64, Vec<u8>),
+    /// A row of `garbage` (snapshot version 3): sequence number, index, value.
+    Garbage(u64, u32, Vec<u8>),
 }
 
 /// The fixed fields of a snapshot.
@@ -376,7 +379,7 @@ pub(crate) struct SnapshotChunk {
 /// Decodes and checks one chunk of a snapshot, read from the object named by `place`, which must hold `slot`.
 /// The entries' order across chunks (the meta first, once) is the caller's to check.
 pub(crate) fn decode_snapshot_chunk(bytes: &[u8], slot: u64, place: &str) -> Result<SnapshotChunk, Error> {
-    let body = check_envelope(bytes, &SNAPSHOT_MAGIC, &[1, SNAPSHOT_FORMAT_VERSION], SNAPSHOT_HEADER_BYTES, place)?;
+    let body = check_envelope(bytes, &SNAPSHOT_MAGIC, &[1, 2, SNAPSHOT_FORMAT_VERSION], SNAPSHOT_HEADER_BYTES, place)?;
     let chunk = match codec::byte(body, 8)? {
         1 => (codec::slice(body, 9..16)? == [0; 7]).then_some(1),
         _ => Some(le_u32(body, 12)?).filter(|c| *c >= 1 && body.get(9..12) == Some(&[0; 3][..])),
@@ -621,15 +624,22 @@ mod tests {
             SnapshotEntry::Key(b"k".to_vec(), "a".into()),
             SnapshotEntry::State(1, "a".into()),
             SnapshotEntry::Commit(0, vec![6]),
+            SnapshotEntry::Garbage(5, 1, vec![7]),
         ];
         for e in &entries {
             assert_eq!(w.push(e).unwrap(), None);
         }
         let bytes = w.finish().unwrap();
-        // Version 2, one chunk.
-        assert_eq!(&bytes[..16], b"SPSNAPSH\x02\0\0\0\x01\0\0\0");
-        assert_eq!(&bytes[56..64], &6u64.to_le_bytes());
+        // Version 3, one chunk.
+        assert_eq!(&bytes[..16], b"SPSNAPSH\x03\0\0\0\x01\0\0\0");
+        assert_eq!(&bytes[56..64], &7u64.to_le_bytes());
         assert_eq!(decode_snapshot(&bytes, 9, "t").unwrap(), (header.clone(), entries.clone()));
+        // Version 2 (before the garbage ledger) is the same layout: still read.
+        let mut v2 = bytes[..bytes.len() - CRC_BYTES].to_vec();
+        v2[8] = 2;
+        let crc = crc32fast::hash(&v2);
+        v2.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_snapshot(&v2, 9, "t").unwrap(), (header.clone(), entries.clone()));
         // Version 1 is the same layout with the chunk field reserved: still read, as one chunk.
         let v1 = as_version_1(&bytes);
         assert_eq!(&v1[..16], b"SPSNAPSH\x01\0\0\0\0\0\0\0");
@@ -644,9 +654,9 @@ mod tests {
         }
     }
 
-    /// A version 1 snapshot (0.1's format) of the entries of a one-chunk version 2 one.
-    fn as_version_1(v2: &[u8]) -> Vec<u8> {
-        let mut v1 = v2[..v2.len() - CRC_BYTES].to_vec();
+    /// A version 1 snapshot (0.1's format) of the entries of a one-chunk version 2 or 3 one.
+    fn as_version_1(v3: &[u8]) -> Vec<u8> {
+        let mut v1 = v3[..v3.len() - CRC_BYTES].to_vec();
         v1[8] = 1;
         v1[12..16].copy_from_slice(&[0; 4]);
         let crc = crc32fast::hash(&v1);
@@ -679,7 +689,7 @@ mod tests {
         assert!(first.len() as u64 <= limit);
         let head = decode_snapshot_chunk(&first, 4, "t").unwrap();
         assert_eq!(head.chunk as usize, chunks.len() + 1, "chunk 0 counts every chunk");
-        assert_eq!(&first[8..16], &[2, 0, 0, 0, head.chunk as u8, 0, 0, 0]);
+        assert_eq!(&first[8..16], &[SNAPSHOT_FORMAT_VERSION, 0, 0, 0, head.chunk as u8, 0, 0, 0]);
         read.extend(head.entries);
         assert_eq!(read, entries, "chunks 1…, then 0, hold the entries in order");
         check_snapshot_entries(&read, "t").unwrap();

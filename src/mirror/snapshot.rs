@@ -8,7 +8,7 @@ use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use crate::error::{Error, Result};
 use crate::mirror::format::{SnapshotEntry, SnapshotHeader, SnapshotWriter};
 use crate::wal::record::decode_value;
-use crate::wal::tables::{CHECKPOINTS, COMMITS, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, encode_meta};
+use crate::wal::tables::{CHECKPOINTS, COMMITS, GARBAGE, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, encode_meta};
 
 /// Writes out the state seen by `txn`, whose meta must say `header.next_seq`, in chunks of at most
 /// `object_bytes_max` bytes: each full chunk (1, 2…) goes to `put` as soon as it is full, so one chunk at a time
@@ -52,6 +52,11 @@ pub(crate) fn build(
         let (k, v) = entry?;
         out.push(&SnapshotEntry::Commit(k.value(), v.value().to_vec()))?;
     }
+    for entry in txn.open_table(GARBAGE)?.iter()? {
+        let (k, v) = entry?;
+        let (seq, index) = k.value();
+        out.push(&SnapshotEntry::Garbage(seq, index, v.value().to_vec()))?;
+    }
     out.writer.finish()
 }
 
@@ -84,6 +89,7 @@ pub(crate) fn load(
     let mut keys = txn.open_table(KEYS)?;
     let mut states = txn.open_table(STATES)?;
     let mut commits = txn.open_table(COMMITS)?;
+    let mut garbage = txn.open_table(GARBAGE)?;
     let mut meta_table = txn.open_table(META)?;
     log.retain(|_, _| false)?;
     checkpoints.retain(|_, _| false)?;
@@ -91,6 +97,7 @@ pub(crate) fn load(
     keys.retain(|_, _| false)?;
     states.retain(|_, _| false)?;
     commits.retain(|_, _| false)?;
+    garbage.retain(|_, _| false)?;
     let mut meta: Option<Meta> = None;
     for entry in entries {
         match entry {
@@ -102,6 +109,7 @@ pub(crate) fn load(
             SnapshotEntry::Key(key, owner) => drop(keys.insert(key.as_slice(), owner.as_str())?),
             SnapshotEntry::State(code, id) => drop(states.insert((*code, id.as_str()), ())?),
             SnapshotEntry::Commit(key, v) => drop(commits.insert(*key, v.as_slice())?),
+            SnapshotEntry::Garbage(seq, index, v) => drop(garbage.insert((*seq, *index), v.as_slice())?),
         }
     }
     let mut meta = meta.ok_or_else(|| Error::corrupt(format!("{place}: holds no meta")))?;
@@ -150,7 +158,14 @@ mod tests {
     }
 
     fn state(db: &Database) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
-        vec![rows(db, CHECKPOINTS), rows(db, PARTS), rows(db, KEYS), rows(db, STATES), rows(db, COMMITS)]
+        vec![
+            rows(db, CHECKPOINTS),
+            rows(db, PARTS),
+            rows(db, KEYS),
+            rows(db, STATES),
+            rows(db, COMMITS),
+            rows(db, GARBAGE),
+        ]
     }
 
     #[test]

@@ -198,7 +198,14 @@ impl Inbox {
             .try_collect()
             .await?;
         report.requests += losers.len() as u64;
-        report.cleanup.extend(lost.into_iter().flatten().flat_map(|s| s.results));
+        // The losers' results go to the store's garbage ledger (made durable by the flush below, before their
+        // entries go), so the data-file collector deletes their files even if no caller reads the report.
+        for staged in lost.into_iter().flatten() {
+            if !staged.results.is_empty() {
+                store.discard(&staged.id, Attempt::new(staged.attempt), staged.results.clone()).await?;
+            }
+            report.cleanup.extend(staged.results);
+        }
         // Entries go only once the adoption is in the mirror: a committer that loses its disk now restores
         // the adopted checkpoints and does not need the inbox to find them again.
         store.flush().await?;

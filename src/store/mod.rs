@@ -267,6 +267,55 @@ impl Store {
         Snapshot::begin(&*self.db)
     }
 
+    /// One consistent read of the store, for the crate's readers that need several answers from one moment.
+    pub(crate) fn read_snapshot(&self) -> Result<Snapshot> {
+        self.snapshot()
+    }
+
+    /// The garbage ledger: write results of attempts that `restart`, `abort` and `force_abort` dropped, whose
+    /// data files no commit will reference (see [`crate::collect`]), after `after` (from the first with `None`),
+    /// at most `limit` (and [`crate::limits::GARBAGE_PAGE_ENTRIES_MAX`]) of them, in ledger order.
+    pub fn garbage(
+        &self,
+        after: Option<crate::collect::GarbageRef>,
+        limit: usize,
+    ) -> Result<Vec<crate::collect::GarbageEntry>> {
+        self.snapshot()?.garbage(after, limit.min(crate::limits::GARBAGE_PAGE_ENTRIES_MAX))
+    }
+
+    /// Records write results whose data files no commit will reference in the garbage ledger (see
+    /// [`crate::collect`]): the results of an attempt of `id` that lost to another (the committer's adoption
+    /// records those of shared staging's losers itself). Durable when it returns. 1 to
+    /// [`crate::limits::STAGE_RESULTS_MAX`] results and [`crate::limits::STAGE_BYTES_MAX`] bytes a call. A file a live checkpoint or the table names is
+    /// never collected, whatever the ledger says.
+    pub async fn discard(&self, id: &CheckpointId, attempt: crate::Attempt, results: Vec<WriteResult>) -> Result<()> {
+        id.check()?;
+        if results.is_empty() || results.len() > crate::limits::STAGE_RESULTS_MAX {
+            return Err(Error::invalid_input(format!(
+                "discard takes 1 to {} write results, not {}",
+                crate::limits::STAGE_RESULTS_MAX,
+                results.len()
+            )));
+        }
+        let bytes: usize = results.iter().map(|r| r.bytes().len()).sum();
+        if bytes > crate::limits::STAGE_BYTES_MAX {
+            return Err(Error::invalid_input(format!(
+                "discard takes at most {} bytes of write results, not {bytes}",
+                crate::limits::STAGE_BYTES_MAX
+            )));
+        }
+        let record = Record::Discard { id: id.clone(), attempt: attempt.get(), results };
+        self.call(record, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Removes entries from the garbage ledger, durably (and mirrored before it returns): for a collector that
+    /// deleted their files. [`crate::collect::collect_data_files`] calls it; entries already gone are skipped.
+    /// 1 to [`crate::limits::GARBAGE_FORGET_ENTRIES_MAX`] entries a call.
+    pub async fn forget_garbage(&self, entries: &[crate::collect::GarbageRef]) -> Result<()> {
+        let entries = crate::collect::checked_refs(entries)?;
+        self.call(Record::ForgetGarbage { entries }, CallDurability::Immediate).await.map(drop)
+    }
+
     /// Records that this open's committer found the target without key 0.
     pub(crate) fn note_key0_absent(&self) {
         self.key0_absent.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -3,16 +3,18 @@
 use std::sync::Arc;
 
 use super::open::stored_id;
+use crate::collect::{GarbageEntry, GarbageRef};
 use crate::error::{Error, Result};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX, KEY_PAGE_KEYS_MAX};
 use crate::state::StateFilter;
 use crate::state::{CheckpointRecord, CheckpointState};
 use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
+use crate::wal::record::decode_value;
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, CommitValue, KEYS, META, Meta, PARTS, STATES, read_checkpoint, read_commit, read_meta,
-    read_parts,
+    CHECKPOINTS, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, META, Meta, PARTS, PartValue, STATES,
+    read_checkpoint, read_commit, read_meta, read_parts,
 };
-use redb::{ReadTransaction, ReadableDatabase};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 
 /// One read transaction over a store's tables: every read [`crate::Store`] and [`crate::inspect::Inspector`]
 /// make goes through it, so a live store and a read-only inspection answer alike.
@@ -91,6 +93,54 @@ impl Snapshot {
             .commit_value(key)?
             .ok_or_else(|| Error::corrupt(format!("commit key {key} is in flight but has no record")))?;
         Ok(Some(CommitInfo::from_value(key, value)))
+    }
+
+    /// The garbage ledger's entries after `after` (from the first with `None`), at most `limit` of them, in
+    /// ledger order. A store file written before the ledger existed has no table: an empty ledger.
+    pub(crate) fn garbage(&self, after: Option<GarbageRef>, limit: usize) -> Result<Vec<GarbageEntry>> {
+        let table = match self.txn.open_table(GARBAGE) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        let range = match after {
+            None => table.range::<(u64, u32)>(..)?,
+            Some(a) => {
+                let Some(next) =
+                    a.index.checked_add(1).map(|i| (a.seq, i)).or_else(|| Some((a.seq.checked_add(1)?, 0)))
+                else {
+                    return Ok(out);
+                };
+                table.range(next..)?
+            }
+        };
+        for entry in range.take(limit) {
+            let (k, v) = entry?;
+            let (seq, index) = k.value();
+            let value: GarbageValue = decode_value(v.value(), &|| format!("table garbage, ({seq}, {index})"))?;
+            out.push(GarbageEntry {
+                at: GarbageRef { seq, index },
+                id: value.id,
+                attempt: crate::types::Attempt::new(value.attempt),
+                result: value.result,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Calls `each` with every write result a live checkpoint holds: every stored part (Staged, Sealed,
+    /// Committing, CommitUnknown; Committed checkpoints' parts are released and Aborted ones' dropped).
+    pub(crate) fn each_live_result(&self, mut each: impl FnMut(&WriteResult) -> Result<()>) -> Result<()> {
+        for entry in self.txn.open_table(PARTS)?.iter()? {
+            let (k, v) = entry?;
+            let (id, attempt, part) = k.value();
+            let value: PartValue = decode_value(v.value(), &|| format!("table parts, ({id}, {attempt}, {part})"))?;
+            for result in &value.results {
+                each(result)?;
+            }
+        }
+        Ok(())
     }
 
     /// See [`crate::Store::retention_watermark`].

@@ -12,8 +12,9 @@ use crate::types::{CheckpointId, Epoch, WriteResult};
 use crate::wal::frame;
 use crate::wal::record::{Record, Resolution, decode_value, encode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValue,
-    PartValueRef, STATES, attempt_bytes, encode_meta, read_checkpoint, read_commit, read_part_numbers, visit_parts,
+    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, LOG, META, META_KEY, Meta,
+    PARTS, PartValue, PartValueRef, STATES, attempt_bytes, encode_meta, read_checkpoint, read_commit,
+    read_part_numbers, visit_parts,
 };
 
 /// What an accepted record did.
@@ -23,6 +24,8 @@ pub(crate) struct Applied {
     pub written: bool,
     /// Write results dropped by `restart`, `abort` or `force_abort`, for the caller to delete their files.
     pub dropped: Vec<WriteResult>,
+    /// Whose they were, in order: each checkpoint, the dropped attempt and how many of `dropped` are its.
+    pub dropped_from: Vec<(CheckpointId, u32, usize)>,
 }
 
 /// The open tables of one write transaction.
@@ -33,6 +36,7 @@ pub(crate) struct Tables<'txn> {
     keys: Table<'txn, &'static [u8], &'static str>,
     states: Table<'txn, (u8, &'static str), ()>,
     commits: Table<'txn, u64, &'static [u8]>,
+    garbage: Table<'txn, (u64, u32), &'static [u8]>,
     meta: Table<'txn, &'static str, &'static [u8]>,
 }
 
@@ -45,6 +49,7 @@ impl<'txn> Tables<'txn> {
             keys: txn.open_table(KEYS)?,
             states: txn.open_table(STATES)?,
             commits: txn.open_table(COMMITS)?,
+            garbage: txn.open_table(GARBAGE)?,
             meta: txn.open_table(META)?,
         })
     }
@@ -131,8 +136,8 @@ impl<'txn> Tables<'txn> {
         step: &Step,
         staged: Option<&[u8]>,
         attempt_part: Option<(u32, u32)>,
-    ) -> Result<Vec<WriteResult>, Error> {
-        let mut dropped = Vec::new();
+    ) -> Result<Option<(u32, Vec<WriteResult>)>, Error> {
+        let mut dropped = None;
         match step.effect {
             Effect::None => {}
             Effect::InsertPart => {
@@ -140,8 +145,10 @@ impl<'txn> Tables<'txn> {
                 let bytes = staged.ok_or_else(|| Error::bug("InsertPart without bytes"))?;
                 self.parts.insert((id.as_str(), attempt, part), bytes)?;
             }
-            Effect::DropParts { attempt } => dropped = self.drop_parts(id, attempt, false)?,
-            Effect::UnclaimKeysDropParts { attempt } => dropped = self.drop_parts(id, attempt, true)?,
+            Effect::DropParts { attempt } | Effect::UnclaimKeysDropParts { attempt } => {
+                let unclaim = matches!(step.effect, Effect::UnclaimKeysDropParts { .. });
+                dropped = Some((attempt, self.drop_parts(id, attempt, unclaim)?));
+            }
             Effect::ClaimKeys => {
                 let keys = &mut self.keys;
                 visit_parts(&self.parts, id, step.next.attempt, |value| {
@@ -221,7 +228,9 @@ impl<'txn> Tables<'txn> {
         let mut applied = Applied::default();
         for (id, cur, step) in &steps {
             applied.written |= step.effect != Effect::None || cur.as_ref() != Some(&step.next);
-            applied.dropped.extend(self.apply_step(id, cur.as_ref(), step, None, None)?);
+            if let Some((attempt, results)) = self.apply_step(id, cur.as_ref(), step, None, None)? {
+                applied.note_dropped(id, attempt, results);
+            }
         }
         Ok(Ok(applied))
     }
@@ -349,7 +358,7 @@ impl<'txn> Tables<'txn> {
                     Ok(step) if step.effect == Effect::None => Ok(Applied::default()),
                     Ok(step) => {
                         self.apply_step(id, cur.as_ref(), &step, Some(&bytes), Some((*attempt, *part)))?;
-                        Ok(Applied { written: true, dropped: Vec::new() })
+                        Ok(Applied { written: true, ..Applied::default() })
                     }
                 }
             }
@@ -395,7 +404,7 @@ impl<'txn> Tables<'txn> {
                         };
                         self.commits.insert(*key, encode_value(&value)?.as_slice())?;
                         meta.seq = CommitSequence { next_key: key + 1, in_flight: Some(*key) };
-                        Ok(Applied { written: true, dropped: Vec::new() })
+                        Ok(Applied { written: true, ..Applied::default() })
                     }
                 }
             }
@@ -418,10 +427,29 @@ impl<'txn> Tables<'txn> {
                 .map(written),
             Record::Unbind { key, .. } => self.unbind(meta, *key)?.map(written),
             Record::Finish => self.finish(meta)?.map(written),
+            Record::Discard { id, attempt, results } => {
+                let mut applied = written(true);
+                applied.note_dropped(id, *attempt, results.clone());
+                Ok(applied)
+            }
+            Record::ForgetGarbage { entries } => {
+                let mut removed = false;
+                for &(seq, index) in entries {
+                    removed |= self.garbage.remove((seq, index))?.is_some();
+                }
+                Ok(written(removed))
+            }
             Record::Create { .. } | Record::Open { .. } => {
                 return Err(Error::bug("Create and Open are applied by the opener, not by execute"));
             }
         };
+        // What restart, abort and force_abort dropped goes to the garbage ledger under this record's sequence
+        // number (the one `append` gives it below), so a replay of the log rebuilds the very same rows.
+        if let Ok(applied) = &outcome
+            && applied.written
+        {
+            self.ledger(meta.next_seq, applied)?;
+        }
         // An operator's record is logged even when it changes nothing, so the reason is never lost.
         let operator = matches!(record, Record::Resolve { .. } | Record::ForceAbort { .. } | Record::Unbind { .. });
         if let Ok(applied) = &outcome
@@ -495,6 +523,23 @@ impl<'txn> Tables<'txn> {
         Ok(())
     }
 
+    /// Adds what `applied` dropped to the garbage ledger under `seq`, each result with its checkpoint and attempt.
+    fn ledger(&mut self, seq: u64, applied: &Applied) -> Result<(), Error> {
+        let mut results = applied.dropped.iter();
+        let mut index = 0u32;
+        for (id, attempt, count) in &applied.dropped_from {
+            for result in results.by_ref().take(*count) {
+                let value = GarbageValue { id: id.clone(), attempt: *attempt, result: result.clone() };
+                self.garbage.insert((seq, index), encode_value(&value)?.as_slice())?;
+                index = index.checked_add(1).ok_or_else(|| Error::bug("more dropped results than a u32 counts"))?;
+            }
+        }
+        if results.next().is_some() {
+            return Err(Error::bug("dropped write results without a checkpoint"));
+        }
+        Ok(())
+    }
+
     fn single(
         &mut self,
         id: &CheckpointId,
@@ -506,13 +551,25 @@ impl<'txn> Tables<'txn> {
             Err(e) => Ok(Err(e)),
             Ok(step) if step.effect == Effect::None && cur.as_ref() == Some(&step.next) => Ok(Ok(Applied::default())),
             Ok(step) => {
-                let dropped = self.apply_step(id, cur.as_ref(), &step, None, None)?;
-                Ok(Ok(Applied { written: true, dropped }))
+                let mut applied = Applied { written: true, ..Applied::default() };
+                if let Some((attempt, results)) = self.apply_step(id, cur.as_ref(), &step, None, None)? {
+                    applied.note_dropped(id, attempt, results);
+                }
+                Ok(Ok(applied))
             }
         }
     }
 }
 
 fn written(changed: bool) -> Applied {
-    Applied { written: changed, dropped: Vec::new() }
+    Applied { written: changed, ..Applied::default() }
+}
+
+impl Applied {
+    fn note_dropped(&mut self, id: &CheckpointId, attempt: u32, results: Vec<WriteResult>) {
+        if !results.is_empty() {
+            self.dropped_from.push((id.clone(), attempt, results.len()));
+            self.dropped.extend(results);
+        }
+    }
 }

@@ -126,6 +126,22 @@ pub enum Record {
     /// The job ended: every checkpoint was committed or aborted and no key is in flight, so a rerun takes the
     /// fast path (written by `Committer::finish` when no final key was there to flag).
     Finish,
+    /// The data-file collector deleted (or found gone, or found owned by a live checkpoint or the table) the
+    /// files of these garbage-ledger entries, each `(seq, index)`: they leave the ledger.
+    ForgetGarbage {
+        /// The entries, sorted, each the sequence number of the record that dropped the result and its index.
+        entries: Vec<(u64, u32)>,
+    },
+    /// Write results of an attempt that never entered the store and never will (the losing attempt of a
+    /// checkpoint another attempt sealed first): they go to the garbage ledger.
+    Discard {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The losing attempt.
+        attempt: u32,
+        /// Its write results (at least one).
+        results: Vec<WriteResult>,
+    },
 }
 
 impl Record {
@@ -149,9 +165,11 @@ impl Record {
     /// The checks of a record just read back: everything the boundary checked must hold again.
     fn check_read_back(&self, place: &str) -> Result<(), Error> {
         let ids: &[CheckpointId] = match self {
-            Record::Stage { id, .. } | Record::Seal { id, .. } | Record::Restart { id } | Record::Abort { id } => {
-                std::slice::from_ref(id)
-            }
+            Record::Stage { id, .. }
+            | Record::Seal { id, .. }
+            | Record::Restart { id }
+            | Record::Abort { id }
+            | Record::Discard { id, .. } => std::slice::from_ref(id),
             Record::BeginCommit { ids, .. } | Record::CommitEmpty { ids } | Record::ForceAbort { ids, .. } => ids,
             Record::Create { .. }
             | Record::Open { .. }
@@ -160,8 +178,20 @@ impl Record {
             | Record::MarkNotCommitted { .. }
             | Record::Resolve { .. }
             | Record::Unbind { .. }
-            | Record::Finish => &[],
+            | Record::Finish
+            | Record::ForgetGarbage { .. } => &[],
         };
+        if let Record::ForgetGarbage { entries } = self
+            && (entries.is_empty()
+                || entries.len() > crate::limits::GARBAGE_FORGET_ENTRIES_MAX
+                || !entries.is_sorted_by(|a, b| a < b))
+        {
+            return Err(Error::corrupt(format!(
+                "{place}: ForgetGarbage holds {} entries, not 1 to {} sorted and distinct",
+                entries.len(),
+                crate::limits::GARBAGE_FORGET_ENTRIES_MAX
+            )));
+        }
         if let Some(bad) = ids.iter().find(|id| !id.is_valid()) {
             return Err(Error::corrupt(format!("{place}: record holds an invalid checkpoint id {bad:?}")));
         }
@@ -263,6 +293,15 @@ mod tests {
             (Record::ForceAbort { ids: vec![id("a")], reason: "r".into() }, "0c0101610172"),
             (Record::Unbind { key: 4, reason: "r".into() }, "0d040172"),
             (Record::Finish, "0e"),
+            (Record::ForgetGarbage { entries: vec![(3, 0), (3, 1)] }, "0f0203000301"),
+            (
+                Record::Discard {
+                    id: id("a"),
+                    attempt: 2,
+                    results: vec![WriteResult::new(Format::Parquet, b"r".to_vec()).unwrap()],
+                },
+                "1001610201010172",
+            ),
         ];
         for (record, hex) in cases {
             let bytes = record.to_payload().unwrap();

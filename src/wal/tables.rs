@@ -10,6 +10,7 @@
 //! | `keys`        | source key `&[u8]`           | owning checkpoint id `&str`             |
 //! | `states`      | `(state code u8, id)`        | `()`: the index behind `list` and `pending` |
 //! | `commits`     | key number `u64`             | [`CommitValue`]                         |
+//! | `garbage`     | `(seq u64, index u32)`       | [`GarbageValue`]: a dropped write result |
 //!
 //! Every value but the log's frames and the key index's ids is wrapped by [`super::record::encode_value`].
 
@@ -28,6 +29,10 @@ pub(crate) const PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefiniti
 pub(crate) const KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
 pub(crate) const STATES: TableDefinition<(u8, &str), ()> = TableDefinition::new("states");
 pub(crate) const COMMITS: TableDefinition<u64, &[u8]> = TableDefinition::new("commits");
+/// The garbage ledger: each write result that `restart`, `abort` or `force_abort` dropped, keyed by the sequence
+/// number of the record that dropped it and its index among that record's results, until the data-file
+/// collector ([`crate::collect`]) has deleted its files and a `ForgetGarbage` record removes it.
+pub(crate) const GARBAGE: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("garbage");
 
 pub(crate) const META_KEY: &str = "meta";
 
@@ -120,6 +125,14 @@ pub(crate) struct PartValue {
 pub(crate) struct PartValueRef<'a> {
     pub keys: &'a [SourceKey],
     pub results: &'a [WriteResult],
+}
+
+/// One row of the garbage ledger: a write result of a dropped attempt, with whose it was.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct GarbageValue {
+    pub id: CheckpointId,
+    pub attempt: u32,
+    pub result: WriteResult,
 }
 
 /// One commit key's record: bound forever to its set of checkpoints.
@@ -251,6 +264,7 @@ pub(crate) fn create_all(txn: &redb::WriteTransaction) -> Result<(), Error> {
     txn.open_table(KEYS)?;
     txn.open_table(STATES)?;
     txn.open_table(COMMITS)?;
+    txn.open_table(GARBAGE)?;
     Ok(())
 }
 

@@ -44,13 +44,15 @@ fn is_commit_protocol(record: &Record) -> bool {
         | Record::CommitEmpty { .. }
         | Record::ForceAbort { .. }
         | Record::Unbind { .. }
-        | Record::Finish => true,
+        | Record::Finish
+        | Record::ForgetGarbage { .. } => true,
         Record::Create { .. }
         | Record::Open { .. }
         | Record::Stage { .. }
         | Record::Seal { .. }
         | Record::Restart { .. }
-        | Record::Abort { .. } => false,
+        | Record::Abort { .. }
+        | Record::Discard { .. } => false,
     }
 }
 

@@ -182,7 +182,8 @@ pub async fn seal(store: &Store, n: u32) {
     store.seal(&id(n), 1).await.unwrap();
 }
 
-/// What a store holds, in a comparable form: every checkpoint's state, the processed keys, the pending results.
+/// What a store holds, in a comparable form: every checkpoint's state, the processed keys, the pending results,
+/// the garbage ledger (its first page: a test's ledger is small).
 pub fn digest(store: &Store) -> String {
     use sinkpoint::StateFilter;
     let mut out = String::new();
@@ -200,6 +201,9 @@ pub fn digest(store: &Store) -> String {
     let pending = store.pending().unwrap();
     for p in pending.checkpoints {
         out.push_str(&format!("pending {} {:?}\n", p.info.id, p.results));
+    }
+    for g in store.garbage(None, usize::MAX).unwrap() {
+        out.push_str(&format!("garbage {}.{} {} a{} {:?}\n", g.at.seq, g.at.index, g.id, g.attempt, g.result));
     }
     out.push_str(&format!(
         "next_key {} in_flight {:?} finished {}\n",

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 use sinkpoint::JobId;
+use sinkpoint::collect::{CollectReport, CollectSettings, Verdict, collect_data_files};
 use sinkpoint::mirror::{
     Clock as _, MirrorGarbage, SystemClock, delete_garbage_with_progress, find_garbage_with_progress,
 };
@@ -28,6 +29,9 @@ pub(crate) struct Request<'a> {
     pub(crate) mirror: Option<&'a str>,
     pub(crate) shared: Option<&'a str>,
     pub(crate) job: Option<&'a str>,
+    /// With `table`: the store whose garbage ledger names the orphan data files.
+    pub(crate) store: Option<&'a std::path::Path>,
+    pub(crate) table: Option<&'a str>,
     pub(crate) min_age_ms: u64,
     pub(crate) grace_ms: u64,
     pub(crate) apply: bool,
@@ -62,8 +66,11 @@ fn duration_text(ms: u64) -> String {
 }
 
 pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
-    if request.mirror.is_none() && request.shared.is_none() {
-        return Err(Failure::new(Code::Usage, "give --mirror URL, --shared URL or both: what to collect"));
+    if request.mirror.is_none() && request.shared.is_none() && request.store.is_none() {
+        return Err(Failure::new(
+            Code::Usage,
+            "give --mirror URL, --shared URL, --store PATH --table URL, or several: what to collect",
+        ));
     }
     // Ages are the store's `last_modified` against this machine's wall clock: the one clock both share.
     let now_wall_ms = SystemClock.wall_ms();
@@ -108,6 +115,12 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
         };
         inbox_report = Some((url, job, garbage, deleted));
     }
+    let mut files_report = None;
+    if let (Some(path), Some(url)) = (request.store, request.table) {
+        progress.phase("data files: reading the ledger and the table");
+        let report = data_files(path, url, request).await?;
+        files_report = Some((path, url, report));
+    }
     // Cleared before the report, so that it never mixes with stdout on one terminal.
     drop(progress);
     if request.json {
@@ -117,6 +130,7 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
             "grace_ms": request.grace_ms,
             "mirror": mirror_report.as_ref().map(|(url, g, d)| mirror_json(url, g, *d)),
             "inbox": inbox_report.as_ref().map(|(url, job, g, d)| inbox_json(url, job, g, *d)),
+            "data_files": files_report.as_ref().map(|(path, url, r)| files_json(path, url, r)),
         }));
     } else {
         let mut out = String::new();
@@ -125,6 +139,9 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
         }
         if let Some((url, job, garbage, deleted)) = &inbox_report {
             inbox_text(&mut out, url, job, garbage, *deleted, request.grace_ms);
+        }
+        if let Some((path, url, report)) = &files_report {
+            files_text(&mut out, path, url, report, request.grace_ms);
         }
         if !request.apply {
             let _ = writeln!(out, "dry run: nothing was deleted; run again with --apply to delete what is listed");
@@ -244,5 +261,58 @@ fn inbox_text(out: &mut String, url: &str, job: &JobId, g: &InboxGarbage, delete
         for r in &e.results {
             let _ = writeln!(out, "      result {:?} {}", r.format(), key_text(r.bytes()));
         }
+    }
+}
+
+/// Collects the orphan data files the store's garbage ledger names from the reference table at `url`: the store
+/// is opened as its writer (refused while the job runs; with `--mirror`, the forgetting is mirrored too).
+async fn data_files(path: &std::path::Path, url: &str, request: &Request<'_>) -> Result<CollectReport, Failure> {
+    let (objects, prefix) = object_store_at("--table", url)?;
+    let table = sinkpoint::DirTable::new(objects, prefix);
+    let store = crate::source::writer(path, request.mirror).await?;
+    let settings = CollectSettings { grace_ms: request.grace_ms, apply: request.apply };
+    let report = collect_data_files(&store, &table, &SystemClock, &settings).await;
+    store.close_async().await;
+    Ok(report?)
+}
+
+fn files_json(path: &std::path::Path, url: &str, r: &CollectReport) -> Value {
+    let tally = |v: Verdict| {
+        let (count, bytes) = r.tally(v);
+        json!({ "count": count, "bytes": bytes })
+    };
+    json!({
+        "store": path.display().to_string(), "table": url, "entries": r.entries, "forgotten": r.forgotten,
+        "deleted": tally(Verdict::Deleted), "due": tally(Verdict::Due), "young": tally(Verdict::Young),
+        "gone": tally(Verdict::Gone), "live": tally(Verdict::Live), "referenced": tally(Verdict::Referenced),
+        "files": r.files.iter().map(|f| json!({
+            "file": f.file, "verdict": f.verdict.name(), "id": f.id.as_str(), "attempt": f.attempt.get(),
+            "bytes": f.bytes, "ledger": format!("{}.{}", f.entry.seq, f.entry.index),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn files_text(out: &mut String, path: &std::path::Path, url: &str, r: &CollectReport, grace_ms: u64) {
+    let _ = writeln!(out, "data files   {url} (garbage ledger of {}: {} entries)", path.display(), r.entries);
+    let (verb, done) = if r.tally(Verdict::Deleted).0 > 0 || r.forgotten > 0 {
+        ("deleted     ", r.tally(Verdict::Deleted))
+    } else {
+        ("would delete", r.tally(Verdict::Due))
+    };
+    let _ = writeln!(out, "  {verb} {} files, {} bytes", done.0, done.1);
+    let young = r.tally(Verdict::Young);
+    let _ = writeln!(
+        out,
+        "  kept         {} files, {} bytes younger than {}; {} named by a live checkpoint, {} by the table",
+        young.0,
+        young.1,
+        duration_text(grace_ms),
+        r.tally(Verdict::Live).0,
+        r.tally(Verdict::Referenced).0
+    );
+    let _ = writeln!(out, "  {} already gone; {} ledger entries forgotten", r.tally(Verdict::Gone).0, r.forgotten);
+    for f in &r.files {
+        let size = f.bytes.map_or_else(|| "-".to_owned(), |b| format!("{b} bytes"));
+        let _ = writeln!(out, "    {:<10}  {}  {size}  ({} attempt {})", f.verdict.name(), f.file, f.id, f.attempt);
     }
 }

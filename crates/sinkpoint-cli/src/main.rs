@@ -161,7 +161,13 @@ enum Command {
         /// Mirror objects are deleted only this long after they stopped being referenced (ms, s, m, h, d).
         #[arg(long, value_name = "DURATION", default_value = gc::GC_MIN_AGE_DEFAULT, value_parser = gc::parse_duration_ms)]
         min_age: u64,
-        /// Unclaimed inbox parts are deleted only when older than this (ms, s, m, h, d).
+        /// The job's store file, to collect its orphan data files from --table (refused while the job runs).
+        #[arg(long, value_name = "PATH", requires = "table")]
+        store: Option<PathBuf>,
+        /// The reference table (DirTable) whose orphan data files to collect: file:///dir/prefix or s3://bucket/prefix.
+        #[arg(long, value_name = "URL", requires = "store")]
+        table: Option<String>,
+        /// Unclaimed inbox parts, and orphan data files, are deleted only when older than this (ms, s, m, h, d).
         #[arg(long, value_name = "DURATION", default_value = gc::GC_GRACE_DEFAULT, value_parser = gc::parse_duration_ms)]
         grace: u64,
         /// Only list what would be deleted (the default).
@@ -219,10 +225,12 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
         Command::Resolve { store, key, verdict } => hatch::resolve(&store, key, verdict.resolution()).await,
         Command::ForceAbort { store, ids } => hatch::force_abort(&store, &ids).await,
         Command::Unbind { store, key } => hatch::unbind(&store, key).await,
-        Command::Gc { mirror, shared, job, min_age, grace, dry_run: _, apply, json } => {
+        Command::Gc { mirror, shared, job, store, table, min_age, grace, dry_run: _, apply, json } => {
             let request = gc::Request {
                 mirror: mirror.as_deref(),
                 shared: shared.as_deref(),
+                store: store.as_deref(),
+                table: table.as_deref(),
                 job: job.as_deref(),
                 min_age_ms: min_age,
                 grace_ms: grace,

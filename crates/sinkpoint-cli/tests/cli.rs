@@ -1,6 +1,7 @@
 //! The `sinkpoint` binary over real store files and mirrors (a local directory; moto's S3 API when
 //! `SINKPOINT_S3_ENDPOINT` is set): every command, `--json` parsed, exit codes, golden text for `status` and
-//! `show`, the hatches driven end to end, a person's habits (help, wrong paths, a held store), and `gc`: it
+//! `show`, the hatches driven end to end, a person's habits (help, wrong paths, a held store: read from a copy,
+//! never changed), and `gc`: it
 //! deletes exactly the garbage past its age (the mirror still restores every checkpoint), keeps what is young,
 //! and lists inbox parts no committer will adopt with the write results to clean up.
 
@@ -399,9 +400,16 @@ async fn a_persons_habits_get_one_line_errors_and_the_right_exit_codes() {
     let job = Job::new();
     job.ordinary().await;
     let store = job.open().await;
-    let held = cli(&["status", "--store", &job.store_arg()]);
-    assert_eq!(code(&held), 4, "{}", stderr(&held));
-    assert_eq!(stderr(&held).lines().count(), 1, "{}", stderr(&held));
+    // A reading command on a running job's file reads a copy (the file is the job's alone).
+    let before = std::fs::read(job.store_path()).unwrap();
+    let held = cli(&["status", "--store", &job.store_arg(), "--json"]);
+    assert_eq!(code(&held), 0, "{}", stderr(&held));
+    let status = json(&held);
+    assert!(status["source"].as_str().unwrap().contains("held by a running job"), "{status}");
+    assert_eq!(status["job"], "cli-job", "{status}");
+    let listed = cli(&["list", "--store", &job.store_arg()]);
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    assert_eq!(std::fs::read(job.store_path()).unwrap(), before, "reading a held file wrote it");
     let hatch = cli(&["unbind", "0", "--reason", "x", "--store", &job.store_arg()]);
     assert_eq!(code(&hatch), 4, "a hatch is refused while the job runs: {}", stderr(&hatch));
     // The mirror is readable while the job runs.
@@ -882,4 +890,78 @@ async fn long_work_draws_nothing_on_a_stderr_that_is_not_a_terminal() {
             let _ = json(&out);
         }
     }
+}
+
+/// `gc --store PATH --table URL`: the orphan data files of a stopped job's dropped attempts (a restart, an abort
+/// and a force-abort) on a local reference table. The dry run lists them and deletes nothing; inside `--grace`
+/// they are kept; `--apply` deletes exactly them, the table still holds every committed row once, and a second
+/// run finds nothing. A running job's store is refused (exit 4), and `--table` needs `--store` (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or_a_live_checkpoint_names() {
+    let job = Job::new();
+    let table_dir = job.dir.path().join("table");
+    let table = DirTable::local(&table_dir).unwrap();
+    let store = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("dir:table").unwrap())
+        .path(job.store_path())
+        .open()
+        .await
+        .unwrap();
+    let stage = async |name: &str, attempt: u32, file: &str| {
+        let result = table.write_data_file(file, format!("{file}\n").into_bytes()).await.unwrap();
+        let part = StagePart::new(Attempt::new(attempt), Part::FIRST)
+            .keys(vec![name.as_bytes().to_vec()])
+            .results(vec![result]);
+        store.stage(&CheckpointId::new(name).unwrap(), part).await.unwrap();
+    };
+    let id = |name: &str| CheckpointId::new(name).unwrap();
+    stage("a", 0, "a-0").await;
+    store.restart(&id("a")).await.unwrap();
+    stage("a", 1, "a-1").await;
+    store.seal(&id("a"), 1).await.unwrap();
+    stage("b", 0, "b-0").await;
+    store.abort(&id("b")).await.unwrap();
+    stage("c", 0, "c-0").await;
+    store.seal(&id("c"), 1).await.unwrap();
+    store.force_abort(&[id("c")], "a test").await.unwrap();
+    stage("d", 0, "d-0").await; // Staged when the job stops: live.
+    Committer::new(&store, &table).commit_pending().await.unwrap();
+
+    let table_url = format!("file://{}", table_dir.display());
+    let held = cli(&["gc", "--store", &job.store_arg(), "--table", &table_url]);
+    assert_eq!(code(&held), 4, "a running job's store: {}", stderr(&held));
+    store.close_async().await;
+    let alone = cli(&["gc", "--table", &table_url]);
+    assert_eq!(code(&alone), 2, "{}", stderr(&alone));
+
+    let data = table_dir.join("data");
+    let young = json(&cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--json"]));
+    assert_eq!(young["data_files"]["young"]["count"], 3, "{young}");
+    assert_eq!(young["data_files"]["forgotten"], 0, "{young}");
+    for file in ["a-0", "b-0", "c-0"] {
+        backdate(&data.join(file), std::time::Duration::from_secs(2 * 86_400));
+    }
+    let dry = cli(&["gc", "--store", &job.store_arg(), "--table", &table_url]);
+    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    assert!(stdout(&dry).contains("would delete 3 files, 12 bytes"), "{}", stdout(&dry));
+    assert!(stdout(&dry).contains("dry run: nothing was deleted"), "{}", stdout(&dry));
+    assert_eq!(files_under(&data), ["a-0", "a-1", "b-0", "c-0", "d-0"]);
+
+    let done = json(&cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--apply", "--json"]));
+    assert_eq!(done["data_files"]["deleted"]["count"], 3, "{done}");
+    assert_eq!(done["data_files"]["forgotten"], 3, "{done}");
+    let mut verdicts: Vec<(String, String)> = done["data_files"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["file"].as_str().unwrap().to_owned(), f["verdict"].as_str().unwrap().to_owned()))
+        .collect();
+    verdicts.sort();
+    assert_eq!(
+        verdicts,
+        [("a-0".into(), "deleted".into()), ("b-0".into(), "deleted".into()), ("c-0".into(), "deleted".into())]
+    );
+    assert_eq!(files_under(&data), ["a-1", "d-0"]);
+    assert_eq!(DirTable::local(&table_dir).unwrap().rows().await.unwrap(), ["a-1"]);
+    let again = json(&cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--apply", "--json"]));
+    assert_eq!(again["data_files"]["entries"], 0, "{again}");
 }

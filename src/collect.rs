@@ -1,0 +1,290 @@
+//! Orphan data files: the collector that deletes the data files no commit will ever reference.
+//!
+//! A worker writes its data files before it stages them, so a checkpoint's files outlive the attempt that
+//! wrote them whenever the attempt is dropped: `restart` (a retried task), `abort`, the operator's
+//! `force_abort`. The store remembers each result they drop in its **garbage ledger** (table `garbage`,
+//! written by the same transaction that drops it, mirrored and carried by snapshots like every table), keyed by
+//! the sequence number of the record that dropped it. [`collect_data_files`] reads the ledger and the live
+//! checkpoints from one snapshot and asks the table ([`DataFiles`]) for the rest:
+//!
+//! - a file a **live** checkpoint (Staged, Sealed, Committing, CommitUnknown) names is kept: a retried attempt
+//!   may have rewritten the same name;
+//! - a file the **table references** (any version readers can still open) is kept: whatever the ledger says, a
+//!   table that holds it must keep it;
+//! - a file **younger than the grace period** is kept, and so is its ledger entry, for the next collection: a
+//!   worker may be rewriting that name right now, before it stages it (so the grace period must exceed any
+//!   task's time from writing a file to staging it, as the inbox's does);
+//! - anything else is due: deleted with `apply`, then its entry leaves the ledger (`ForgetGarbage`, mirrored
+//!   before it is acknowledged). An entry whose files are gone, live or referenced leaves the ledger too: those
+//!   files are no longer this entry's to delete.
+//!
+//! Only files the ledger names are ever candidates, so a file of another job (or of no job) sharing the table is
+//! never touched unless this job staged that very name. What the ledger cannot name is not collected: an attempt
+//! that died before staging anything left its files named nowhere, and the loser of a shared-staging race is
+//! told (`SealLost` carries its results) and deletes its own. docs/ARCHITECTURE.md, "Orphan data files".
+
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::limits::{GARBAGE_FORGET_ENTRIES_MAX, GARBAGE_PAGE_ENTRIES_MAX};
+use crate::mirror::Clock;
+use crate::store::Store;
+use crate::types::{Attempt, CheckpointId, WriteResult};
+
+/// The default grace period of [`CollectSettings`]: a day, like the inbox's.
+pub const DATA_FILE_GRACE_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+
+/// Where an entry sits in the garbage ledger: the sequence number of the record that dropped its result, and
+/// the result's index among that record's.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct GarbageRef {
+    /// The sequence number of the `restart`, `abort` or `force_abort` record.
+    pub seq: u64,
+    /// The result's index among what that record dropped.
+    pub index: u32,
+}
+
+/// One entry of the garbage ledger: a write result of a dropped attempt.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GarbageEntry {
+    /// Its place in the ledger.
+    pub at: GarbageRef,
+    /// The checkpoint whose attempt it was.
+    pub id: CheckpointId,
+    /// The dropped attempt.
+    pub attempt: Attempt,
+    /// The write result, naming the data files.
+    pub result: WriteResult,
+}
+
+/// A data file's size and age, as the table's storage reports them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct FileStat {
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Its last modification, in milliseconds since the Unix epoch (wall time).
+    pub modified_ms: u64,
+}
+
+/// What a table tells the collector about its data files. Implemented by [`crate::DirTable`] and the Lance
+/// target; a conformance-minded implementation keeps these promises:
+///
+/// - [`DataFiles::files_of`] names every data file the result makes a commit publish, each as the one string
+///   the other methods take for it, and always the same string for the same file;
+/// - [`DataFiles::referenced`] includes every data file of every table version a reader may still open (a
+///   file it misses may be deleted under a reader's feet); it may include more;
+/// - [`DataFiles::stat`] answers `None` only for a file that does not exist;
+/// - [`DataFiles::delete`] of a file already gone succeeds.
+#[async_trait]
+pub trait DataFiles: Send + Sync {
+    /// The data files `result` names. An error for a result this table cannot have written.
+    fn files_of(&self, result: &WriteResult) -> Result<Vec<String>>;
+    /// Every data file a version of the table that readers can still open references.
+    async fn referenced(&self) -> Result<BTreeSet<String>>;
+    /// The file's size and last modification, or `None` when it does not exist.
+    async fn stat(&self, file: &str) -> Result<Option<FileStat>>;
+    /// Deletes the file; a file already gone is not an error.
+    async fn delete(&self, file: &str) -> Result<()>;
+}
+
+/// How a collection runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct CollectSettings {
+    /// Files modified less than this long ago are kept (with their ledger entry), in milliseconds.
+    pub grace_ms: u64,
+    /// Delete what is due and forget the settled entries; `false` (the default) only reports.
+    pub apply: bool,
+}
+
+impl Default for CollectSettings {
+    fn default() -> Self {
+        Self { grace_ms: DATA_FILE_GRACE_MS_DEFAULT, apply: false }
+    }
+}
+
+/// What the collector decided about one file a ledger entry names.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum Verdict {
+    /// Past the grace period and named by nothing live: deleted (with `apply`).
+    Deleted,
+    /// Past the grace period and named by nothing live: would be deleted (a dry run).
+    Due,
+    /// Modified within the grace period: kept, and its entry stays in the ledger.
+    Young,
+    /// Already gone.
+    Gone,
+    /// Named by a live checkpoint's write result: kept.
+    Live,
+    /// Referenced by the table: kept.
+    Referenced,
+}
+
+impl Verdict {
+    /// A stable lowercase name, for reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Deleted => "deleted",
+            Verdict::Due => "due",
+            Verdict::Young => "young",
+            Verdict::Gone => "gone",
+            Verdict::Live => "live",
+            Verdict::Referenced => "referenced",
+        }
+    }
+}
+
+/// One file of one ledger entry and what was decided.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct OrphanFile {
+    /// The file, as [`DataFiles::files_of`] named it.
+    pub file: String,
+    /// The ledger entry naming it.
+    pub entry: GarbageRef,
+    /// The checkpoint whose dropped attempt wrote it.
+    pub id: CheckpointId,
+    /// That attempt.
+    pub attempt: Attempt,
+    /// Its size, when it exists.
+    pub bytes: Option<u64>,
+    /// The decision.
+    pub verdict: Verdict,
+}
+
+/// What [`collect_data_files`] found and did.
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+pub struct CollectReport {
+    /// Every file of every ledger entry read, in ledger order.
+    pub files: Vec<OrphanFile>,
+    /// Ledger entries read.
+    pub entries: u64,
+    /// Ledger entries removed (0 in a dry run).
+    pub forgotten: u64,
+}
+
+impl CollectReport {
+    /// How many files got `verdict`, and their bytes.
+    pub fn tally(&self, verdict: Verdict) -> (u64, u64) {
+        self.files.iter().filter(|f| f.verdict == verdict).fold((0, 0), |(n, b), f| (n + 1, b + f.bytes.unwrap_or(0)))
+    }
+}
+
+/// Collects the orphan data files of `store`'s dropped attempts from `table` (see the module docs for the
+/// rules): reports every file of every ledger entry and, with `settings.apply`, deletes the due ones and
+/// forgets the settled entries. `clock.wall_ms()` is compared with the files' modification times, so keep the
+/// grace period far above any clock skew between this machine and the table's storage.
+pub async fn collect_data_files(
+    store: &Store,
+    table: &dyn DataFiles,
+    clock: &dyn Clock,
+    settings: &CollectSettings,
+) -> Result<CollectReport> {
+    let (ledger, live) = read_ledger_and_live(store, table)?;
+    let referenced = table.referenced().await?;
+    let now_ms = clock.wall_ms();
+    let mut report = CollectReport { entries: ledger.len() as u64, ..CollectReport::default() };
+    let mut settled = Vec::new();
+    let mut failure = None;
+    for entry in &ledger {
+        match judge_entry(table, entry, &live, &referenced, now_ms, settings).await {
+            Ok((files, done)) => {
+                report.files.extend(files);
+                if done {
+                    settled.push(entry.at);
+                }
+            }
+            // What was deleted before the failure is still forgotten below; the rest waits for the next run.
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if settings.apply {
+        for chunk in settled.chunks(GARBAGE_FORGET_ENTRIES_MAX) {
+            store.forget_garbage(chunk).await?;
+            report.forgotten += chunk.len() as u64;
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+/// The whole ledger and the files every live checkpoint names, from one snapshot of the store.
+fn read_ledger_and_live(store: &Store, table: &dyn DataFiles) -> Result<(Vec<GarbageEntry>, BTreeSet<String>)> {
+    let snapshot = store.read_snapshot()?;
+    let mut ledger = Vec::new();
+    loop {
+        let page = snapshot.garbage(ledger.last().map(|e: &GarbageEntry| e.at), GARBAGE_PAGE_ENTRIES_MAX)?;
+        let full = page.len() == GARBAGE_PAGE_ENTRIES_MAX;
+        ledger.extend(page);
+        if !full {
+            break;
+        }
+    }
+    let mut live = BTreeSet::new();
+    snapshot.each_live_result(|result| {
+        live.extend(table.files_of(result)?);
+        Ok(())
+    })?;
+    Ok((ledger, live))
+}
+
+/// Decides (and with `apply`, deletes) each file of one entry; returns the files and whether the entry is
+/// settled (none of its files waits for its grace period or, in a dry run, for its deletion).
+async fn judge_entry(
+    table: &dyn DataFiles,
+    entry: &GarbageEntry,
+    live: &BTreeSet<String>,
+    referenced: &BTreeSet<String>,
+    now_ms: u64,
+    settings: &CollectSettings,
+) -> Result<(Vec<OrphanFile>, bool)> {
+    let mut out = Vec::new();
+    let mut settled = true;
+    for file in table.files_of(&entry.result)? {
+        let stat = table.stat(&file).await?;
+        let verdict = if live.contains(&file) {
+            Verdict::Live
+        } else if referenced.contains(&file) {
+            Verdict::Referenced
+        } else {
+            match stat {
+                None => Verdict::Gone,
+                Some(s) if now_ms.saturating_sub(s.modified_ms) < settings.grace_ms => Verdict::Young,
+                Some(_) if settings.apply => {
+                    table.delete(&file).await?;
+                    Verdict::Deleted
+                }
+                Some(_) => Verdict::Due,
+            }
+        };
+        settled &= !matches!(verdict, Verdict::Young | Verdict::Due);
+        out.push(OrphanFile {
+            file,
+            entry: entry.at,
+            id: entry.id.clone(),
+            attempt: entry.attempt,
+            bytes: stat.map(|s| s.bytes),
+            verdict,
+        });
+    }
+    Ok((out, settled))
+}
+
+/// Checks a `forget_garbage` call's entries: 1 to [`GARBAGE_FORGET_ENTRIES_MAX`], returned sorted and distinct.
+pub(crate) fn checked_refs(refs: &[GarbageRef]) -> Result<Vec<(u64, u32)>> {
+    if refs.is_empty() || refs.len() > GARBAGE_FORGET_ENTRIES_MAX {
+        return Err(Error::invalid_input(format!(
+            "forget_garbage takes 1 to {GARBAGE_FORGET_ENTRIES_MAX} entries, not {}",
+            refs.len()
+        )));
+    }
+    let mut entries: Vec<(u64, u32)> = refs.iter().map(|r| (r.seq, r.index)).collect();
+    entries.sort_unstable();
+    entries.dedup();
+    Ok(entries)
+}

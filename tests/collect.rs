@@ -1,0 +1,267 @@
+//! The orphan data-file collector (`sinkpoint::collect`) on the reference table: the garbage ledger takes what
+//! `restart`, `abort`, `force_abort` and `discard` drop; a collection deletes exactly the ledger's files that no
+//! live checkpoint and no table commit names and that are past the grace period, then forgets their entries;
+//! the ledger is mirrored and restored like every table.
+
+mod mirror_support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use mirror_support::{Bucket, Kind, builder, digest, sync_settings};
+use object_store::ObjectStoreExt;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use sinkpoint::collect::{CollectReport, CollectSettings, DataFiles, FileStat, Verdict, collect_data_files};
+use sinkpoint::commit::Committer;
+use sinkpoint::mirror::{Clock, SystemClock};
+use sinkpoint::testkit::ManualClock;
+use sinkpoint::{
+    Attempt, CheckpointId, CheckpointState, DirTable, ErrorKind, JobId, Part, StagePart, Store, TargetIdentity,
+    WriteResult,
+};
+
+const HOUR_MS: u64 = 3_600_000;
+
+struct Job {
+    _dir: tempfile::TempDir,
+    store: Store,
+    table: DirTable,
+    objects: Arc<InMemory>,
+    /// Reads wall time as the test sets it: starts at the real time, so the files just written are fresh.
+    clock: ManualClock,
+}
+
+async fn job() -> Job {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap())
+        .path(dir.path().join("s.redb"))
+        .open()
+        .await
+        .unwrap();
+    let objects = Arc::new(InMemory::new());
+    let table = DirTable::new(objects.clone(), Path::from("t"));
+    Job { _dir: dir, store, table, objects, clock: ManualClock::new(SystemClock.wall_ms()) }
+}
+
+fn id(name: &str) -> CheckpointId {
+    CheckpointId::new(name).unwrap()
+}
+
+impl Job {
+    /// Writes data file `file` and stages it as part 0 of `attempt` of `name`.
+    async fn stage(&self, name: &str, attempt: u32, file: &str) -> WriteResult {
+        let result = self.table.write_data_file(file, format!("{file}\n").into_bytes()).await.unwrap();
+        let part = StagePart::new(Attempt::new(attempt), Part::FIRST)
+            .keys(vec![name.as_bytes().to_vec()])
+            .results(vec![result.clone()]);
+        self.store.stage(&id(name), part).await.unwrap();
+        result
+    }
+
+    async fn exists(&self, file: &str) -> bool {
+        self.objects.head(&Path::from(format!("t/data/{file}"))).await.is_ok()
+    }
+
+    async fn collect(&self, grace_ms: u64, apply: bool) -> CollectReport {
+        let settings = CollectSettings { grace_ms, apply };
+        collect_data_files(&self.store, &self.table, &self.clock, &settings).await.unwrap()
+    }
+}
+
+fn verdicts(report: &CollectReport) -> Vec<(String, Verdict)> {
+    let mut out: Vec<_> = report.files.iter().map(|f| (f.file.clone(), f.verdict)).collect();
+    out.sort();
+    out
+}
+
+/// A restarted attempt, an aborted checkpoint and a force-aborted one leave one ledger entry each; a dry run
+/// reports them (young inside the grace period, due past it) and deletes nothing; the collection deletes exactly
+/// them, never a live or committed file, forgets them, and a second collection finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_attempts_files_are_collected_past_the_grace_period_and_nothing_else() {
+    let job = job().await;
+    job.stage("a", 0, "a-0").await;
+    assert_eq!(job.store.restart(&id("a")).await.unwrap().len(), 1);
+    job.stage("a", 1, "a-1").await;
+    job.store.seal(&id("a"), 1).await.unwrap();
+    job.stage("b", 0, "b-0").await;
+    job.store.abort(&id("b")).await.unwrap();
+    job.stage("c", 0, "c-0").await;
+    job.store.seal(&id("c"), 1).await.unwrap();
+    job.store.force_abort(&[id("c")], "a test").await.unwrap();
+    job.stage("d", 0, "d-0").await;
+    job.store.seal(&id("d"), 1).await.unwrap();
+    Committer::new(&job.store, &job.table).commit_pending().await.unwrap();
+    job.stage("e", 0, "e-0").await; // Staged: live.
+
+    let ledger = job.store.garbage(None, 100).unwrap();
+    let named: Vec<(String, u32)> = ledger.iter().map(|g| (g.id.to_string(), g.attempt.get())).collect();
+    assert_eq!(named, [("a".into(), 0), ("b".into(), 0), ("c".into(), 0)]);
+
+    let young = job.collect(HOUR_MS, false).await;
+    let dropped = ["a-0", "b-0", "c-0"];
+    assert_eq!(verdicts(&young), dropped.map(|f| (f.to_owned(), Verdict::Young)));
+    job.clock.advance(2 * HOUR_MS);
+    let dry = job.collect(HOUR_MS, false).await;
+    assert_eq!(verdicts(&dry), dropped.map(|f| (f.to_owned(), Verdict::Due)));
+    assert_eq!(dry.tally(Verdict::Due), (3, 12), "three files of 4 bytes");
+    assert_eq!(dry.forgotten, 0);
+    for file in dropped {
+        assert!(job.exists(file).await, "a dry run deleted {file}");
+    }
+
+    let done = job.collect(HOUR_MS, true).await;
+    assert_eq!(verdicts(&done), dropped.map(|f| (f.to_owned(), Verdict::Deleted)));
+    assert_eq!((done.entries, done.forgotten), (3, 3));
+    for file in dropped {
+        assert!(!job.exists(file).await, "{file} was not deleted");
+    }
+    for file in ["a-1", "d-0", "e-0"] {
+        assert!(job.exists(file).await, "the live or committed {file} was deleted");
+    }
+    let mut rows = job.table.rows().await.unwrap();
+    rows.sort();
+    assert_eq!(rows, ["a-1", "d-0"]);
+    assert!(job.store.garbage(None, 100).unwrap().is_empty());
+    assert_eq!(job.collect(0, true).await, CollectReport::default(), "a second collection finds nothing");
+    job.store.close();
+}
+
+/// A retried attempt that wrote its file under the same name as the dropped one: the ledger names a live file.
+/// It is kept (and the entry forgotten); once committed it is the table's. Deleting it would lose a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_a_retried_attempt_rewrote_under_the_same_name_is_kept() {
+    let job = job().await;
+    job.stage("a", 0, "a").await;
+    job.store.restart(&id("a")).await.unwrap();
+    job.stage("a", 1, "a").await;
+    job.clock.advance(2 * HOUR_MS);
+    let report = job.collect(0, true).await;
+    assert_eq!(verdicts(&report), [("a".to_owned(), Verdict::Live)]);
+    assert_eq!(report.forgotten, 1, "a live file is not this entry's to delete");
+    assert!(job.exists("a").await);
+    job.store.seal(&id("a"), 1).await.unwrap();
+    Committer::new(&job.store, &job.table).finish().await.unwrap();
+    assert_eq!(job.table.rows().await.unwrap(), ["a"]);
+    job.store.close();
+}
+
+/// Whatever the ledger says, a file a table commit references is never deleted (here a discard naming a
+/// committed file, as a caller's mistake would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_entry_naming_a_committed_file_is_kept() {
+    let job = job().await;
+    let committed = job.stage("a", 0, "a-0").await;
+    job.store.seal(&id("a"), 1).await.unwrap();
+    Committer::new(&job.store, &job.table).finish().await.unwrap();
+    job.store.discard(&id("a"), Attempt::new(9), vec![committed]).await.unwrap();
+    job.clock.advance(2 * HOUR_MS);
+    let report = job.collect(0, true).await;
+    assert_eq!(verdicts(&report), [("a-0".to_owned(), Verdict::Referenced)]);
+    assert!(job.exists("a-0").await);
+    assert_eq!(job.table.rows().await.unwrap(), ["a-0"]);
+    job.store.close();
+}
+
+/// Bad calls are refused before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discard_and_forget_refuse_bad_input() {
+    let job = job().await;
+    let err = job.store.discard(&id("a"), Attempt::FIRST, Vec::new()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    let err = job.store.forget_garbage(&[]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    // Forgetting an entry that is not there changes nothing.
+    let before = job.store.log_frames().unwrap().len();
+    job.store.forget_garbage(&[sinkpoint::collect::GarbageRef { seq: 99, index: 0 }]).await.unwrap();
+    assert_eq!(job.store.log_frames().unwrap().len(), before, "a no-op forget was logged");
+    job.store.close();
+}
+
+/// The reference table, except that deleting `fail` fails.
+struct FailingDelete {
+    table: DirTable,
+    fail: &'static str,
+}
+
+#[async_trait]
+impl DataFiles for FailingDelete {
+    fn files_of(&self, result: &WriteResult) -> sinkpoint::Result<Vec<String>> {
+        self.table.files_of(result)
+    }
+    async fn referenced(&self) -> sinkpoint::Result<BTreeSet<String>> {
+        self.table.referenced().await
+    }
+    async fn stat(&self, file: &str) -> sinkpoint::Result<Option<FileStat>> {
+        self.table.stat(file).await
+    }
+    async fn delete(&self, file: &str) -> sinkpoint::Result<()> {
+        if file == self.fail {
+            return Err(sinkpoint::Error::from(std::io::Error::other("the storage is down")));
+        }
+        self.table.delete(file).await
+    }
+}
+
+/// A delete that fails stops the collection with the error; the entries settled before it are forgotten, the
+/// failed one and those after it stay for the next run, which finishes the work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_delete_keeps_its_entry_and_the_next_run_finishes() {
+    let job = job().await;
+    for name in ["a", "b", "c"] {
+        job.stage(name, 0, &format!("{name}-0")).await;
+        job.store.abort(&id(name)).await.unwrap();
+    }
+    job.clock.advance(2 * HOUR_MS);
+    let failing = FailingDelete { table: job.table.clone(), fail: "b-0" };
+    let settings = CollectSettings { grace_ms: 0, apply: true };
+    let err = collect_data_files(&job.store, &failing, &job.clock, &settings).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    let left: Vec<String> = job.store.garbage(None, 100).unwrap().into_iter().map(|g| g.id.to_string()).collect();
+    assert_eq!(left, ["b", "c"]);
+    assert!(!job.exists("a-0").await && job.exists("b-0").await && job.exists("c-0").await);
+    let report = job.collect(0, true).await;
+    assert_eq!(verdicts(&report), [("b-0".into(), Verdict::Deleted), ("c-0".into(), Verdict::Deleted)]);
+    assert!(job.store.garbage(None, 100).unwrap().is_empty());
+    job.store.close();
+}
+
+/// The ledger is part of the state: a store restored from its mirror (from the log's segments, and from a
+/// snapshot) holds the same entries, and a forget is restored too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_is_restored_from_the_mirror_from_segments_and_from_a_snapshot() {
+    for snapshot_every in [1_000_000u64, 3] {
+        let bucket = Bucket::new(Kind::Memory, &format!("collect-restore-{snapshot_every}"));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.redb");
+        let clock = ManualClock::new(0);
+        let settings =
+            sinkpoint::mirror::MirrorSettings { snapshot_interval_records: snapshot_every, ..sync_settings() };
+        let store = builder(&bucket, &file, settings.clone(), &clock).open().await.unwrap();
+        let result = |n: u32| WriteResult::new(sinkpoint::Format::Parquet, format!("f-{n}").into_bytes()).unwrap();
+        for n in 0..4u32 {
+            let name = format!("c{n}");
+            let part = StagePart::new(Attempt::FIRST, Part::FIRST)
+                .keys(vec![name.clone().into_bytes()])
+                .results(vec![result(n)]);
+            store.stage(&id(&name), part).await.unwrap();
+        }
+        store.restart(&id("c0")).await.unwrap();
+        store.abort(&id("c1")).await.unwrap();
+        store.seal(&id("c2"), 1).await.unwrap();
+        store.force_abort(&[id("c2")], "a test").await.unwrap();
+        store.discard(&id("c3"), Attempt::new(7), vec![result(9)]).await.unwrap();
+        let first = store.garbage(None, 1).unwrap();
+        store.forget_garbage(&[first[0].at]).await.unwrap();
+        let before = digest(&store);
+        assert_eq!(before.matches("garbage ").count(), 3, "{before}");
+        store.close();
+        std::fs::remove_file(&file).unwrap();
+        let store = builder(&bucket, &file, settings, &clock).must_exist().open().await.unwrap();
+        assert_eq!(digest(&store), before, "snapshot every {snapshot_every} records: the restored ledger differs");
+        assert_eq!(store.get(&id("c2")).unwrap().unwrap().state, CheckpointState::Aborted);
+        store.close();
+    }
+}
