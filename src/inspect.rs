@@ -68,6 +68,9 @@ pub struct StoreSummary {
     pub retention_watermark: Option<u64>,
     /// The sequence number the next log record gets (compare a file's with its mirror's for the mirror's lag).
     pub next_seq: u64,
+    /// Entries in the garbage ledger: dropped attempts' write results whose data files wait for
+    /// [`crate::collect::collect_data_files`].
+    pub garbage_entries: u64,
 }
 
 impl StoreSummary {
@@ -189,7 +192,18 @@ impl Inspector {
             in_flight,
             finished: meta.finished,
             next_seq: meta.next_seq,
+            garbage_entries: snapshot.garbage_count()?,
         })
+    }
+
+    /// The garbage ledger after `after` (see [`crate::Store::garbage`]), at most `limit` entries
+    /// ([`crate::limits::GARBAGE_PAGE_ENTRIES_MAX`]).
+    pub fn garbage(
+        &self,
+        after: Option<crate::collect::GarbageRef>,
+        limit: usize,
+    ) -> Result<Vec<crate::collect::GarbageEntry>> {
+        self.snapshot()?.garbage(after, limit.min(crate::limits::GARBAGE_PAGE_ENTRIES_MAX))
     }
 
     /// One checkpoint, if it exists.

@@ -14,7 +14,7 @@ use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, META, Meta, PARTS, PartValue, STATES,
     read_checkpoint, read_commit, read_meta, read_parts,
 };
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 /// One read transaction over a store's tables: every read [`crate::Store`] and [`crate::inspect::Inspector`]
 /// make goes through it, so a live store and a read-only inspection answer alike.
@@ -127,6 +127,15 @@ impl Snapshot {
             });
         }
         Ok(out)
+    }
+
+    /// How many entries the garbage ledger holds (none in a file made before it existed).
+    pub(crate) fn garbage_count(&self) -> Result<u64> {
+        match self.txn.open_table(GARBAGE) {
+            Ok(t) => Ok(t.len()?),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Calls `each` with every write result a live checkpoint holds: every stored part (Staged, Sealed,

@@ -93,6 +93,16 @@ pub(crate) fn summary_text(source: &str, s: &StoreSummary, lag: Option<u64>, adv
     let _ = writeln!(out, "commits      next key {}, in flight: {in_flight}", s.next_key);
     let _ = writeln!(out, "finished     {}", if s.finished { "yes" } else { "no" });
     let _ = writeln!(out, "retention    {retention}");
+    let _ = writeln!(
+        out,
+        "garbage      {} ledger entries{}",
+        s.garbage_entries,
+        if s.garbage_entries > 0 {
+            " (data files of dropped attempts: sinkpoint gc --store PATH --table URL collects them)"
+        } else {
+            ""
+        }
+    );
     if let Some(lag) = lag {
         let _ = writeln!(out, "mirror lag   {lag} records");
     }
@@ -111,6 +121,7 @@ pub(crate) fn summary_json(s: &StoreSummary, advice: &Advice) -> Value {
         "job": s.job.as_str(), "target": s.target.as_str(), "epoch": s.epoch, "counts": counts,
         "next_key": s.next_key, "in_flight": s.in_flight.as_ref().map(commit_json), "finished": s.finished,
         "retention_watermark": s.retention_watermark, "next_seq": s.next_seq,
+        "garbage_entries": s.garbage_entries,
         "blocked": advice.blocked, "advice": advice.text,
     })
 }

@@ -209,6 +209,7 @@ checkpoints  staged 1, sealed 1, committing 0, commit-unknown 0, committed 2, ab
 commits      next key 1, in flight: none
 finished     no
 retention    no constraint (nothing in flight)
+garbage      0 ledger entries
 next         nothing blocks the job
 ";
     assert_eq!(masked(&stdout(&out), job.dir.path()), golden);
@@ -934,6 +935,8 @@ async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or
     assert_eq!(code(&alone), 2, "{}", stderr(&alone));
 
     let data = table_dir.join("data");
+    let status = json(&cli(&["status", "--store", &job.store_arg(), "--json"]));
+    assert_eq!(status["garbage_entries"], 3, "{status}");
     let young = json(&cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--json"]));
     assert_eq!(young["data_files"]["young"]["count"], 3, "{young}");
     assert_eq!(young["data_files"]["forgotten"], 0, "{young}");
@@ -964,4 +967,6 @@ async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or
     assert_eq!(DirTable::local(&table_dir).unwrap().rows().await.unwrap(), ["a-1"]);
     let again = json(&cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--apply", "--json"]));
     assert_eq!(again["data_files"]["entries"], 0, "{again}");
+    let status = json(&cli(&["status", "--store", &job.store_arg(), "--json"]));
+    assert_eq!(status["garbage_entries"], 0, "{status}");
 }
