@@ -26,9 +26,10 @@
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
+use futures::StreamExt as _;
 
 use crate::error::{Error, Result};
-use crate::limits::{GARBAGE_FORGET_ENTRIES_MAX, GARBAGE_PAGE_ENTRIES_MAX};
+use crate::limits::{COLLECT_CONCURRENT_MAX, GARBAGE_FORGET_ENTRIES_MAX, GARBAGE_PAGE_ENTRIES_MAX};
 use crate::mirror::Clock;
 use crate::store::Store;
 use crate::types::{Attempt, CheckpointId, WriteResult};
@@ -186,21 +187,29 @@ pub async fn collect_data_files(
     let mut report = CollectReport { entries: ledger.len() as u64, ..CollectReport::default() };
     let mut settled = Vec::new();
     let mut failure = None;
-    for entry in &ledger {
-        match judge_entry(table, entry, &live, &referenced, now_ms, settings).await {
+    // Entries are judged [`COLLECT_CONCURRENT_MAX`] at a time (a stat and a delete are a request each), and
+    // reported in ledger order.
+    let (live, referenced) = (&live, &referenced);
+    let mut judged = futures::stream::iter(&ledger)
+        .map(|entry| async move { (entry.at, judge_entry(table, entry, live, referenced, now_ms, settings).await) })
+        .buffered(COLLECT_CONCURRENT_MAX);
+    while let Some((at, judgement)) = judged.next().await {
+        match judgement {
             Ok((files, done)) => {
                 report.files.extend(files);
                 if done {
-                    settled.push(entry.at);
+                    settled.push(at);
                 }
             }
-            // What was deleted before the failure is still forgotten below; the rest waits for the next run.
+            // What was settled before the failure is still forgotten below; the rest waits for the next run
+            // (an entry judged alongside may have had its files deleted: the next run finds them gone).
             Err(e) => {
                 failure = Some(e);
                 break;
             }
         }
     }
+    drop(judged);
     if settings.apply {
         for chunk in settled.chunks(GARBAGE_FORGET_ENTRIES_MAX) {
             store.forget_garbage(chunk).await?;

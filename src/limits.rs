@@ -48,6 +48,8 @@ pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
 /// The most garbage-ledger entries one `ForgetGarbage` record removes (a collection forgets more in several).
 pub const GARBAGE_FORGET_ENTRIES_MAX: usize = 4096;
+/// The most garbage-ledger entries the data-file collector judges at once (each a stat and maybe a delete).
+pub const COLLECT_CONCURRENT_MAX: usize = 16;
 /// The most garbage-ledger entries one read of the ledger returns.
 pub const GARBAGE_PAGE_ENTRIES_MAX: usize = 4096;
 /// The most keys one page of the processed-key iterator holds in memory.
