@@ -123,8 +123,12 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Every verdict, in declaration order.
+    pub const ALL: [Verdict; 6] =
+        [Verdict::Deleted, Verdict::Due, Verdict::Young, Verdict::Gone, Verdict::Live, Verdict::Referenced];
+
     /// A stable lowercase name, for reports and JSON.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Verdict::Deleted => "deleted",
             Verdict::Due => "due",

@@ -488,8 +488,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"sinkpoint: recovery resolved the key in flight: marked landed {rec.get('marked_landed')}, "
                   f"re-committed {rec.get('recommitted')}", flush=True)
         if r.get("garbage"):
-            print(f"sinkpoint: {len(r['garbage'])} data file(s) of lost attempts are garbage "
-                  f"(first: {r['garbage'][:2]})", flush=True)
+            deleted = set(r.get("garbage_deleted") or ())
+            left = [f for f in r["garbage"] if f not in deleted]
+            print(f"sinkpoint: {len(r['garbage'])} data file(s) of lost attempts are garbage, {len(deleted)} deleted "
+                  f"by their workers (left: {left[:2]}; LanceSink.collect_orphans deletes those in the store's "
+                  "ledger)", flush=True)
     print(f"timing: sinkpoint job: {took:.3f} s ({1000 * took / max(1, args.inputs):.2f} ms/input; prune "
           f"{r.get('prune_s', 0.0):.3f} s, finalize {r.get('finalize_s', 0.0):.3f} s)", flush=True)
     sealed = r.get("sealed") or 0

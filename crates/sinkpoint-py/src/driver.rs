@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
+use sinkpoint::collect::{CollectSettings, GarbageRef, collect_data_files};
 use sinkpoint::commit::CrashHook;
-use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::mirror::{MirrorSettings, SystemClock};
 use sinkpoint::shared::Inbox;
 use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, Target, TargetIdentity};
 
+use crate::collect::{DATA_FILE_GRACE_S_DEFAULT, PyCollectReport, PyDataFiles, PyGarbageEntry, grace_ms};
 use crate::errors::{invalid, to_py};
 use crate::runtime::block_on;
 use crate::staging::PySharedStaging;
@@ -302,6 +304,48 @@ impl PyDriver {
         let ids = ids.iter().map(|id| id_arg(id)).collect::<PyResult<Vec<_>>>()?;
         let opened = self.opened(py)?;
         Ok(results_to_py(block_on(py, || opened.store.force_abort(&ids, reason))?.map_err(to_py)?))
+    }
+
+    /// The store's garbage ledger: write results of dropped attempts (restart, abort, force_abort, and the
+    /// losers of seals found by `adopt`) whose data files `collect_data_files` deletes, in ledger order: at most
+    /// `limit` entries (and at most 4096) after the entry `after`, a `(seq, index)` pair (page with the last
+    /// entry's).
+    #[pyo3(signature = (limit = 1000, after = None))]
+    fn garbage(&self, py: Python<'_>, limit: usize, after: Option<(u64, u32)>) -> PyResult<Vec<PyGarbageEntry>> {
+        let after = after.map(|(seq, index)| GarbageRef { seq, index });
+        let opened = self.opened(py)?;
+        Ok(opened.store.garbage(after, limit).map_err(to_py)?.into_iter().map(PyGarbageEntry::from).collect())
+    }
+
+    /// Collects the orphan data files of the ledger's entries from the table `files` knows (a DirTable, or an
+    /// object with `files_of(format, data)`, `referenced()`, `stat(file)` and `delete(file)`, such as
+    /// `sinkpoint.lance.LanceDataFiles`). A file a live checkpoint names, the table references, or modified less
+    /// than `grace_s` seconds ago is kept; the rest is due. With `apply`, due files are deleted and the settled
+    /// entries leave the ledger; without it (the default) nothing changes. Runs without the GIL, re-attaching it
+    /// for each call on `files`. Raises IoError (or InvalidInput for a bad answer) when `files` fails: what was
+    /// deleted before stays deleted and its entries are forgotten.
+    #[pyo3(signature = (files, grace_s = DATA_FILE_GRACE_S_DEFAULT, apply = false))]
+    fn collect_data_files(
+        &self,
+        py: Python<'_>,
+        files: &Bound<'_, PyAny>,
+        grace_s: f64,
+        apply: bool,
+    ) -> PyResult<PyCollectReport> {
+        let settings = CollectSettings { grace_ms: grace_ms(grace_s)?, apply };
+        // A DirTable is collected by its Rust implementation; anything else through its Python methods.
+        if let Ok(dir) = files.cast::<PyDirTable>() {
+            let table = dir.get().table.clone();
+            let opened = self.opened(py)?;
+            let report = block_on(py, || collect_data_files(&opened.store, &table, &SystemClock, &settings))?;
+            return Ok(report.map_err(to_py)?.into());
+        }
+        let table = PyDataFiles::new(files)?;
+        let opened = self.opened(py)?;
+        match block_on(py, || collect_data_files(&opened.store, &table, &SystemClock, &settings))? {
+            Ok(report) => Ok(report.into()),
+            Err(e) => Err(table.to_py(py, e)),
+        }
     }
 
     /// Closes the store (after the calls already queued). Later calls reopen it under a new epoch.

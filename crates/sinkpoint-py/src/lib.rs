@@ -4,6 +4,8 @@
 //! - `driver`: `Driver`, the committer side (store, mirror, target, adoption, recovery, operator hatches).
 //! - `target`: the reference `DirTable`, and the bridge that lets the Rust committer drive a target written
 //!   in Python (`sinkpoint.lance.LanceTarget` over pylance is one).
+//! - `collect`: `Driver.garbage` and `Driver.collect_data_files`, the orphan data-file collector over a Python
+//!   object that knows the table's files (`sinkpoint.lance.LanceDataFiles` is one).
 //! - `errors`: one exception class per `ErrorKind`.
 //!
 //! Every blocking call runs on one tokio runtime per process with the GIL released (`runtime`). Handles
@@ -14,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+mod collect;
 mod driver;
 mod errors;
 mod objects;
@@ -52,6 +55,9 @@ fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<staging::PySharedStaging>()?;
     m.add_class::<staging::PyWorker>()?;
     m.add_class::<driver::PyDriver>()?;
+    m.add_class::<collect::PyGarbageEntry>()?;
+    m.add_class::<collect::PyOrphanFile>()?;
+    m.add_class::<collect::PyCollectReport>()?;
     m.add_function(wrap_pyfunction!(checkpoint_id_for_key, m)?)?;
     Ok(())
 }

@@ -188,6 +188,31 @@ def test_operator_hatches(job):
         driver.resolve(7, "committed", "no such key in flight")
 
 
+def test_a_dir_table_collects_the_files_of_dropped_attempts(job):
+    staging, table, tmp = job
+    key = "input-0"
+    cid = checkpoint_id_for_key(key)
+    # The first attempt stages its file and dies; the retry (a new handle) seals its own.
+    first = table.write_data_file("input-0-first", b"input-0:0\n")
+    staging.worker("attempt-1").stage(cid, keys=[key], results=[first])
+    retry = table.write_data_file("input-0-retry", b"input-0:0\n")
+    staging.worker("attempt-2").stage_and_seal(cid, [key], [retry])
+    with Driver(str(tmp / "d.redb"), "job-1", table, staging=staging) as driver:
+        driver.recover()
+        assert driver.adopt().cleanup == [first]
+        driver.finish()
+        (entry,) = driver.garbage()
+        assert (entry.id, entry.attempt, entry.result) == (cid, 0, first)
+        dry = driver.collect_data_files(table, grace_s=0)
+        assert [(f.file, f.verdict) for f in dry.files] == [("input-0-first", "due")]
+        done = driver.collect_data_files(table, grace_s=0, apply=True)
+        assert [(f.file, f.verdict) for f in done.files] == [("input-0-first", "deleted")]
+        assert (done.entries, done.forgotten) == (1, 1) and driver.garbage() == []
+    assert not (tmp / "table" / "data" / "input-0-first").exists()
+    assert (tmp / "table" / "data" / "input-0-retry").exists()
+    assert table.rows() == ["input-0:0"]
+
+
 class RecordingTarget:
     """A Python target in memory, keeping the protocol's guarantees: one commit per key."""
 

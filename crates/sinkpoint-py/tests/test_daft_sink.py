@@ -199,13 +199,78 @@ def test_a_lost_seal_reports_its_garbage_and_the_winner_is_committed_once(tmp_pa
     events = [e for r in results for e in r.result["events"]]
     assert [e["event"] for e in events] == ["pending", "sealed", "lost"]
     lost = events[-1]
-    assert lost["garbage"] and all(os.path.exists(f) for f in lost["garbage"])
+    # The loser's fragment is in no seal: its worker deleted it at once.
+    assert lost["garbage"] and lost["deleted"] == lost["garbage"]
+    assert not any(os.path.exists(f) for f in lost["garbage"])
     fast._inputs = [daft_path(paths[0])]
     out = fast.finalize(results).to_pydict()
     assert out["rows"] == [200]
     assert fast.report["lost"] == {daft_path(paths[0]): lost["winner"]}
     assert set(lost["garbage"]) <= set(fast.report["garbage"])
+    assert set(lost["garbage"]) <= set(fast.report["garbage_deleted"])
     assert _count(tmp_path, 1, 200) == (200, 0, 0)
+    assert len(lance.dataset(str(tmp_path / "table.lance")).get_fragments()) == 1
+    assert len(os.listdir(tmp_path / "table.lance" / "data")) == 1
+
+
+def test_a_lost_seal_whose_files_cannot_be_deleted_still_ends_the_task(tmp_path, monkeypatch, caplog):
+    def refuse(self, file):
+        raise PermissionError(f"no delete for {file}")
+
+    monkeypatch.setattr(sinkpoint.lance.LanceDataFiles, "delete", refuse)
+    paths = _inputs(tmp_path, count=1, rows=200, row_groups=1)
+    slow, fast = _sink(tmp_path), _sink(tmp_path)
+    slow.start()
+    fast.start()
+    results = list(slow.write(iter([_mp(paths[0], 0, 150)])))
+    results += list(fast.write(iter([_mp(paths[0], 0, 200)])))
+    with caplog.at_level("WARNING", logger="sinkpoint.daft"):
+        results += list(slow.write(iter([_mp(paths[0], 150, 50)])))
+    lost = [e for r in results for e in r.result["events"]][-1]
+    assert lost["event"] == "lost" and lost["deleted"] == []
+    assert lost["garbage"] and all(os.path.exists(f) for f in lost["garbage"])
+    assert "could not delete" in caplog.text and "no delete for" in caplog.text
+    fast._inputs = [daft_path(paths[0])]
+    assert fast.finalize(results).to_pydict()["rows"] == [200]
+    assert fast.report["garbage_deleted"] == [] and set(lost["garbage"]) <= set(fast.report["garbage"])
+    assert _count(tmp_path, 1, 200) == (200, 0, 0)
+
+
+def test_collect_orphans_deletes_the_parts_of_an_attempt_that_died_after_another_sealed(tmp_path):
+    paths = _inputs(tmp_path, count=1, rows=200, row_groups=1)
+    data = tmp_path / "table.lance" / "data"
+    dead, fast = _sink(tmp_path, flush_bytes=1), _sink(tmp_path)
+    dead.start()
+    fast.start()
+    # The first attempt stages half the input as a part (flush_bytes=1), then its process dies.
+    events = [e for r in dead.write(iter([_mp(paths[0], 0, 100)])) for e in r.result["events"]]
+    assert [e["event"] for e in events] == ["pending"]
+    dead_files = {str(data / f) for f in os.listdir(data)}
+    assert len(dead_files) == 1
+    dead_names = [f"data/{os.path.basename(f)}" for f in dead_files]  # as LanceDataFiles names them
+    # The retry writes the whole input and seals it; finalize adopts it, and finds the dead attempt's part: a
+    # loser, whose result goes to the store's garbage ledger.
+    results = list(fast.write(iter([_mp(paths[0], 0, 200)])))
+    fast._inputs = [daft_path(paths[0])]
+    assert fast.finalize(results).to_pydict()["rows"] == [200]
+    assert set(fast.report["garbage"]) == dead_files and fast.report["garbage_deleted"] == []
+    assert _count(tmp_path, 1, 200) == (200, 0, 0)
+
+    young = fast.collect_orphans()  # the default grace period: a day
+    assert [(f.file, f.verdict) for f in young.files] == [(f, "young") for f in dead_names]
+    dry = fast.collect_orphans(grace_s=0)
+    assert [(f.file, f.verdict) for f in dry.files] == [(f, "due") for f in dead_names]
+    assert all(os.path.exists(f) for f in dead_files)
+
+    applied = fast.collect_orphans(grace_s=0, apply=True)
+    assert [(f.file, f.verdict) for f in applied.files] == [(f, "deleted") for f in dead_names]
+    assert (applied.entries, applied.forgotten) == (1, 1)
+    assert not any(os.path.exists(f) for f in dead_files)
+    assert len(os.listdir(data)) == 1
+    assert _count(tmp_path, 1, 200) == (200, 0, 0)
+    assert fast.collect_orphans(grace_s=0, apply=True).entries == 0
+    # A rerun of the finished job does nothing.
+    assert _sink(tmp_path).run(paths).to_pydict()["key"] == []
 
 
 def test_an_empty_input_is_sealed_by_the_driver(tmp_path):
@@ -283,7 +348,8 @@ def test_an_input_sealed_by_another_attempt_after_pruning_is_never_duplicated(tm
         assert _CHECKS == []
         assert report["skipped"] == 0 and report["sealed"] == 3
         assert list(report["lost"]) == [daft_path(paths[0])]
-        assert report["garbage"] and all(os.path.exists(f) for f in report["garbage"])
+        assert report["garbage"] and not any(os.path.exists(f) for f in report["garbage"])
+        assert report["garbage_deleted"] == report["garbage"]  # the losing worker deleted its own
     else:
         # One claim read per input; the raced input is skipped before it is written.
         assert sorted(_CHECKS) == sorted(daft_path(p) for p in paths)

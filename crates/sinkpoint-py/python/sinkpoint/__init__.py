@@ -6,8 +6,9 @@ every sealed checkpoint into the table exactly once, whatever crashed and was re
 - :class:`SharedStaging` / :class:`Worker` — the worker side, on any machine: ``is_processed``, ``stage``,
   ``seal``, ``stage_and_seal``, ``restart``, ``abort``. Handles pickle as their configuration.
 - :class:`Driver` — the committer side: a local redb store (optionally mirrored to object storage), a target,
-  ``recover`` / ``adopt`` / ``commit_pending`` / ``finish``, and the operator hatches ``resolve`` and
-  ``force_abort``.
+  ``recover`` / ``adopt`` / ``commit_pending`` / ``finish``, the operator hatches ``resolve`` and
+  ``force_abort``, and the orphan data-file collector: ``garbage`` (the ledger of dropped attempts' results) and
+  ``collect_data_files`` (over ``sinkpoint.lance.LanceDataFiles`` or any object of the stubs' ``DataFiles`` protocol).
 - Targets: :class:`DirTable` (the reference directory table) and ``sinkpoint.lance.LanceTarget`` (pylance).
 - ``sinkpoint.daft.LanceSink`` — a Daft ``DataSink`` writing Lance exactly once.
 
@@ -25,15 +26,18 @@ from ._sinkpoint import (
     AlreadyOpen,
     Bug,
     CheckpointInfo,
+    CollectReport,
     CommitMismatch,
     CommitReport,
     Corrupt,
     DirTable,
     Driver,
     Fenced,
+    GarbageEntry,
     IllegalTransition,
     InvalidInput,
     IoError,
+    OrphanFile,
     Poisoned,
     RecoveryReport,
     SealedBy,
@@ -60,15 +64,18 @@ __all__ = [
     "AlreadyOpen",
     "Bug",
     "CheckpointInfo",
+    "CollectReport",
     "CommitMismatch",
     "CommitReport",
     "Corrupt",
     "DirTable",
     "Driver",
     "Fenced",
+    "GarbageEntry",
     "IllegalTransition",
     "InvalidInput",
     "IoError",
+    "OrphanFile",
     "Poisoned",
     "RecoveryReport",
     "SealedBy",

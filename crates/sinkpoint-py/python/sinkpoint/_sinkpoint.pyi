@@ -159,6 +159,87 @@ class CheckpointInfo:
     key: int | None
 
 # ----------------------------------------------------------------------------------------------------------
+# Orphan data files: the garbage ledger and the collector
+
+
+class GarbageEntry:
+    """One entry of the store's garbage ledger: a write result of a dropped attempt (a restart, an abort, a
+    ``force_abort``, or the loser of a seal found by ``adopt``) whose data files ``Driver.collect_data_files``
+    deletes. ``(seq, index)`` is its place in the ledger (the sequence number of the record that dropped it, and
+    the result's index among that record's)."""
+
+    seq: int
+    index: int
+    #: The checkpoint whose attempt it was.
+    id: str
+    #: The dropped attempt.
+    attempt: int
+    #: The write result (``result.format``, ``result.data``).
+    result: WriteResult
+
+#: What the collector decided about a file.
+Verdict = Literal["deleted", "due", "young", "gone", "live", "referenced"]
+
+class OrphanFile:
+    """One file of one ledger entry and what the collector decided:
+
+    - ``"deleted"``: past the grace period and named by nothing live: deleted (``apply=True``);
+    - ``"due"``: the same, in a dry run: would be deleted;
+    - ``"young"``: modified within the grace period: kept, and its entry stays in the ledger;
+    - ``"gone"``: already gone;
+    - ``"live"``: a live checkpoint's write result names it: kept;
+    - ``"referenced"``: the table references it: kept.
+
+    An entry none of whose files is young or due leaves the ledger (with ``apply``)."""
+
+    #: The file, as ``DataFiles.files_of`` named it.
+    file: str
+    verdict: Verdict
+    #: The checkpoint whose dropped attempt wrote it.
+    id: str
+    attempt: int
+    #: Its size, when it exists.
+    bytes: int | None
+    #: Its ledger entry.
+    seq: int
+    index: int
+
+class CollectReport:
+    """What ``Driver.collect_data_files`` found and did."""
+
+    #: Every file of every ledger entry read, in ledger order.
+    files: list[OrphanFile]
+    #: Ledger entries read.
+    entries: int
+    #: Ledger entries removed (0 in a dry run).
+    forgotten: int
+    def tally(self, verdict: Verdict) -> tuple[int, int]:
+        """How many files got ``verdict``, and their bytes."""
+
+class DataFiles(Protocol):
+    """What a table tells ``Driver.collect_data_files`` about its data files (``sinkpoint.lance.LanceDataFiles``
+    is one). Keep these promises:
+
+    - ``files_of`` names every data file the write result ``(format, data)`` makes a commit publish, each as the one
+      string the other methods take for it, always the same for the same file; raise ``ValueError`` for a result
+      this table cannot have written;
+    - ``referenced`` includes every data file of every table version a reader may still open (a file it misses may
+      be deleted under a reader's feet); it may include more;
+    - ``stat`` answers ``None`` only for a file that does not exist, else ``(bytes, modified_ms)`` (milliseconds
+      since the Unix epoch, wall time);
+    - ``delete`` of a file already gone succeeds.
+
+    An exception raised by a method stops the collection: ``IoError`` for most (retry), ``InvalidInput`` for
+    ``ValueError``, ``TypeError``, ``LookupError``, ``AttributeError`` and ``NotImplementedError`` and for an
+    answer of the wrong shape; the exception is the ``__cause__`` of the one raised.
+    """
+
+    def files_of(self, format: str, data: bytes) -> Sequence[str]: ...
+    def referenced(self) -> Iterable[str]: ...
+    def stat(self, file: str) -> tuple[int, int] | None: ...
+    def delete(self, file: str) -> None: ...
+
+# ----------------------------------------------------------------------------------------------------------
 # Handles
 
 
@@ -244,7 +325,23 @@ class Driver:
     def checkpoints(self, state: str | None = None) -> list[CheckpointInfo]: ...
     def retention_watermark(self) -> int | None: ...
     def resolve(self, key: int, resolution: Literal["committed", "not_committed"], reason: str) -> None: ...
-    def force_abort(self, ids: Sequence[str], reason: str) -> list[WriteResult]: ...
+    def force_abort(self, ids: Sequence[str], reason: str) -> list[WriteResult]:
+        """Operator hatch: aborts checkpoints whatever their state short of committed. Their write results go to
+        the garbage ledger (``collect_data_files`` deletes their files) and are returned."""
+    def garbage(self, limit: int = 1000, after: tuple[int, int] | None = None) -> list[GarbageEntry]:
+        """The garbage ledger in ledger order: at most ``limit`` entries (and at most 4096) after the entry
+        ``after``, a ``(seq, index)`` pair (page on with the last entry's)."""
+    def collect_data_files(
+        self, files: Union[DataFiles, DirTable], grace_s: float = 86400.0, apply: bool = False
+    ) -> CollectReport:
+        """Collects the orphan data files of the ledger's entries from the table ``files`` knows (a ``DataFiles``
+        object such as ``sinkpoint.lance.LanceDataFiles``, or a ``DirTable``: its files by name). A file a live
+        checkpoint names, the table references, or modified less than ``grace_s`` seconds ago is kept (the grace
+        period must exceed any task's time from writing a file to staging it); the rest is due. Without ``apply``
+        (the default) it only reports; with it, due files are deleted and settled entries leave the ledger. Runs
+        without the GIL, re-attaching it for each call on ``files``. Raises when ``files`` fails (see
+        ``DataFiles``): what was deleted before stays deleted and its entries are forgotten; the rest waits for the
+        next run. Raises InvalidInput for a negative or non-finite ``grace_s``."""
     def close(self) -> None: ...
     def __enter__(self) -> Driver: ...
     def __exit__(self, *exc: Any) -> None: ...

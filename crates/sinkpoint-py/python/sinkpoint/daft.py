@@ -67,14 +67,18 @@ for 50 inputs, 2.20 for 200 (``tests/test_requests.py`` and ``examples/daft_lanc
 while ``stage_and_seal`` also put an inbox entry; 5.8 for 50 before that, with a claim read per input by the
 driver's pruning and by each worker, and the store opened twice). An attempt that loses its seal (a racing
 driver, a Ray retry of a task whose worker died after sealing) costs 1 more (it reads the winner's claim) and its
-fragment is garbage.
+fragment is garbage (the worker deletes it: requests on the table's store, not counted here).
 
 Limits:
 
 - Inputs are parquet files, each written whole: an input's rows are buffered in the worker until they are all there
   (memory: up to ``flush_bytes`` per input in flight, then the buffer is written and staged as one more part).
-- Fragment files of an attempt that lost its seal, or of a worker that died before sealing, are garbage: reported
-  (:attr:`LanceSink.report` ``garbage``, for lost seals), never deleted here (sinkpoint's gc is issue 14).
+- Fragment files of an attempt that lost its seal are deleted by that worker at once (best effort; a file it could
+  not delete stays and is reported: :attr:`LanceSink.report` ``garbage``, the deleted ones in ``garbage_deleted``).
+  Those of losers the driver's adoption finds and of force-aborted checkpoints are in the store's garbage ledger:
+  :meth:`LanceSink.collect_orphans` deletes them. Those of a worker that died before staging anything are named
+  nowhere: Lance's ``cleanup_old_versions`` removes unreferenced files once they are a week old (sooner with
+  ``delete_unverified=True``).
 - ``finalize``'s ``rows`` is ``None`` for a commit holding checkpoints sealed by an earlier run (their counts were in
   that run's write results).
 """
@@ -127,6 +131,10 @@ RESULT_SCHEMA = pa.schema(
 #: An input's rows are buffered until it is complete; past this many bytes the buffer is written as a fragment
 #: and staged as one part of the input's checkpoint (memory stays bounded for large inputs).
 FLUSH_BYTES_DEFAULT = 256 * 1024 * 1024
+
+#: The grace period of :meth:`LanceSink.collect_orphans`, in seconds (the core's default: a day). It must exceed
+#: any task's time from writing a fragment to staging it.
+GRACE_S_DEFAULT = 86400.0
 
 #: How long ``finalize`` waits for another driver that holds the store's file (AlreadyOpen).
 OPEN_TIMEOUT_S_DEFAULT = 300.0
@@ -312,12 +320,13 @@ class LanceSink(DataSink):
       just before the read; yes for a DataFrame written by hand (``df.write_sink(sink)``), which may not be pruned.
       After pruning the check only pays when another attempt of the same input sealed it in between (a Ray retry
       of a task whose worker died after sealing, a second driver racing this one): without the check such an
-      attempt writes its fragment and then loses the seal (:class:`sinkpoint.SealLost`: the fragment is reported
-      as garbage, never committed); with it, it skips the write, at 1 request for every input. Either way each
-      input is in the table once.
+      attempt writes its fragment and then loses the seal (:class:`sinkpoint.SealLost`: the fragment is never
+      committed, and the worker deletes it); with it, it skips the write, at 1 request for every input. Either way
+      each input is in the table once.
 
     The sink pickles as its configuration; workers open their handles lazily. After ``finalize`` the driver's
     object holds :attr:`report` (a dict: what was written, skipped, lost, adopted, committed, and the garbage).
+    :meth:`collect_orphans` deletes the data files of dropped attempts that the store's garbage ledger names.
     """
 
     def __init__(
@@ -447,6 +456,7 @@ class LanceSink(DataSink):
             "skipped": len(seen.skipped),
             "lost": {p: w for p, (w, _) in seen.lost.items()},
             "garbage": [f for _, g in seen.lost.values() for f in g],
+            "garbage_deleted": list(seen.deleted),
             "incomplete": dict(seen.incomplete),
             # Seconds per worker step summed over the inputs sealed in this run: is_processed_s + row_count_s +
             # stage_s + seal_s is what checkpointing costs the workers; fragment_s is the Lance write itself.
@@ -460,9 +470,11 @@ class LanceSink(DataSink):
                 table = self._finish(driver, seen, report, None)
         report["finalize_s"] = time.monotonic() - t0
         self.report = report
-        if report["garbage"]:
-            logger.info("job %s: %d data file(s) of lost attempts are garbage: %s", self.job,
-                        len(report["garbage"]), report["garbage"][:5])
+        deleted = set(report["garbage_deleted"])
+        left = [f for f in report["garbage"] if f not in deleted]
+        if left:
+            logger.info("job %s: %d data file(s) of lost attempts are garbage (LanceSink.collect_orphans deletes those "
+                        "in the store's ledger): %s", self.job, len(left), left[:5])
         return MicroPartition.from_arrow(table)
 
     def _finish(self, driver: Any, seen: "_Summary", report: Dict[str, Any], prepared: Optional["_Prepared"]
@@ -634,6 +646,25 @@ class LanceSink(DataSink):
             self.schema_hint = pa.schema([f for f in arrow if f.name != self.input_column])
         _lance().create_dataset(self.uri, self.schema_hint, storage_options=self.storage_options)
 
+    # -- maintenance -------------------------------------------------------------------------------------------
+
+    def collect_orphans(self, grace_s: float = GRACE_S_DEFAULT, apply: bool = False) -> Any:
+        """Collects the job's orphan data files: the fragment files of its dropped attempts (the losers of seals
+        found by adoption, checkpoints force-aborted by an operator) that no commit will ever reference, from the
+        store's garbage ledger (``sinkpoint.Driver.collect_data_files`` with
+        :class:`sinkpoint.lance.LanceDataFiles`). A file the table references (any version still existing), a live
+        checkpoint names, or modified less than ``grace_s`` seconds ago is kept. Without ``apply`` (the default)
+        it only reports; with it, it deletes what is due and forgets the settled ledger entries. Returns the
+        ``sinkpoint.CollectReport``.
+
+        Opens the committer's store like :meth:`run` (waiting up to ``open_timeout_s`` while a run on this machine
+        holds its file) under a new epoch, which fences a driver of the job running elsewhere on the mirrored
+        store: run it between runs of the job, or after the last. Fragments a worker wrote and never staged (it
+        died first) are named nowhere and not collected here; a worker that lost its seal deletes its own."""
+        files = _lance().LanceDataFiles(self.uri, storage_options=self.storage_options)
+        with self._open_driver() as driver:
+            return driver.collect_data_files(files, grace_s=grace_s, apply=apply)
+
     # -- crash points (no-ops; tests and the example override them) --------------------------------------------
 
     def _at(self, point: str, path: Optional[str] = None) -> None:
@@ -790,9 +821,11 @@ class LanceSink(DataSink):
         except sp.SealLost as lost:
             inp.status = "lost"
             garbage = _fragment_files(self.uri, lost.results)
-            logger.info("input %s: another attempt sealed it first (%s); %d file(s) of ours are garbage",
-                        inp.path, lost.winner, len(garbage))
-            return {"event": "lost", "input": inp.path, "winner": str(lost.winner), "garbage": garbage}
+            deleted = self._delete_lost(inp.path, lost.results)
+            logger.info("input %s: another attempt sealed it first (%s); %d file(s) of ours are garbage, %d deleted",
+                        inp.path, lost.winner, len(garbage), len(deleted))
+            return {"event": "lost", "input": inp.path, "winner": str(lost.winner), "garbage": garbage,
+                    "deleted": deleted}
         except BaseException:
             inp.status = "failed"
             raise
@@ -800,6 +833,28 @@ class LanceSink(DataSink):
         self._at("sealed", inp.path)
         return {"event": "sealed", "input": inp.path, "id": cid, "rows": inp.rows, "bytes": nbytes,
                 "fragments": len(inp.fragments), "timings": dict(inp.timings)}
+
+    def _delete_lost(self, path: str, results: Sequence[Any]) -> List[str]:
+        """Deletes the data files of ``results``, this attempt's own after it lost the seal of input ``path``: in no
+        seal, so no commit can ever reference them. Best effort: a file that cannot be deleted is logged and stays
+        (it is in the event's ``garbage``); this never fails the task. The files deleted."""
+        deleted: List[str] = []
+        files = _lance().LanceDataFiles(self.uri, storage_options=self.storage_options)
+        for result in results:
+            try:
+                names = files.files_of(result.format, bytes(result.data))
+            except Exception as e:  # a result naming no file of ours: left as garbage
+                logger.warning("input %s: could not read the data files of a result of the attempt that lost its "
+                               "seal (%s: %s); they stay garbage", path, type(e).__name__, e)
+                continue
+            for name in names:
+                try:
+                    files.delete(name)
+                    deleted.append(files.path(name))  # spelled as `garbage` spells it: <uri>/data/<file>
+                except Exception as e:  # best effort: never fail the task for garbage
+                    logger.warning("input %s: could not delete %s of the attempt that lost its seal (%s: %s); it "
+                                   "stays garbage", path, name, type(e).__name__, e)
+        return deleted
 
     # -- driver internals --------------------------------------------------------------------------------------
 
@@ -910,6 +965,8 @@ class _Summary:
         self.input_of: Dict[str, str] = {}
         self.skipped: set = set()
         self.lost: Dict[str, tuple] = {}
+        #: The garbage files the workers deleted (of lost seals).
+        self.deleted: List[str] = []
         self.pending: Dict[str, tuple] = {}
         self.incomplete: Dict[str, tuple] = {}
         #: Seconds per worker step, summed over the sealed inputs.
@@ -932,6 +989,7 @@ class _Summary:
                     s.skipped.add(path)
                 elif kind == "lost":
                     s.lost[path] = (e["winner"], list(e.get("garbage", ())))
+                    s.deleted += list(e.get("deleted", ()))
                 elif kind == "pending":
                     rows, expected = s.pending.get(path, (0, e["expected"]))
                     s.pending[path] = (max(rows, int(e["rows"])), int(e["expected"]))
