@@ -18,6 +18,8 @@
 //! `PROPTEST_CASES` sets the case count (default 64); `SINKPOINT_COLLECT_SEED` replays a seed (the base seed is
 //! printed; a failing case prints its seed and its log).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -29,8 +31,8 @@ use sinkpoint::collect::{CollectSettings, collect_data_files};
 use sinkpoint::mirror::{Clock as _, SystemClock};
 use sinkpoint::testkit::{CrashBackend, ManualClock, ProcessCrash, SplitMix64};
 use sinkpoint::{
-    Attempt, CheckpointId, CheckpointState, Committer, DirTable, ErrorKind, JobId, Part, StagePart, Store,
-    TargetIdentity, TransitionError,
+    Attempt, CheckpointId, CheckpointState, Committer, DirTable, JobId, Part, StagePart, Store, TargetIdentity,
+    TransitionError,
 };
 
 const STEPS_MAX: u64 = 80;
@@ -117,17 +119,8 @@ impl Case {
     }
 
     async fn failed(&mut self, what: &str, e: &sinkpoint::Error) {
-        match e.kind() {
-            ErrorKind::IllegalTransition | ErrorKind::InvalidInput | ErrorKind::Target | ErrorKind::CommitMismatch => {
-                self.log.push(format!("{what} refused: {e}"));
-            }
-            ErrorKind::Bug | ErrorKind::Corrupt | ErrorKind::WrongStore => {
-                panic!("{what}: {e}\n{}", self.log.join("\n"))
-            }
-            _ => {
-                self.log.push(format!("{what} failed: {e}; the process ends and the job runs again"));
-                self.end_process().await;
-            }
+        if common::process_ends_after(what, e, &mut self.log) {
+            self.end_process().await;
         }
     }
 

@@ -19,6 +19,8 @@
 //! Seen failing on planted bugs: `find_garbage` also reporting the newest manifest (the restore after gc finds
 //! no manifest), and reporting the base's own WAL slot as superseded (the restore after gc finds a gap).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -32,8 +34,8 @@ use sinkpoint::mirror::{
 };
 use sinkpoint::testkit::{CrashBackend, FaultStore, ManualClock, ProcessCrash, PutFault, SplitMix64};
 use sinkpoint::{
-    Attempt, CheckpointId, Committer, DirTable, ErrorKind, Format, JobId, Part, StagePart, StateFilter, Store,
-    TargetIdentity, WriteResult,
+    Attempt, CheckpointId, Committer, DirTable, Format, JobId, Part, StagePart, StateFilter, Store, TargetIdentity,
+    WriteResult,
 };
 
 const STEPS_MAX: u64 = 60;
@@ -146,17 +148,8 @@ impl Case {
     /// What a job does when a call fails: a refusal of the call is its answer; anything else ends the process,
     /// and the job runs again (on the crash image, if the process died mid-write).
     async fn failed(&mut self, what: &str, e: &sinkpoint::Error) {
-        match e.kind() {
-            ErrorKind::IllegalTransition | ErrorKind::InvalidInput | ErrorKind::Target | ErrorKind::CommitMismatch => {
-                self.log.push(format!("{what} refused: {e}"));
-            }
-            ErrorKind::Bug | ErrorKind::Corrupt | ErrorKind::WrongStore => {
-                panic!("{what}: {e}\n{}", self.log.join("\n"))
-            }
-            _ => {
-                self.log.push(format!("{what} failed: {e}; the process ends and the job runs again"));
-                self.end_process().await;
-            }
+        if common::process_ends_after(what, e, &mut self.log) {
+            self.end_process().await;
         }
     }
 

@@ -97,3 +97,21 @@ pub fn job_binary() -> std::path::PathBuf {
     assert!(job.exists(), "the quick-start example is not built at {}", job.display());
     job
 }
+
+/// How a model test's job reacts to a failed call, as a real job would: the store refusing the call is its
+/// answer (logged); damage or a bug fails the test; anything else (I/O, a crash point, fencing) ends the process,
+/// and the job runs again. Returns whether the process ends.
+pub fn process_ends_after(what: &str, e: &sinkpoint::Error, log: &mut Vec<String>) -> bool {
+    use sinkpoint::ErrorKind;
+    match e.kind() {
+        ErrorKind::IllegalTransition | ErrorKind::InvalidInput | ErrorKind::Target | ErrorKind::CommitMismatch => {
+            log.push(format!("{what} refused: {e}"));
+            false
+        }
+        ErrorKind::Bug | ErrorKind::Corrupt | ErrorKind::WrongStore => panic!("{what}: {e}\n{}", log.join("\n")),
+        _ => {
+            log.push(format!("{what} failed: {e}; the process ends and the job runs again"));
+            true
+        }
+    }
+}
