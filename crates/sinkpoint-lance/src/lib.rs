@@ -11,6 +11,9 @@
 //!   commit handler that lets only manifest version V + 1 through (V being the version the key check read), with
 //!   Lance's retries off. Its probe reads only the versions since the commit's intent.
 //! - [`LanceTarget::cleanup_old_versions`] is Lance's cleanup keeping the versions a probe may still read.
+//! - [`LanceDataFiles`] ([`LanceTarget::data_files`]) tells [`sinkpoint::collect::collect_data_files`] which data
+//!   files a result names and which ones every version of the dataset still references, so that the files of
+//!   dropped attempts are deleted and nothing a reader may open is.
 //!
 //! The shape of a job (the whole of it, with crash flags, is `examples/lance_job.rs`):
 //!
@@ -29,10 +32,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod fence;
+mod files;
 pub mod limits;
 mod props;
 mod results;
 mod target;
 
+pub use files::LanceDataFiles;
 pub use results::{FRAGMENT_JSON_FORMAT, decode_fragment, write_fragments};
 pub use target::LanceTarget;

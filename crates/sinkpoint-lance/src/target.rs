@@ -12,6 +12,7 @@ use lance::dataset::transaction::{Operation, TransactionBuilder};
 use lance_table::io::commit::{CommitHandler, commit_handler_from_url};
 use sinkpoint::{CommitKey, CommitOutcome, ProbeOutcome, Target, TargetCommit};
 
+use crate::LanceDataFiles;
 use crate::fence::{NextVersionOnly, Reached};
 use crate::limits::FOREIGN_COMMIT_RETRIES_MAX;
 use crate::props::{self, Recorded};
@@ -89,6 +90,12 @@ impl LanceTarget {
     /// The dataset's URI.
     pub fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// The dataset's data files, with the target's storage options: what
+    /// [`sinkpoint::collect::collect_data_files`] takes to delete the files of the job's dropped attempts.
+    pub fn data_files(&self) -> LanceDataFiles {
+        LanceDataFiles::new(&self.uri).with_storage_options(self.storage_options.clone())
     }
 
     async fn inner_handler(&self) -> lance::Result<Arc<dyn CommitHandler>> {

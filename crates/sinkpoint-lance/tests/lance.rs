@@ -701,3 +701,267 @@ mod retention {
         landed_once(&names_in(&uri).await);
     }
 }
+
+/// The orphan data-file collector (`sinkpoint::collect`) over a Lance dataset: [`LanceDataFiles`] names a
+/// result's files, reads every version's manifest for what is referenced, and the collector deletes exactly the
+/// files of the job's dropped attempts.
+mod collect {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path as FsPath;
+
+    use lance_table::format::{DeletionFile, DeletionFileType};
+    use sinkpoint::collect::{CollectReport, CollectSettings, DataFiles, Verdict, collect_data_files};
+    use sinkpoint::mirror::SystemClock;
+    use sinkpoint::testkit::CrashBackend;
+    use sinkpoint::{Committer, ErrorKind, Format, Store, TargetIdentity};
+    use sinkpoint_lance::{FRAGMENT_JSON_FORMAT, LanceDataFiles, decode_fragment};
+
+    use super::*;
+
+    const HOUR_MS: u64 = 3_600_000;
+
+    fn id(name: &str) -> CheckpointId {
+        CheckpointId::new(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Every file under `dir` of the dataset at `root` ("data" or "_deletions"), as `dir/<name>`.
+    fn files_on_disk(root: &FsPath, dir: &str) -> BTreeSet<String> {
+        match std::fs::read_dir(root.join(dir)) {
+            Ok(entries) => entries
+                .map(|e| format!("{dir}/{}", e.unwrap_or_else(|e| panic!("{e}")).file_name().to_string_lossy()))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
+            Err(e) => panic!("listing {dir}: {e}"),
+        }
+    }
+
+    fn names(files: &LanceDataFiles, results: &[WriteResult]) -> BTreeSet<String> {
+        results.iter().flat_map(|r| files.files_of(r).unwrap_or_else(|e| panic!("files_of: {e}"))).collect()
+    }
+
+    fn verdicts(report: &CollectReport) -> BTreeMap<String, Verdict> {
+        report.files.iter().map(|f| (f.file.clone(), f.verdict)).collect()
+    }
+
+    /// Writes one fragment of `rows` and stages it as the one part of `attempt` of checkpoint `name`.
+    async fn stage(
+        store: &Store,
+        dataset: &Arc<Dataset>,
+        name: &str,
+        attempt: u32,
+        rows_of: &[&str],
+    ) -> Vec<WriteResult> {
+        let results = write_fragments(dataset.clone(), vec![rows(rows_of)]).await.unwrap_or_else(|e| panic!("{e}"));
+        let part = StagePart::new(Attempt::new(attempt), Part::FIRST)
+            .keys(vec![name.as_bytes().to_vec()])
+            .results(results.clone());
+        store.stage(&id(name), part).await.unwrap_or_else(|e| panic!("stage {name}: {e}"));
+        results
+    }
+
+    /// A restarted attempt (A's first) and an aborted checkpoint (B) leave their fragment files in the ledger; a
+    /// ledger entry naming a committed fragment (a discard of A's committed result) must be kept because the
+    /// table references it. A dry run deletes nothing; inside the grace period everything is kept; past it
+    /// exactly the dropped attempts' files are deleted, the table reads every committed row once, the ledger is
+    /// empty and a second collection finds nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_files_of_dropped_attempts_are_collected_and_no_committed_file_is() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let root = dir.path().join("collect.lance");
+        let uri = root.to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let target = LanceTarget::new(&uri);
+        let files = target.data_files();
+        let job = JobId::new("collect").unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
+            .backend(CrashBackend::new())
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open store: {e}"));
+
+        let a0 = stage(&store, &dataset, "a", 0, &["a-first-try"]).await;
+        assert_eq!(store.restart(&id("a")).await.unwrap_or_else(|e| panic!("restart: {e}")), a0);
+        let a1 = stage(&store, &dataset, "a", 1, &["a-0", "a-1"]).await;
+        store.seal(&id("a"), 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+        let b0 = stage(&store, &dataset, "b", 0, &["b-aborted"]).await;
+        assert_eq!(store.abort(&id("b")).await.unwrap_or_else(|e| panic!("abort: {e}")), b0);
+        let c0 = stage(&store, &dataset, "c", 0, &["c-0"]).await;
+        store.seal(&id("c"), 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+        Committer::new(&store, &target).finish().await.unwrap_or_else(|e| panic!("finish: {e}"));
+        // A ledger entry naming a committed fragment: the table's references must win over it.
+        store.discard(&id("a"), Attempt::new(9), a1.clone()).await.unwrap_or_else(|e| panic!("discard: {e}"));
+        assert_eq!(store.garbage(None, 100).unwrap_or_else(|e| panic!("{e}")).len(), 3);
+
+        let dropped: BTreeSet<String> = names(&files, &a0).union(&names(&files, &b0)).cloned().collect();
+        let committed: BTreeSet<String> = names(&files, &a1).union(&names(&files, &c0)).cloned().collect();
+        assert_eq!((dropped.len(), committed.len()), (2, 2), "one data file a fragment: {dropped:?} {committed:?}");
+        assert!(dropped.iter().chain(&committed).all(|f| f.starts_with("data/") && f.ends_with(".lance")));
+        assert_eq!(files_on_disk(&root, "data"), dropped.union(&committed).cloned().collect());
+        let referenced = files.referenced().await.unwrap_or_else(|e| panic!("referenced: {e}"));
+        assert_eq!(referenced, committed, "every committed fragment and nothing dropped");
+        let expect = |dropped_verdict: Verdict| -> BTreeMap<String, Verdict> {
+            dropped
+                .iter()
+                .map(|f| (f.clone(), dropped_verdict))
+                .chain(
+                    committed
+                        .iter()
+                        .filter(|f| names(&files, &a1).contains(*f))
+                        .map(|f| (f.clone(), Verdict::Referenced)),
+                )
+                .collect()
+        };
+        let collect = |grace_ms: u64, apply: bool| {
+            let (store, files) = (&store, &files);
+            async move {
+                collect_data_files(store, files, &SystemClock, &CollectSettings { grace_ms, apply })
+                    .await
+                    .unwrap_or_else(|e| panic!("collect (grace {grace_ms} ms, apply {apply}): {e}"))
+            }
+        };
+
+        let dry = collect(0, false).await;
+        assert_eq!(verdicts(&dry), expect(Verdict::Due), "{dry:?}");
+        assert_eq!((dry.entries, dry.forgotten), (3, 0));
+        assert!(dry.tally(Verdict::Due).1 > 0, "the due files' bytes are reported: {dry:?}");
+        assert_eq!(files_on_disk(&root, "data"), dropped.union(&committed).cloned().collect(), "a dry run deleted");
+
+        let young = collect(HOUR_MS, true).await;
+        assert_eq!(verdicts(&young), expect(Verdict::Young), "{young:?}");
+        assert_eq!(young.forgotten, 1, "only the referenced entry is settled: {young:?}");
+        assert_eq!(files_on_disk(&root, "data"), dropped.union(&committed).cloned().collect(), "a young file went");
+        assert_eq!(store.garbage(None, 100).unwrap_or_else(|e| panic!("{e}")).len(), 2);
+
+        let done = collect(0, true).await;
+        let deleted: BTreeMap<String, Verdict> = dropped.iter().map(|f| (f.clone(), Verdict::Deleted)).collect();
+        assert_eq!(verdicts(&done), deleted, "{done:?}");
+        assert_eq!((done.entries, done.forgotten), (2, 2));
+        assert_eq!(files_on_disk(&root, "data"), committed, "exactly the dropped attempts' files were deleted");
+        for file in &dropped {
+            assert_eq!(files.stat(file).await.unwrap_or_else(|e| panic!("stat: {e}")), None, "{file}");
+        }
+        let mut landed = names_in(&uri).await;
+        landed.sort();
+        assert_eq!(landed, ["a-0", "a-1", "c-0"], "every committed row once, nothing of a dropped attempt");
+        assert!(store.garbage(None, 100).unwrap_or_else(|e| panic!("{e}")).is_empty());
+        assert_eq!(collect(0, true).await, CollectReport::default(), "a second collection finds nothing");
+        // Deleting what is gone is not an error.
+        for file in &dropped {
+            files.delete(file).await.unwrap_or_else(|e| panic!("delete {file} again: {e}"));
+        }
+    }
+
+    /// `referenced` reads every version that still exists, not only the latest: after an overwrite the latest
+    /// version references none of the earlier fragments, yet a reader may still open the earlier versions. It
+    /// covers deletion files too, and once Lance's cleanup expires the old versions their files are no longer
+    /// referenced (and gone).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_existing_version_is_referenced_not_only_the_latest() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let root = dir.path().join("versions.lance");
+        let uri = root.to_string_lossy().into_owned();
+        create_empty(&uri).await;
+        let files = LanceDataFiles::new(&uri);
+        let write = |names: &'static [&'static str], mode: WriteMode| {
+            let uri = uri.clone();
+            async move {
+                let reader = RecordBatchIterator::new(vec![Ok(rows(names))], schema());
+                let params = WriteParams { mode, ..WriteParams::default() };
+                Dataset::write(reader, uri.as_str(), Some(params)).await.unwrap_or_else(|e| panic!("write: {e}"))
+            }
+        };
+        write(&["x"], WriteMode::Append).await;
+        let mut dataset = write(&["y", "z"], WriteMode::Append).await;
+        dataset.delete("name = 'y'").await.unwrap_or_else(|e| panic!("delete: {e}"));
+        let before_overwrite = files_on_disk(&root, "data");
+        let deletions = files_on_disk(&root, "_deletions");
+        assert_eq!((before_overwrite.len(), deletions.len()), (2, 1), "{before_overwrite:?} {deletions:?}");
+
+        let overwritten = write(&["w"], WriteMode::Overwrite).await;
+        let latest: BTreeSet<String> =
+            overwritten.fragments().iter().flat_map(|f| &f.files).map(|f| format!("data/{}", f.path)).collect();
+        assert!(latest.is_disjoint(&before_overwrite), "the latest version references no earlier fragment");
+        let referenced = files.referenced().await.unwrap_or_else(|e| panic!("referenced: {e}"));
+        let everything: BTreeSet<String> =
+            files_on_disk(&root, "data").union(&files_on_disk(&root, "_deletions")).cloned().collect();
+        assert_eq!(referenced, everything, "every file every version references (here: every file written)");
+        assert!(referenced.is_superset(&before_overwrite) && referenced.is_superset(&deletions));
+
+        // Expire every version but the latest: the earlier files leave the set (and the disk).
+        let policy = lance::dataset::cleanup::CleanupPolicyBuilder::default()
+            .before_timestamp(chrono::Utc::now() + chrono::Duration::seconds(1))
+            .build();
+        LanceTarget::new(&uri).cleanup_old_versions(policy, None).await.unwrap_or_else(|e| panic!("cleanup: {e}"));
+        let referenced = files.referenced().await.unwrap_or_else(|e| panic!("referenced: {e}"));
+        assert_eq!(referenced, latest);
+        assert_eq!(files_on_disk(&root, "data"), latest);
+    }
+
+    /// A result's files: its data files under `data/` and its deletion file under `_deletions/`, in either
+    /// staged form; another format, damaged bytes, a file of another base and a name that leaves the directory
+    /// are refused, and `stat`/`delete` take only names `files_of` gives.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_results_files_are_named_relative_to_the_root_and_anything_else_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("names.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let files = LanceDataFiles::new(&uri);
+        let results = write_fragments(dataset, vec![rows(&["n"])]).await.unwrap_or_else(|e| panic!("{e}"));
+        let mut fragment = decode_fragment(&results[0]).unwrap_or_else(|e| panic!("{e}"));
+        let data = format!("data/{}", fragment.files[0].path);
+        assert_eq!(files.files_of(&results[0]).unwrap_or_else(|e| panic!("{e}")), std::slice::from_ref(&data));
+        let stat = files.stat(&data).await.unwrap_or_else(|e| panic!("{e}"));
+        let on_disk = std::fs::metadata(dir.path().join("names.lance").join(&data)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(stat.map(|s| s.bytes), Some(on_disk.len()));
+        assert!(stat.is_some_and(|s| s.modified_ms > 1_600_000_000_000), "{stat:?}");
+
+        let json = |fragment: &lance_table::format::Fragment| {
+            let bytes = serde_json::to_vec(fragment).unwrap_or_else(|e| panic!("{e}"));
+            WriteResult::new(Format::Other(FRAGMENT_JSON_FORMAT.into()), bytes).unwrap_or_else(|e| panic!("{e}"))
+        };
+        fragment.id = 4;
+        fragment.deletion_file = Some(DeletionFile {
+            read_version: 7,
+            id: 9,
+            file_type: DeletionFileType::Array,
+            num_deleted_rows: Some(1),
+            base_id: None,
+        });
+        let with_deletion = files.files_of(&json(&fragment)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(with_deletion, [data.clone(), "_deletions/4-7-9.arrow".to_owned()]);
+
+        let kind = |result: &WriteResult| files.files_of(result).err().map(|e| e.kind());
+        let parquet = WriteResult::new(Format::Parquet, b"PAR1".to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(kind(&parquet), Some(ErrorKind::InvalidInput));
+        let damaged = WriteResult::new(Format::Lance, vec![0xff; 7]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(kind(&damaged), Some(ErrorKind::Corrupt));
+        let mut escaping = fragment.clone();
+        escaping.files[0].path = "../../elsewhere.lance".into();
+        assert_eq!(kind(&json(&escaping)), Some(ErrorKind::Corrupt));
+        let mut other_base = fragment.clone();
+        other_base.files[0].base_id = Some(1);
+        assert_eq!(kind(&json(&other_base)), Some(ErrorKind::InvalidInput));
+
+        for name in ["../names.lance/_versions/1.manifest", "data/../x", "_versions/1.manifest", "data/", "x"] {
+            let refused = files.stat(name).await.err().map(|e| e.kind());
+            assert_eq!(refused, Some(ErrorKind::InvalidInput), "stat {name}");
+            assert_eq!(
+                files.delete(name).await.err().map(|e| e.kind()),
+                Some(ErrorKind::InvalidInput),
+                "delete {name}"
+            );
+        }
+        files.delete(&data).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(files.stat(&data).await.unwrap_or_else(|e| panic!("{e}")), None);
+    }
+
+    /// No dataset at the URI: nothing is referenced, every file is gone, and deleting one succeeds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_missing_dataset_references_nothing() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let files = LanceDataFiles::new(dir.path().join("none.lance").to_string_lossy());
+        assert!(files.referenced().await.unwrap_or_else(|e| panic!("{e}")).is_empty());
+        assert_eq!(files.stat("data/x.lance").await.unwrap_or_else(|e| panic!("{e}")), None);
+        files.delete("data/x.lance").await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
