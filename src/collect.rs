@@ -228,7 +228,7 @@ pub async fn collect_data_files(
 
 /// The whole ledger and the files every live checkpoint names, from one snapshot of the store.
 fn read_ledger_and_live(store: &Store, table: &dyn DataFiles) -> Result<(Vec<GarbageEntry>, BTreeSet<String>)> {
-    let snapshot = store.read_snapshot()?;
+    let snapshot = store.snapshot()?;
     let mut ledger = Vec::new();
     loop {
         let page = snapshot.garbage(ledger.last().map(|e: &GarbageEntry| e.at), GARBAGE_PAGE_ENTRIES_MAX)?;

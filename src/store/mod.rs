@@ -262,14 +262,10 @@ impl Store {
     }
 
     /// A read snapshot of the tables, once the writer is known to be healthy.
-    fn snapshot(&self) -> Result<Snapshot> {
+    /// One consistent read of the store, for the crate's readers that need several answers from one moment.
+    pub(crate) fn snapshot(&self) -> Result<Snapshot> {
         self.shared.check()?;
         Snapshot::begin(&*self.db)
-    }
-
-    /// One consistent read of the store, for the crate's readers that need several answers from one moment.
-    pub(crate) fn read_snapshot(&self) -> Result<Snapshot> {
-        self.snapshot()
     }
 
     /// The garbage ledger: write results of attempts that `restart`, `abort` and `force_abort` dropped, whose

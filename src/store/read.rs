@@ -1,5 +1,6 @@
 //! What reads return: [`CheckpointInfo`], [`Pending`] (one consistent snapshot of what waits for the target),
 //! [`CommitInfo`], [`StageOutcome`], and the paged [`ProcessedKeys`] iterator.
+use std::ops::Bound;
 use std::sync::Arc;
 
 use super::open::stored_id;
@@ -104,18 +105,8 @@ impl Snapshot {
             Err(e) => return Err(e.into()),
         };
         let mut out = Vec::new();
-        let range = match after {
-            None => table.range::<(u64, u32)>(..)?,
-            Some(a) => {
-                let Some(next) =
-                    a.index.checked_add(1).map(|i| (a.seq, i)).or_else(|| Some((a.seq.checked_add(1)?, 0)))
-                else {
-                    return Ok(out);
-                };
-                table.range(next..)?
-            }
-        };
-        for entry in range.take(limit) {
+        let from = after.map_or(Bound::Unbounded, |a| Bound::Excluded((a.seq, a.index)));
+        for entry in table.range::<(u64, u32)>((from, Bound::Unbounded))?.take(limit) {
             let (k, v) = entry?;
             let (seq, index) = k.value();
             let value: GarbageValue = decode_value(v.value(), &|| format!("table garbage, ({seq}, {index})"))?;
