@@ -34,8 +34,8 @@ pub use state::{CheckpointState, StateFilter};
 #[cfg(any(test, feature = "testkit"))]
 pub use store::WriterHold;
 pub use store::{
-    CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome, StagingDurability, Store,
-    StoreBuilder, StoreSettings,
+    CheckpointInfo, CommitInfo, Landed, Pending, PendingCheckpoint, ProcessedKeys, SealWindow, SealWindowSettings,
+    StageOutcome, StagingDurability, Store, StoreBuilder, StoreSettings,
 };
 pub use types::{
     Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, StagePart, TargetIdentity, WriteResult,

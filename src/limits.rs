@@ -41,6 +41,9 @@ pub const REASON_BYTES_MAX: usize = 1024;
 pub const GROUP_COMMIT_CALLS_MAX: usize = 256;
 /// The most calls waiting for the writer before callers are made to wait for room.
 pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
+/// The most seals one [`crate::SealWindow`] keeps queued and unacknowledged: a group commit's worth
+/// ([`GROUP_COMMIT_CALLS_MAX`]), so one worker's window never needs more than one group to drain.
+pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
 /// The largest frame payload (one encoded WAL record), in bytes.
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:

@@ -6,12 +6,14 @@ pub(crate) mod checks;
 mod open;
 mod protocol;
 mod read;
+mod window;
 
 pub use builder::{StagingDurability, StoreBuilder, StoreSettings};
 pub(crate) use open::random_tag;
 pub(crate) use protocol::Protocol;
 pub(crate) use read::Snapshot as TableSnapshot;
 pub use read::{CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome};
+pub use window::{Landed, SealWindow, SealWindowSettings};
 
 use std::sync::Arc;
 
@@ -23,7 +25,7 @@ use crate::types::{CheckpointId, Epoch, JobId, StagePart, TargetIdentity, WriteR
 use crate::wal::apply::Applied;
 use crate::wal::record::{Record, Resolution};
 use crate::wal::tables::{CHECKPOINTS, COMMITS, CommitValue, PARTS, read_checkpoint, read_commit, read_parts};
-use crate::wal::writer::{CallDurability, Shared, Writer, WriterStats};
+use crate::wal::writer::{CallDurability, Shared, Submitted, Writer, WriterStats};
 use checks::{check_reason, check_stage, sorted_ids};
 use read::Snapshot;
 use redb::{Database, ReadableDatabase};
@@ -174,6 +176,19 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn stage_and_seal(&self, id: &CheckpointId, part: StagePart, parts: u32) -> Result<StageOutcome> {
+        let answer = self.submit_stage_and_seal(id, part, parts, CallDurability::Immediate).await?.await?;
+        self.stage_and_seal_outcome(id, parts, answer).await
+    }
+
+    /// The first half of [`Store::stage_and_seal`]: checks the call and queues it for the writer thread, to be
+    /// made durable before its answer (`Immediate`) or by a later durable commit (`None`: a [`SealWindow`]'s).
+    async fn submit_stage_and_seal(
+        &self,
+        id: &CheckpointId,
+        part: StagePart,
+        parts: u32,
+        durability: CallDurability,
+    ) -> Result<Submitted> {
         id.check()?;
         let StagePart { attempt, part, keys, results } = part;
         check_stage(part, &keys, &results)?;
@@ -181,9 +196,20 @@ impl Store {
             let (value, max) = (u64::from(parts), u64::from(SEAL_PARTS_MAX));
             return Err(InvalidInput::Range { what: "sealed part count", value, min: 1, max }.into());
         }
+        self.shared.check()?;
         let stage = Record::Stage { id: id.clone(), attempt: attempt.get(), part: part.get(), keys, results };
         let seal = Record::Seal { id: id.clone(), parts };
-        match self.writer.call(vec![stage, seal], CallDurability::Immediate).await? {
+        self.writer.submit(vec![stage, seal], durability).await
+    }
+
+    /// The second half of [`Store::stage_and_seal`]: what the writer's answer means for the caller.
+    async fn stage_and_seal_outcome(
+        &self,
+        id: &CheckpointId,
+        parts: u32,
+        answer: std::result::Result<Vec<Applied>, TransitionError>,
+    ) -> Result<StageOutcome> {
+        match answer {
             Ok(applied) => {
                 let staged = applied.first().ok_or_else(|| Error::bug("two records, no answer"))?;
                 Ok(if staged.written { StageOutcome::Staged } else { StageOutcome::AlreadyStaged })

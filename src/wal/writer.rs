@@ -67,7 +67,7 @@ pub(crate) enum CallDurability {
 
 struct Call {
     /// One record, or several applied in order in one transaction (`Store::stage_and_seal`): the first refused
-    /// one ends the call, and its answer is that refusal.
+    /// one ends the call, and its answer is that refusal. None for a durable barrier (`Writer::submit_barrier`).
     records: Vec<Record>,
     durability: CallDurability,
     reply: oneshot::Sender<Result<Result<Vec<Applied>, TransitionError>>>,
@@ -160,6 +160,24 @@ impl Shared {
     }
 }
 
+/// A call in the writer thread's queue; awaiting it waits for its group commit. Dropping it does not withdraw
+/// the call: it is applied and made durable all the same, and its answer is discarded. It may be awaited by
+/// `&mut` (cancel-safe until it is ready) and must not be polled again once it has answered.
+pub(crate) struct Submitted {
+    rx: oneshot::Receiver<Result<Result<Vec<Applied>, TransitionError>>>,
+}
+
+impl std::future::Future for Submitted {
+    /// The answers of the call's records once their group commit is durable, or the refusal that stopped them.
+    type Output = Result<Result<Vec<Applied>, TransitionError>>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.rx).poll(cx).map(|answer| {
+            answer.map_err(|_| Error::poisoned("the writer thread stopped before answering".to_string()))?
+        })
+    }
+}
+
 /// The handle on the writer thread.
 pub(crate) struct Writer {
     tx: Option<mpsc::Sender<Call>>,
@@ -189,16 +207,33 @@ impl Writer {
         records: Vec<Record>,
         durability: CallDurability,
     ) -> Result<Result<Vec<Applied>, TransitionError>> {
+        self.submit(records, durability).await?.await
+    }
+
+    /// Queues records as [`Writer::call`] does, but returns as soon as the writer thread's queue holds them (it
+    /// waits only for room in the queue): the group commit goes on while the caller does other work, and
+    /// awaiting the [`Submitted`] waits for it. Calls are applied in the order they were queued.
+    pub(crate) async fn submit(&self, records: Vec<Record>, durability: CallDurability) -> Result<Submitted> {
         if records.is_empty() {
             return Err(Error::bug("a writer call without records"));
         }
+        self.send(records, durability).await
+    }
+
+    /// Queues a durable barrier: a call without records whose group commit is made durable if anything before
+    /// it is not yet (one fsync), and costs nothing otherwise. Its answer is an empty list of answers.
+    pub(crate) async fn submit_barrier(&self) -> Result<Submitted> {
+        self.send(Vec::new(), CallDurability::Immediate).await
+    }
+
+    async fn send(&self, records: Vec<Record>, durability: CallDurability) -> Result<Submitted> {
         let (reply, rx) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(|| Error::bug("writer already closed"))?;
         tx.send(Call { records, durability, reply })
             .await
             .map_err(|_| Error::poisoned("the writer thread has stopped".to_string()))?;
         self.shared.counters.sent.fetch_add(1, Ordering::AcqRel);
-        rx.await.map_err(|_| Error::poisoned("the writer thread stopped before answering".to_string()))?
+        Ok(Submitted { rx })
     }
 
     /// Stops the thread after the queued calls and waits for it.
