@@ -44,6 +44,14 @@ pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
 /// The most seals one [`crate::SealWindow`] keeps queued and unacknowledged: a group commit's worth
 /// ([`GROUP_COMMIT_CALLS_MAX`]), so one worker's window never needs more than one group to drain.
 pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
+/// How long the asynchronous mirror's uploader holds a segment that ends with a group committed without an
+/// fsync (a `SealWindow`'s seals, non-durable staging), waiting for the groups behind it, in milliseconds: the
+/// window's next durable seal usually comes well within it, and one put then carries the lot. A `Store::flush`
+/// waits at most this much longer.
+pub const MIRROR_UNSYNCED_LINGER_MS: u64 = 50;
+/// The most groups committed without an fsync that a synchronous mirror lets queue behind a put before the
+/// writer waits for room (every other group is waited for, so only these queue).
+pub const MIRROR_UNSYNCED_GROUPS_MAX: usize = 64;
 /// The largest frame payload (one encoded WAL record), in bytes.
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:

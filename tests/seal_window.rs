@@ -224,3 +224,98 @@ async fn a_crash_with_seals_in_flight_leaves_a_prefix_of_whole_seals() {
     }
     assert!(seen_partial, "no crash point fell between the first and the last seal: the sweep checks nothing");
 }
+
+mod mirrored {
+    //! A window's seals are committed without an fsync, so no one waits for their segments: the synchronous
+    //! mirror must still hold every seal `flush` reports, and the asynchronous uploader puts them together.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use sinkpoint::mirror::{MirrorMode, MirrorSettings, MirrorView};
+    use sinkpoint::testkit::FaultStore;
+
+    use super::*;
+
+    async fn mirrored_store(dir: &tempfile::TempDir, bucket: &FaultStore<InMemory>, mode: MirrorMode) -> Store {
+        let settings = MirrorSettings { mode, ..MirrorSettings::default() };
+        let builder = Store::builder(JobId::new("j").unwrap(), TargetIdentity::new("t").unwrap());
+        let builder =
+            builder.path(dir.path().join("s.redb")).mirror(Arc::new(bucket.clone()), Path::from("m"), settings);
+        builder.open().await.unwrap()
+    }
+
+    /// 32 seals flushed, then six more in a window of 16: committed without an fsync and made durable by
+    /// `flush`'s barrier, which has no frames to ship. With the mirror's puts held, `flush` must wait for them: a
+    /// synchronous mirror's acknowledgement means the mirror holds it. (Fails without `Shipper::settle`:
+    /// `flush` returns at once and the view misses the held seals.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_synchronous_mirror_holds_every_seal_flush_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = FaultStore::new(InMemory::new());
+        let store = mirrored_store(&dir, &bucket, MirrorMode::Synchronous).await;
+        let mut window = SealWindow::new(&store, settings(16)).unwrap();
+        for i in 0..32 {
+            window.stage_and_seal(&id(i), part(i, i), 1).await.unwrap();
+        }
+        assert_eq!(window.flush().await.unwrap().len(), 32);
+        // Six seals fit the window without a wait, and none is the durable one (the eighth after a flush).
+        bucket.hold_puts(true);
+        for i in 32..38 {
+            window.stage_and_seal(&id(i), part(i, i), 1).await.unwrap();
+        }
+        // The six committed (and their first put held) before the barrier is queued, so the barrier is a group
+        // of its own, without frames: only `settle` can make it wait.
+        while store.stats().queued() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let released = Arc::new(AtomicBool::new(false));
+        let release = {
+            let (bucket, released) = (bucket.clone(), released.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                released.store(true, Ordering::SeqCst);
+                bucket.hold_puts(false);
+            })
+        };
+        let landed = window.flush().await.unwrap();
+        assert!(released.load(Ordering::SeqCst), "flush returned before the held puts were let go");
+        assert_eq!(landed.len(), 6);
+        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
+        for i in 0..38 {
+            assert!(view.is_processed(&key(i)).unwrap(), "input {i} reported landed, not in the mirror");
+        }
+        release.await.unwrap();
+        store.close();
+    }
+
+    /// One worker's 64 seals in a window of 16, asynchronous mirror over a store that answers at once: the
+    /// uploader holds a segment ending with an unsynced seal for the window's next durable one, so about one put
+    /// serves 8 seals. (Fails with the linger off: one put per seal, 64.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_asynchronous_mirror_puts_a_windows_seals_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = FaultStore::new(InMemory::new());
+        let mode = MirrorMode::Asynchronous { lag_batches_max: 1024, lag_ms_max: 10_000 };
+        let store = mirrored_store(&dir, &bucket, mode).await;
+        let before = bucket.counts().puts;
+        let mut window = SealWindow::new(&store, settings(16)).unwrap();
+        for i in 0..64 {
+            // The worker's own work between seals (writing the next data file): without the linger, each
+            // unsynced group's put would be over before the next group is committed.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            window.stage_and_seal(&id(i), part(i, i), 1).await.unwrap();
+        }
+        assert_eq!(window.flush().await.unwrap().len(), 64);
+        store.flush().await.unwrap();
+        let puts = bucket.counts().puts - before;
+        println!("64 windowed seals: {puts} mirror puts");
+        assert!(puts <= 16, "{puts} puts for 64 seals: the uploader did not hold unsynced groups for the next");
+        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
+        assert!((0..64).all(|i| view.is_processed(&key(i)).unwrap()));
+        store.close();
+    }
+}

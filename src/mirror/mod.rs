@@ -59,7 +59,10 @@ use crate::wal::record::{decode_value, encode_value};
 /// When a call is acked relative to the mirror.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum MirrorMode {
-    /// Every call is acked only after its group is in the mirror.
+    /// Every durable call is acked only after its group is in the mirror. A call committed without an fsync
+    /// (`StagingDurability::None` staging, a `SealWindow`'s seals) is acked after its local commit, since its ack
+    /// promises nothing durable; the next durable call's ack, or a `SealWindow`'s `Landed`, means it is in the
+    /// mirror too.
     Synchronous,
     /// Groups are uploaded in the background; a call is acked after the local commit, except that a batch
     /// holding a commit-protocol record (begin, mark, resolve, commit-empty, force-abort) is always in the mirror
@@ -116,7 +119,8 @@ impl MirrorSettings {
     }
 }
 
-/// How far the mirror is behind the local file (always zero in synchronous mode once a call returned).
+/// How far the mirror is behind the local file (zero in synchronous mode once a durable call returned and no
+/// non-durable one followed).
 #[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
 pub struct MirrorLag {
     /// Groups committed locally and not yet in the mirror.

@@ -11,13 +11,17 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::ObjectMeta;
 use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
-use crate::limits::{MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
+use crate::limits::{
+    MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX,
+    MIRROR_UNSYNCED_GROUPS_MAX, MIRROR_UNSYNCED_LINGER_MS,
+};
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
     EpochOpen, ManifestBody, SegmentHeader, SegmentKind, SnapshotHeader, decode_segment, decode_snapshot_chunk,
@@ -29,7 +33,7 @@ use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::{MirrorLag, MirrorMode, MirrorSettings, snapshot};
 use crate::types::{Epoch, JobId, TargetIdentity};
 use crate::wal::tables::Meta;
-use crate::wal::writer::{Shared, Shipper};
+use crate::wal::writer::{GroupKind, Shared, Shipper};
 
 /// Why the mirror stopped taking segments.
 #[derive(Clone, Debug)]
@@ -55,6 +59,9 @@ struct Group {
     frames: Vec<Vec<u8>>,
     /// A snapshot of the state right after this group is due: the segment holding it ends with it.
     cut: bool,
+    /// Committed without an fsync ([`GroupKind::Unsynced`]): nobody waits for it, so the asynchronous uploader
+    /// may hold it for the groups that follow.
+    unsynced: bool,
 }
 
 impl Group {
@@ -185,10 +192,13 @@ impl Progress {
         }
     }
 
-    fn wait_room(&self, mode: MirrorMode) -> Result<()> {
-        // Synchronous mode waits for each group, so nothing queues behind it.
-        let MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } = mode else { return Ok(()) };
-        let groups_max = lag_batches_max.max(1) as usize;
+    fn wait_room(&self, mode: MirrorMode, kind: GroupKind) -> Result<()> {
+        let (groups_max, lag_ms_max) = match mode {
+            MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } => (lag_batches_max.max(1) as usize, lag_ms_max),
+            // Synchronous mode waits for every other group, so only unsynced ones queue behind a put.
+            MirrorMode::Synchronous if kind == GroupKind::Unsynced => (MIRROR_UNSYNCED_GROUPS_MAX, u64::MAX),
+            MirrorMode::Synchronous => return Ok(()),
+        };
         let mut state = self.lock();
         loop {
             Self::check(&state)?;
@@ -319,6 +329,9 @@ struct Uploader {
     next_slot: u64,
     /// A group taken from the queue that did not fit the last segment.
     carried: Option<Group>,
+    /// How long an unsynced group at the end of a segment waits for the groups behind it (asynchronous mode
+    /// only: a synchronous writer waits for every other group, and the uploader must not keep it waiting).
+    linger_ms: Option<u64>,
 }
 
 impl Uploader {
@@ -341,12 +354,28 @@ impl Uploader {
         }
     }
 
-    /// `first` and every group queued behind it that fits one segment.
+    /// `first` and every group queued behind it that fits one segment; if that ends with an unsynced group, also
+    /// the groups that arrive within the linger, up to the first group that is not unsynced (a `SealWindow`'s
+    /// durable seal): one put for a window's seals instead of one per seal.
     fn fill(&mut self, first: Group, groups: &mpsc::Receiver<Group>) -> Vec<Group> {
         let (mut bytes, mut frames) = (first.bytes(), first.frames.len());
         let mut batch = vec![first];
-        while !batch.last().is_some_and(|g| g.cut) {
-            let Ok(next) = groups.try_recv() else { break };
+        // On the injected clock; a manual one never advances, so the first wait that times out ends the linger.
+        let deadline_ms = self.linger_ms.map(|linger_ms| self.progress.clock.now_ms().saturating_add(linger_ms));
+        while let Some(last) = batch.last()
+            && !last.cut
+        {
+            let next = match groups.try_recv() {
+                Ok(next) => next,
+                Err(_) => {
+                    let Some(deadline_ms) = deadline_ms.filter(|_| last.unsynced) else { break };
+                    let wait = Duration::from_millis(deadline_ms.saturating_sub(self.progress.clock.now_ms()));
+                    match groups.recv_timeout(wait) {
+                        Ok(next) => next,
+                        Err(_) => break,
+                    }
+                }
+            };
             let fits = bytes + next.bytes() <= MIRROR_TAIL_SEGMENT_BYTES_MAX
                 && frames + next.frames.len() <= MIRROR_SEGMENT_FRAMES_MAX as usize;
             if !fits {
@@ -428,6 +457,10 @@ impl MirrorShipper {
             writer_tag: start.writer_tag,
             next_slot: start.fence_slot + 1,
             carried: None,
+            linger_ms: match start.settings.mode {
+                MirrorMode::Asynchronous { .. } => Some(MIRROR_UNSYNCED_LINGER_MS),
+                MirrorMode::Synchronous => None,
+            },
         };
         threads.push(
             std::thread::Builder::new()
@@ -487,7 +520,7 @@ impl MirrorShipper {
 }
 
 impl Shipper for MirrorShipper {
-    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, must_wait: bool) -> Result<u64> {
+    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<u64> {
         Progress::check(&self.progress.lock())?;
         let ticket = self.next_ticket;
         let records = frames.len() as u64;
@@ -496,10 +529,11 @@ impl Shipper for MirrorShipper {
         let snapshot_due = self.maintenance.is_some()
             && (self.records_since_snapshot >= self.snapshot_interval_records
                 || self.bytes_since_snapshot >= self.snapshot_interval_bytes);
-        self.progress.wait_room(self.mode)?;
+        self.progress.wait_room(self.mode, kind)?;
         self.progress.push(ticket, records);
         let first_seq = meta.next_seq - records;
-        self.send_upload(Group { ticket, first_seq, frames, cut: snapshot_due })?;
+        let unsynced = kind == GroupKind::Unsynced;
+        self.send_upload(Group { ticket, first_seq, frames, cut: snapshot_due, unsynced })?;
         self.next_ticket += 1;
         if let Some(tx) = &self.maintenance {
             let job = if snapshot_due {
@@ -513,10 +547,22 @@ impl Shipper for MirrorShipper {
             };
             let _ = tx.send(job);
         }
-        if self.mode == MirrorMode::Synchronous || must_wait {
+        let waits = match kind {
+            GroupKind::Waited => true,
+            GroupKind::Durable => self.mode == MirrorMode::Synchronous,
+            GroupKind::Unsynced => false,
+        };
+        if waits {
             self.progress.wait_mirrored(ticket)?;
         }
         Ok(self.progress.keep_from())
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        match self.mode {
+            MirrorMode::Synchronous => self.progress.wait_all(),
+            MirrorMode::Asynchronous { .. } => Progress::check(&self.progress.lock()),
+        }
     }
 }
 

@@ -22,14 +22,32 @@ use crate::wal::tables::Meta;
 /// The receiver of each committed batch's frames: the mirror.
 pub(crate) trait Shipper: Send {
     /// Hands the frames of one committed batch (never empty) to the mirror; `meta` is the state after it. Returns
-    /// once the batch is in the mirror when `must_wait` (the batch holds a commit-protocol record, which must be
-    /// there before any call of the batch is acked whatever the mode) or the mirror is synchronous; else at
-    /// once. Returns the lowest sequence number that must stay in the local log (everything below is safely in
-    /// the mirror's snapshot). An error of kind `Fenced` means a newer writer has taken over.
+    /// once the batch is in the mirror when it is [`GroupKind::Waited`] (it holds a commit-protocol record, which
+    /// must be there before any call of the batch is acked whatever the mode), or [`GroupKind::Durable`] and the
+    /// mirror is synchronous; else at once. Returns the lowest sequence number that must stay in the local log
+    /// (everything below is safely in the mirror's snapshot). An error of kind `Fenced` means a newer writer has
+    /// taken over.
     ///
     /// The wait is on this thread on purpose: while it waits, concurrent callers' calls queue and become the
     /// next group, one commit and one object for all of them (docs/ARCHITECTURE.md, "Write path").
-    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, must_wait: bool) -> Result<u64>;
+    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<u64>;
+
+    /// A durable commit without frames (a barrier) made [`GroupKind::Unsynced`] groups durable: in synchronous
+    /// mode, returns once every group handed over is in the mirror, so that what the barrier acks is there.
+    fn settle(&mut self) -> Result<()>;
+}
+
+/// What a committed group promises, which decides who waits for its segment.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum GroupKind {
+    /// Holds a commit-protocol record: in the mirror before it is acked, in every mode.
+    Waited,
+    /// fsynced locally: in the mirror before it is acked in synchronous mode.
+    Durable,
+    /// Committed without an fsync (non-durable staging, a `SealWindow`'s seals): nothing acked depends on it
+    /// until a later durable group or barrier, so nobody waits for its segment, and the asynchronous uploader
+    /// may hold it briefly to put it with the groups that follow.
+    Unsynced,
 }
 
 /// Whether a record belongs to the commit protocol, whose records are in the mirror before they are acked in
@@ -372,10 +390,18 @@ fn commit_batch(
     shared.counters.commits.fetch_add(1, Ordering::AcqRel);
     *unsynced = !durable;
     *meta = next;
-    if let Some(shipper) = shipper
-        && !frames.is_empty()
-    {
-        *keep_from = shipper.ship(meta, frames, must_wait)?;
+    if let Some(shipper) = shipper {
+        if frames.is_empty() {
+            // A durable barrier behind unsynced groups: what it acks must be in a synchronous mirror too.
+            shipper.settle()?;
+        } else {
+            let kind = match (must_wait, durable) {
+                (true, _) => GroupKind::Waited,
+                (false, true) => GroupKind::Durable,
+                (false, false) => GroupKind::Unsynced,
+            };
+            *keep_from = shipper.ship(meta, frames, kind)?;
+        }
     }
     Ok(results)
 }
