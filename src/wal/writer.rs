@@ -178,15 +178,17 @@ impl Shared {
     }
 }
 
-/// A call in the writer thread's queue; awaiting it waits for its group commit. Dropping it does not withdraw
-/// the call: it is applied and made durable all the same, and its answer is discarded. It may be awaited by
-/// `&mut` (cancel-safe until it is ready) and must not be polled again once it has answered.
+/// A call in the writer thread's queue; awaiting it waits for its group commit (durable for an `Immediate`
+/// call, only applied for a `None` one). Dropping it does not withdraw the call: it is applied all the same, and
+/// its answer is discarded. It may be awaited by `&mut` (cancel-safe until it is ready) and must not be polled
+/// again once it has answered.
 pub(crate) struct Submitted {
     rx: oneshot::Receiver<Result<Result<Vec<Applied>, TransitionError>>>,
 }
 
 impl std::future::Future for Submitted {
-    /// The answers of the call's records once their group commit is durable, or the refusal that stopped them.
+    /// The answers of the call's records once their group is committed (and fsynced, for an `Immediate` call),
+    /// or the refusal that stopped them.
     type Output = Result<Result<Vec<Applied>, TransitionError>>;
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
