@@ -3,7 +3,7 @@
 //! live checkpoint and no table commit names and that are past the grace period, then forgets their entries;
 //! the ledger is mirrored and restored like every table.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -270,7 +270,7 @@ async fn the_ledger_is_restored_from_the_mirror_from_segments_and_from_a_snapsho
 
 /// The figure ARCHITECTURE quotes for the collector's cost: 10,000 aborted checkpoints' files on a local
 /// directory table, found, deleted and forgotten in one collection. Ignored in the default run (it writes 10,000
-/// files): `cargo test --features testkit --release --test collect -- --ignored --nocapture`.
+/// files): `cargo test --features testkit --release --test suite collect:: -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run it by name"]
 async fn the_time_to_collect_ten_thousand_orphans_on_a_local_directory() {

@@ -18,7 +18,7 @@
 //! `PROPTEST_CASES` sets the case count (default 64); `SINKPOINT_COLLECT_SEED` replays a seed (the base seed is
 //! printed; a failing case prints its seed and its log).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

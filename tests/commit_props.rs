@@ -5,7 +5,7 @@
 //!
 //! Cases: `PROPTEST_CASES` (default 1,000). A failure prints the minimal case and proptest's seed.
 
-mod common;
+use crate::common;
 
 use common::memory_table;
 use proptest::prelude::*;

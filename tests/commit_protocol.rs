@@ -2,7 +2,7 @@
 //! duplicate or the loss the protocol prevents; the strict key sequence on a watermark target; a multi-key job
 //! crashed after its third key; mismatches reported, never marked; lost state refused; the final fast path.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

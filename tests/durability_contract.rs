@@ -2,7 +2,7 @@
 //! acknowledged, and reads (`is_processed`, `get`) show it, before it is in the mirror; only after `flush`
 //! returned Ok may a caller act on it irrevocably. A disk lost before the flush restores without the seal.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! printed; `SINKPOINT_KILL_SEED` replays one) and bounded in count, and no assertion depends on timing: a kill
 //! that lands before the child did anything, or after it finished, is as valid as any other.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

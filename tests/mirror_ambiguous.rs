@@ -3,7 +3,7 @@
 //! `AlreadyExists` for our own object, and an ambiguous claim and fence at open all go on without a duplicate
 //! or a gap; a put that cannot be settled poisons the store until a reopen resolves the slot.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::ErrorKind;

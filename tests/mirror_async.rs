@@ -3,7 +3,7 @@
 //! commit-protocol record is in the mirror before its call returns, `flush` waits for everything; and in every
 //! mode a committed group is exactly one PUT, never one object per call.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use std::sync::Arc;
 use std::time::Duration;

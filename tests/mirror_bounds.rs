@@ -1,7 +1,7 @@
 //! Proves the mirror's size bounds: snapshots are paced by the bytes shipped as well as by records, so a log of
 //! few but large records is still truncated; a zero byte interval is refused at open.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::mirror::MirrorSettings;

@@ -4,7 +4,7 @@
 //! a well-formed segment whose record the state rejects is refused naming the sequence number; objects a restore
 //! does not need (slots behind the snapshot, awaiting collection) do not stop it.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::ErrorKind;

@@ -4,7 +4,7 @@
 //! slot where they diverge;
 //! a local tail no newer epoch fenced (an asynchronous writer that crashed) is re-shipped, not lost.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};

@@ -2,7 +2,7 @@
 //! that was never mirrored is told it does not belong to a mirror of another store (and keeps its data), and the
 //! mirror's clock measures durations monotonically.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::testkit::ManualClock;

@@ -7,7 +7,7 @@
 //! reads: superseded objects once past the minimum age, never the manifest a stale claim takes its base from
 //! (without that rule the mirror no longer restores: "a gap in the mirror's log").
 
-mod mirror_support;
+use crate::mirror_support;
 
 use std::sync::Arc;
 

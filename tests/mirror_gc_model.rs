@@ -19,7 +19,7 @@
 //! Seen failing on planted bugs: `find_garbage` also reporting the newest manifest (the restore after gc finds
 //! no manifest), and reporting the base's own WAL slot as superseded (the restore after gc finds a gap).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! and collection keep the mirror and the local log bounded, deleting only after the minimum age; a deleted
 //! prefix is reported as missing, never taken for an empty store.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::mirror::{MirrorSettings, MirrorView};

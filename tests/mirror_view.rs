@@ -3,7 +3,7 @@
 //! it restores afresh when collection removed the slots it had reached, and a damaged object stops it.
 //! Runs on the default current-thread test runtime, which the mirror must not depend on.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::ErrorKind;

@@ -4,7 +4,7 @@
 //! writing while the new writer fences, several writers opening at once) on InMemory only, whose conditional
 //! put is atomic (moto's is not).
 
-mod mirror_support;
+use crate::mirror_support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! holds; nothing queued is lost when the window is dropped; and a crash leaves a prefix of the queued seals,
 //! each whole.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! task, its inputs re-run to completion, SIGCONT) whose seal is refused. Seeds are printed
 //! (`SINKPOINT_KILL_SEED` replays one); no assertion depends on timing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 //! holds, on a watermark target (which would otherwise duplicate or lose rows) and on `DirTable` (which would
 //! otherwise end in a mismatch with no way out); and that nothing of the stale store is marked committed.
 
-mod mirror_support;
+use crate::mirror_support;
 
 use object_store::ObjectStoreExt as _;
 use sinkpoint::DirTable;

@@ -6,7 +6,7 @@
 //! The second driver starts once the first has put a number of groups into the mirror (observed on disk, so the
 //! overlap does not hang on timing); what is asserted holds whichever driver gets how far.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
