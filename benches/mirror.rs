@@ -32,8 +32,8 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sinkpoint::DirTable;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings};
 use sinkpoint::{
-    CheckpointId, CommitKey, CommitOutcome, Committer, StageOutcome, StagingDurability, Store, Target, TargetCommit,
-    WriteResult,
+    CheckpointId, CommitKey, CommitOutcome, Committer, SealWindow, SealWindowSettings, StageOutcome, StagingDurability,
+    Store, Target, TargetCommit, WriteResult,
 };
 
 use common::counting::{CountingStore, Counts, Tally};
@@ -53,18 +53,25 @@ const STAGES: u32 = 10;
 const LIFECYCLES: u64 = 128;
 /// The job shapes of the per-lifecycle rows: one task; one task whose stage calls are concurrent; the
 /// quick-start job's default of 8 workers; 16 and 32 workers.
-const SHAPES: [Shape; 5] = [
-    Shape { workers: 1, concurrent_stages: false },
-    Shape { workers: 1, concurrent_stages: true },
-    Shape { workers: 8, concurrent_stages: false },
-    Shape { workers: 16, concurrent_stages: false },
-    Shape { workers: 32, concurrent_stages: false },
+const SHAPES: [Shape; 6] = [
+    Shape { workers: 1, concurrent_stages: false, windowed: false },
+    Shape { workers: 1, concurrent_stages: false, windowed: true },
+    Shape { workers: 1, concurrent_stages: true, windowed: false },
+    Shape { workers: 8, concurrent_stages: false, windowed: false },
+    Shape { workers: 16, concurrent_stages: false, windowed: false },
+    Shape { workers: 32, concurrent_stages: false, windowed: false },
 ];
 /// Checkpoints of the throttled job.
 const JOB_CHECKPOINTS: u64 = 100;
-/// The shapes of the throttled job: one task, and the quick-start job's 8 workers.
-const JOB_SHAPES: [Shape; 2] =
-    [Shape { workers: 1, concurrent_stages: false }, Shape { workers: 8, concurrent_stages: false }];
+/// The shapes of the throttled job: one task (its seals awaited, or in a window), and the quick-start job's 8
+/// workers.
+const JOB_SHAPES: [Shape; 3] = [
+    Shape { workers: 1, concurrent_stages: false, windowed: false },
+    Shape { workers: 1, concurrent_stages: false, windowed: true },
+    Shape { workers: 8, concurrent_stages: false, windowed: false },
+];
+/// The windowed shape's wave: the `SealWindow`'s default bound, so a wave is one window's worth of seals.
+const WINDOW_WAVE: usize = 16;
 /// The throttled store's wait per request.
 const REQUEST_WAIT: Duration = Duration::from_millis(20);
 /// The asynchronous mode's bounds: up to this many groups in flight, none older than `ASYNC_LAG_MS`.
@@ -106,14 +113,35 @@ impl Mode {
 
 /// How a job issues its calls: waves of `workers` concurrent checkpoints (one task each), and within a
 /// checkpoint the stage calls one after another or all at once (a task writing its parts in parallel).
+///
+/// `windowed` is the worker loop the README recommends: one task, its stage calls not fsynced
+/// (`StagingDurability::None`) and each checkpoint's last part and seal queued in a `SealWindow` (default 16),
+/// flushed and committed every `WINDOW_WAVE` checkpoints. The Daft-style baseline runs the same waves, one
+/// checkpoint after another.
 #[derive(Clone, Copy, Debug)]
 struct Shape {
     workers: usize,
     concurrent_stages: bool,
+    windowed: bool,
+}
+
+impl Shape {
+    /// The checkpoints of one wave (one commit each).
+    fn wave_len(self) -> usize {
+        if self.windowed { WINDOW_WAVE } else { self.workers }
+    }
+
+    /// The stage calls' durability: the windowed worker leaves them to the window's durable commits.
+    fn staging(self) -> StagingDurability {
+        if self.windowed { StagingDurability::None } else { StagingDurability::Immediate }
+    }
 }
 
 impl std::fmt::Display for Shape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.windowed {
+            return write!(f, "1 worker, seals in a window, a commit every {WINDOW_WAVE}");
+        }
         let stages = if self.concurrent_stages { "concurrent" } else { "sequential" };
         let s = if self.workers == 1 { "" } else { "s" };
         write!(f, "{} worker{s}, {stages} stage calls", self.workers)
@@ -201,15 +229,19 @@ fn main() {
     }
 
     // The throttled jobs: every request waits; the job, then a rerun's skip-set load, wall time.
-    let quick_shapes = [Shape { workers: 1, concurrent_stages: false }, Shape { workers: 2, concurrent_stages: false }];
+    let quick_shapes = [
+        Shape { workers: 1, concurrent_stages: false, windowed: false },
+        Shape { workers: 1, concurrent_stages: false, windowed: true },
+        Shape { workers: 2, concurrent_stages: false, windowed: false },
+    ];
     let (checkpoints, wait, job_shapes): (u64, Duration, &[Shape]) =
         if quick { (3, Duration::from_millis(1), &quick_shapes) } else { (JOB_CHECKPOINTS, REQUEST_WAIT, &JOB_SHAPES) };
     println!("\n{checkpoints}-checkpoint jobs over a store taking {} a request:", fmt_dur(wait));
-    for &shape in job_shapes {
+    for (n, &shape) in job_shapes.iter().enumerate() {
         let daft = rt.block_on(daft_job(checkpoints, shape, wait));
         println!("  {shape}, daft-style : {}", daft.line());
         for mode in [Mode::Sync, Mode::Async] {
-            let path = dir.path().join(format!("job-{}-{mode:?}.redb", shape.workers));
+            let path = dir.path().join(format!("job-{n}-{mode:?}.redb"));
             let sp = rt.block_on(sinkpoint_job(&path, checkpoints, shape, mode, wait));
             println!("  {shape}, sinkpoint {:<5}: {}", mode.name(), sp.line());
             report.add(
@@ -232,8 +264,7 @@ fn main() {
             for (what, load) in [("restore from the mirror, no local file", &sp.restore), ("reopen", &sp.reopen)] {
                 report.add(
                     format!(
-                        "rerun's skip-set load after that job ({}, {}), {what}: sinkpoint / Daft-style list + get (requests)",
-                        shape.workers,
+                        "rerun's skip-set load after that job ({shape}, {}), {what}: sinkpoint / Daft-style list + get (requests)",
                         mode.name()
                     ),
                     load.requests as f64 / daft.load.requests as f64,
@@ -352,7 +383,7 @@ struct SpCount {
 /// the mirror into a new local file (the disk was lost), counted too.
 async fn sinkpoint_count(path: &FsPath, lifecycles: u64, shape: Shape, mode: Mode) -> SpCount {
     let (os, counts) = counting(InMemory::new());
-    let sp = Sinkpoint::open(os.clone(), path, mode).await;
+    let sp = Sinkpoint::open(os.clone(), path, mode, shape.staging()).await;
     let open = counts.area(MIRROR_AREA);
     sp.start().await;
     let (before, stats) = (Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1), sp.store.stats());
@@ -361,7 +392,7 @@ async fn sinkpoint_count(path: &FsPath, lifecycles: u64, shape: Shape, mode: Mod
     // Closed before counting: the close waits for the mirror's maintenance (a snapshot under way).
     sp.store.close();
     let run =
-        Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, lifecycles).since(&before).with_groups(commits, shape.workers);
+        Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, lifecycles).since(&before).with_groups(commits, shape.wave_len());
     let restore = sinkpoint_rerun(&os, &counts, &path.with_extension("restored.redb"), mode, lifecycles).await;
     SpCount { open, run, restore }
 }
@@ -376,7 +407,7 @@ async fn sinkpoint_rerun(
 ) -> Load {
     let before = Run::of(counts, MIRROR_AREA, SP_TABLE_AREA, 1);
     let start = Instant::now();
-    let sp = Sinkpoint::open(os.clone(), path, mode).await;
+    let sp = Sinkpoint::open(os.clone(), path, mode, StagingDurability::Immediate).await;
     sp.start().await;
     sp.check_skips(checkpoints);
     let time = start.elapsed();
@@ -400,10 +431,10 @@ struct Sinkpoint {
 
 impl Sinkpoint {
     /// Opens (creates, reopens or restores) the store at `path` through the mirror in `os`.
-    async fn open(os: Arc<dyn ObjectStore>, path: &FsPath, mode: Mode) -> Self {
+    async fn open(os: Arc<dyn ObjectStore>, path: &FsPath, mode: Mode, staging: StagingDurability) -> Self {
         let store = Store::builder(common::job(), common::target())
             .path(path)
-            .staging_durability(StagingDurability::Immediate)
+            .staging_durability(staging)
             .mirror(os.clone(), Path::from(MIRROR_AREA), mode.settings())
             .open()
             .await
@@ -439,8 +470,35 @@ impl Sinkpoint {
         self.store.seal(&id, STAGES).await.expect("seal");
     }
 
+    /// One checkpoint of the windowed shape: the stage calls (not fsynced), then the last part and the seal
+    /// queued in the window.
+    async fn windowed_checkpoint(&self, window: &mut SealWindow<'_>, c: u64) {
+        let id = input(c);
+        let part = |part: u32| {
+            let i = stage_item(c, part);
+            StagePart::new(Attempt::FIRST, Part::new(part)).keys(vec![key(i)]).results(vec![small_result(i)])
+        };
+        for n in 0..STAGES - 1 {
+            assert!(matches!(self.store.stage(&id, part(n)).await.expect("stage"), StageOutcome::Staged), "a new part");
+        }
+        window.stage_and_seal(&id, part(STAGES - 1), STAGES).await.expect("queue the seal");
+    }
+
     /// Waves of concurrent checkpoints, one commit after each; then every group is in the mirror.
     async fn job(&self, checkpoints: std::ops::Range<u64>, shape: Shape) {
+        if shape.windowed {
+            let mut window = SealWindow::new(&self.store, SealWindowSettings::default()).expect("a window");
+            for wave in waves(checkpoints, shape.wave_len()) {
+                for &c in &wave {
+                    self.windowed_checkpoint(&mut window, c).await;
+                }
+                assert_eq!(window.flush().await.expect("flush").len(), wave.len(), "every seal of the wave landed");
+                let done = Committer::new(&self.store, &self.table).commit_pending().await.expect("commit");
+                assert_eq!(done.committed_keys.len(), 1, "one target commit per wave");
+            }
+            self.store.flush().await.expect("flush");
+            return;
+        }
         for wave in waves(checkpoints, shape.workers) {
             join_all(wave.iter().map(|&c| self.checkpoint(c, shape.concurrent_stages))).await;
             let done = Committer::new(&self.store, &self.table).commit_pending().await.expect("commit");
@@ -492,13 +550,13 @@ impl SpJob {
 async fn sinkpoint_job(path: &FsPath, checkpoints: u64, shape: Shape, mode: Mode, wait: Duration) -> SpJob {
     let (os, counts) = throttled(wait);
     let start = Instant::now();
-    let sp = Sinkpoint::open(os.clone(), path, mode).await;
+    let sp = Sinkpoint::open(os.clone(), path, mode, shape.staging()).await;
     sp.start().await;
     let (before, stats) = (Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, 1), sp.store.stats());
     sp.job(0..checkpoints, shape).await;
     let job = start.elapsed();
     let run = Run::of(&counts, MIRROR_AREA, SP_TABLE_AREA, checkpoints).since(&before);
-    let run = run.with_groups(sp.store.stats().commits - stats.commits, shape.workers);
+    let run = run.with_groups(sp.store.stats().commits - stats.commits, shape.wave_len());
     sp.store.close();
 
     let restore = sinkpoint_rerun(&os, &counts, &path.with_extension("restored.redb"), mode, checkpoints).await;
@@ -606,6 +664,16 @@ impl DaftStyle {
 
     /// The same waves as sinkpoint's job.
     async fn job(&self, checkpoints: std::ops::Range<u64>, shape: Shape) {
+        if shape.windowed {
+            for wave in waves(checkpoints, shape.wave_len()) {
+                let mut sealed = Vec::new();
+                for &c in &wave {
+                    sealed.push(self.checkpoint(c, false).await);
+                }
+                self.commit(&sealed).await;
+            }
+            return;
+        }
         for wave in waves(checkpoints, shape.workers) {
             let sealed = join_all(wave.iter().map(|&c| self.checkpoint(c, shape.concurrent_stages))).await;
             self.commit(&sealed).await;

@@ -235,6 +235,7 @@ mod mirrored {
 
     use object_store::memory::InMemory;
     use object_store::path::Path;
+    use sinkpoint::StagingDurability;
     use sinkpoint::mirror::{MirrorMode, MirrorSettings, MirrorView};
     use sinkpoint::testkit::FaultStore;
 
@@ -292,30 +293,65 @@ mod mirrored {
         store.close();
     }
 
-    /// One worker's 64 seals in a window of 16, asynchronous mirror over a store that answers at once: the
-    /// uploader holds a segment ending with an unsynced seal for the window's next durable one, so about one put
-    /// serves 8 seals. (Fails with the linger off: one put per seal, 64.)
+    /// One worker's 64 seals in a window of 16, in either mode, over a store that answers at once: the uploader
+    /// holds a segment ending with an unsynced seal for the window's next durable one, so about one put serves
+    /// 8 seals. (Fails with the linger off: about one put per seal, 61 asynchronous, 63 synchronous.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_asynchronous_mirror_puts_a_windows_seals_together() {
-        let dir = tempfile::tempdir().unwrap();
-        let bucket = FaultStore::new(InMemory::new());
-        let mode = MirrorMode::Asynchronous { lag_batches_max: 1024, lag_ms_max: 10_000 };
-        let store = mirrored_store(&dir, &bucket, mode).await;
-        let before = bucket.counts().puts;
-        let mut window = SealWindow::new(&store, settings(16)).unwrap();
-        for i in 0..64 {
-            // The worker's own work between seals (writing the next data file): without the linger, each
-            // unsynced group's put would be over before the next group is committed.
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            window.stage_and_seal(&id(i), part(i, i), 1).await.unwrap();
+    async fn either_mirror_puts_a_windows_seals_together() {
+        let asynchronous = MirrorMode::Asynchronous { lag_batches_max: 1024, lag_ms_max: 10_000 };
+        for mode in [MirrorMode::Synchronous, asynchronous] {
+            let dir = tempfile::tempdir().unwrap();
+            let bucket = FaultStore::new(InMemory::new());
+            let store = mirrored_store(&dir, &bucket, mode).await;
+            let before = bucket.counts().puts;
+            let mut window = SealWindow::new(&store, settings(16)).unwrap();
+            for i in 0..64 {
+                // The worker's own work between seals (writing the next data file): without the linger, each
+                // unsynced group's put would be over before the next group is committed.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                window.stage_and_seal(&id(i), part(i, i), 1).await.unwrap();
+            }
+            assert_eq!(window.flush().await.unwrap().len(), 64);
+            store.flush().await.unwrap();
+            let puts = bucket.counts().puts - before;
+            println!("{mode:?}: 64 windowed seals, {puts} mirror puts");
+            assert!(puts <= 16, "{mode:?}: {puts} puts for 64 seals: the uploader did not hold unsynced groups");
+            let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
+            assert!((0..64).all(|i| view.is_processed(&key(i)).unwrap()), "{mode:?}: a seal is not in the mirror");
+            store.close();
         }
-        assert_eq!(window.flush().await.unwrap().len(), 64);
-        store.flush().await.unwrap();
-        let puts = bucket.counts().puts - before;
-        println!("64 windowed seals: {puts} mirror puts");
-        assert!(puts <= 16, "{puts} puts for 64 seals: the uploader did not hold unsynced groups for the next");
-        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
-        assert!((0..64).all(|i| view.is_processed(&key(i)).unwrap()));
-        store.close();
+    }
+
+    /// Nobody waits for the linger: 20 rounds of a non-durable stage and a `Store::flush`, in either mode, take
+    /// far less than the 20 lingers of 50 ms they would take if `flush` waited for each. (Fails with the
+    /// uploader blind to a waiting `flush`: about 1 s a mode.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[expect(clippy::disallowed_methods, reason = "the wall time of the flushes is what is checked")]
+    async fn a_flush_does_not_wait_for_the_linger() {
+        let asynchronous = MirrorMode::Asynchronous { lag_batches_max: 1024, lag_ms_max: 10_000 };
+        for mode in [MirrorMode::Synchronous, asynchronous] {
+            let dir = tempfile::tempdir().unwrap();
+            let bucket = FaultStore::new(InMemory::new());
+            let settings = MirrorSettings { mode, ..MirrorSettings::default() };
+            let store = Store::builder(JobId::new("j").unwrap(), TargetIdentity::new("t").unwrap())
+                .path(dir.path().join("s.redb"))
+                .staging_durability(StagingDurability::None)
+                .mirror(Arc::new(bucket.clone()), Path::from("m"), settings)
+                .open()
+                .await
+                .unwrap();
+            let started = std::time::Instant::now();
+            for i in 0..20 {
+                store.stage(&id(i), part(i, i)).await.unwrap();
+                store.flush().await.unwrap();
+                assert_eq!(store.mirror_lag().groups, 0, "{mode:?}: flush returned with a group not in the mirror");
+            }
+            let elapsed = started.elapsed();
+            println!("{mode:?}: 20 unsynced stages, each flushed, in {elapsed:?}");
+            assert!(elapsed < Duration::from_millis(500), "{mode:?}: flush waited for the linger: {elapsed:?}");
+            let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
+            assert!(view.next_seq() > 20, "{mode:?}: the mirror holds {} records, not the 20 stages", view.next_seq());
+            store.close();
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! what the newest manifest no longer references.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -102,6 +103,24 @@ pub(crate) struct Progress {
     /// The mirror and this writer's epoch, to ask whether a newer epoch claimed it.
     remote: Arc<Remote>,
     epoch: Epoch,
+    /// Callers in `wait_all` now: while there is one, the uploader puts what it holds instead of lingering.
+    waiting_for_all: AtomicUsize,
+}
+
+/// Counts a caller of [`Progress::wait_all`] for as long as it waits.
+struct WaitingForAll<'a>(&'a AtomicUsize);
+
+impl<'a> WaitingForAll<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for WaitingForAll<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Progress {
@@ -114,6 +133,7 @@ impl Progress {
             shared: std::sync::OnceLock::new(),
             remote: start.remote.clone(),
             epoch: start.epoch,
+            waiting_for_all: AtomicUsize::new(0),
         }
     }
 
@@ -170,6 +190,7 @@ impl Progress {
 
     /// Waits until every group handed over so far is in the mirror (or the mirror failed).
     pub(crate) fn wait_all(&self) -> Result<()> {
+        let _waiting = WaitingForAll::new(&self.waiting_for_all);
         let mut state = self.lock();
         loop {
             Self::check(&state)?;
@@ -314,6 +335,10 @@ enum Maintenance {
     Tick,
 }
 
+/// The steps in which the uploader lingers, in milliseconds: how late it may notice a caller waiting for
+/// everything.
+const LINGER_STEP_MS: u64 = 2;
+
 /// The uploader: one put in flight at a time, slots in order, each segment holding every group queued when its
 /// put began (up to a cut, [`MIRROR_TAIL_SEGMENT_BYTES_MAX`] and [`MIRROR_SEGMENT_FRAMES_MAX`]).
 ///
@@ -329,9 +354,10 @@ struct Uploader {
     next_slot: u64,
     /// A group taken from the queue that did not fit the last segment.
     carried: Option<Group>,
-    /// How long an unsynced group at the end of a segment waits for the groups behind it (asynchronous mode
-    /// only: a synchronous writer waits for every other group, and the uploader must not keep it waiting).
-    linger_ms: Option<u64>,
+    /// How long an unsynced group at the end of a segment waits for the groups behind it. A group that is
+    /// waited for ends the wait when it arrives, and so does a caller waiting for everything (`flush`, a
+    /// synchronous mirror's durable barrier): nobody waits for the linger itself.
+    linger_ms: u64,
 }
 
 impl Uploader {
@@ -360,21 +386,17 @@ impl Uploader {
     fn fill(&mut self, first: Group, groups: &mpsc::Receiver<Group>) -> Vec<Group> {
         let (mut bytes, mut frames) = (first.bytes(), first.frames.len());
         let mut batch = vec![first];
-        // On the injected clock; a manual one never advances, so the first wait that times out ends the linger.
-        let deadline_ms = self.linger_ms.map(|linger_ms| self.progress.clock.now_ms().saturating_add(linger_ms));
+        let deadline_ms = self.progress.clock.now_ms().saturating_add(self.linger_ms);
         while let Some(last) = batch.last()
             && !last.cut
         {
             let next = match groups.try_recv() {
                 Ok(next) => next,
-                Err(_) => {
-                    let Some(deadline_ms) = deadline_ms.filter(|_| last.unsynced) else { break };
-                    let wait = Duration::from_millis(deadline_ms.saturating_sub(self.progress.clock.now_ms()));
-                    match groups.recv_timeout(wait) {
-                        Ok(next) => next,
-                        Err(_) => break,
-                    }
-                }
+                Err(_) if last.unsynced => match self.linger(groups, deadline_ms) {
+                    Some(next) => next,
+                    None => break,
+                },
+                Err(_) => break,
             };
             let fits = bytes + next.bytes() <= MIRROR_TAIL_SEGMENT_BYTES_MAX
                 && frames + next.frames.len() <= MIRROR_SEGMENT_FRAMES_MAX as usize;
@@ -387,6 +409,24 @@ impl Uploader {
             batch.push(next);
         }
         batch
+    }
+
+    /// The next group if it arrives before `deadline_ms` (on the injected clock) and nobody waits for everything
+    /// meanwhile. Waits in steps of [`LINGER_STEP_MS`], at most `linger_ms` in all: a manual clock never
+    /// advances, and a `flush` begun during the linger is seen within a step.
+    fn linger(&self, groups: &mpsc::Receiver<Group>, deadline_ms: u64) -> Option<Group> {
+        for _ in 0..self.linger_ms.div_ceil(LINGER_STEP_MS) {
+            let left_ms = deadline_ms.saturating_sub(self.progress.clock.now_ms());
+            if left_ms == 0 || self.progress.waiting_for_all.load(Ordering::Acquire) > 0 {
+                return None;
+            }
+            match groups.recv_timeout(Duration::from_millis(left_ms.min(LINGER_STEP_MS))) {
+                Ok(next) => return Some(next),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+        None
     }
 
     fn put(&self, slot: u64, batch: Vec<Group>) -> std::result::Result<(), Failure> {
@@ -457,10 +497,7 @@ impl MirrorShipper {
             writer_tag: start.writer_tag,
             next_slot: start.fence_slot + 1,
             carried: None,
-            linger_ms: match start.settings.mode {
-                MirrorMode::Asynchronous { .. } => Some(MIRROR_UNSYNCED_LINGER_MS),
-                MirrorMode::Synchronous => None,
-            },
+            linger_ms: MIRROR_UNSYNCED_LINGER_MS,
         };
         threads.push(
             std::thread::Builder::new()
