@@ -14,10 +14,7 @@ use sinkpoint::{
     StageOutcome, StagePart, Store, TargetIdentity, TransitionError, WriteResult,
 };
 
-async fn store(dir: &tempfile::TempDir) -> Store {
-    let builder = Store::builder(JobId::new("j").unwrap(), TargetIdentity::new("t").unwrap());
-    builder.path(dir.path().join("s.redb")).open().await.unwrap()
-}
+use crate::common::plain_store as store;
 
 fn id(i: usize) -> CheckpointId {
     CheckpointId::new(format!("input-{i:03}")).unwrap()

@@ -1,6 +1,8 @@
 //! Applying one record inside a write transaction: gather the facts, ask [`crate::state::transition`], then
 //! write the step. A rejected record writes nothing, so the other calls of its group commit go on.
 
+use std::collections::HashMap;
+
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::error::{Error, TransitionError};
@@ -13,8 +15,7 @@ use crate::wal::frame;
 use crate::wal::record::{Record, Resolution, decode_value, encode_value};
 use crate::wal::tables::{
     CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, LOG, META, META_KEY, Meta,
-    PARTS, PartValue, PartValueRef, STATES, attempt_bytes, encode_meta, read_checkpoint, read_commit,
-    read_part_numbers, visit_parts,
+    PARTS, PartValue, PartValueRef, STATES, encode_meta, read_checkpoint, read_commit, read_part_numbers, visit_parts,
 };
 
 /// What an accepted record did.
@@ -28,6 +29,84 @@ pub(crate) struct Applied {
     pub dropped_from: Vec<(CheckpointId, u32, usize)>,
 }
 
+/// Sums attempt `attempt` of checkpoint `id` from its parts.
+fn attempt_size(
+    parts: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+    id: &CheckpointId,
+    attempt: u32,
+) -> Result<AttemptSize, Error> {
+    let mut size = AttemptSize { attempt, bytes: 0, parts: 0 };
+    for entry in parts.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
+        size.bytes += entry?.1.value().len() as u64;
+        size.parts += 1;
+    }
+    Ok(size)
+}
+
+/// Checkpoints whose [`AttemptSizes`] are remembered at most, an entry each (an id and two integers): past it
+/// the map starts again empty, and a stage of a forgotten checkpoint sums its parts once more.
+const ATTEMPT_SIZES_ENTRIES_MAX: usize = 65_536;
+
+/// The bytes of each Staged checkpoint's current attempt, as a stage last left them: the per-attempt byte limit
+/// is checked at every stage, and summing the attempt's parts each time made staging quadratic in one
+/// checkpoint's parts (1.3 ms a stage at a few thousand parts). Only a stage writes an entry, and only from a
+/// sum it knows (the checkpoint new, or the entry or a scan of the same attempt); every other record that
+/// names a checkpoint forgets it, so an entry is never read after the attempt changed. The writer thread keeps
+/// one across its transactions and drops it when a transaction fails (the entries are not rolled back).
+/// Debug builds check a hit against the scan whenever the attempt's part count is a power of two (a linear
+/// cost in all, so the suites that run in debug keep their pace).
+#[derive(Default)]
+pub(crate) struct AttemptSizes {
+    entries: HashMap<CheckpointId, AttemptSize>,
+}
+
+/// One checkpoint's entry in [`AttemptSizes`].
+#[derive(Clone, Copy)]
+struct AttemptSize {
+    attempt: u32,
+    bytes: u64,
+    parts: u64,
+}
+
+impl AttemptSizes {
+    fn get(&self, id: &CheckpointId, attempt: u32) -> Option<AttemptSize> {
+        self.entries.get(id).filter(|e| e.attempt == attempt).copied()
+    }
+
+    fn set(&mut self, id: &CheckpointId, size: AttemptSize) {
+        if self.entries.len() >= ATTEMPT_SIZES_ENTRIES_MAX && !self.entries.contains_key(id) {
+            self.entries.clear();
+        }
+        self.entries.insert(id.clone(), size);
+    }
+
+    fn forget(&mut self, id: &CheckpointId) {
+        self.entries.remove(id);
+    }
+
+    /// Forgets the checkpoints a record other than a stage names (all of them on a create or an open).
+    fn forget_named_by(&mut self, record: &Record) {
+        match record {
+            Record::Stage { .. } => {}
+            Record::Create { .. } | Record::Open { .. } => self.entries.clear(),
+            Record::Seal { id, .. } | Record::Restart { id } | Record::Abort { id } | Record::Discard { id, .. } => {
+                self.forget(id);
+            }
+            Record::BeginCommit { ids, .. } | Record::CommitEmpty { ids } | Record::ForceAbort { ids, .. } => {
+                ids.iter().for_each(|id| self.forget(id));
+            }
+            // Keys and the job, not checkpoints: nothing they do touches a Staged checkpoint's parts.
+            Record::MarkCommitted { .. }
+            | Record::MarkUnknown { .. }
+            | Record::MarkNotCommitted { .. }
+            | Record::Resolve { .. }
+            | Record::Unbind { .. }
+            | Record::Finish
+            | Record::ForgetGarbage { .. } => {}
+        }
+    }
+}
+
 /// The open tables of one write transaction.
 pub(crate) struct Tables<'txn> {
     log: Table<'txn, u64, &'static [u8]>,
@@ -38,10 +117,16 @@ pub(crate) struct Tables<'txn> {
     commits: Table<'txn, u64, &'static [u8]>,
     garbage: Table<'txn, (u64, u32), &'static [u8]>,
     meta: Table<'txn, &'static str, &'static [u8]>,
+    sizes: AttemptSizes,
 }
 
 impl<'txn> Tables<'txn> {
     pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, Error> {
+        Self::open_with(txn, AttemptSizes::default())
+    }
+
+    /// The tables, with the attempt sizes an earlier transaction of this writer left (see [`Tables::into_sizes`]).
+    pub(crate) fn open_with(txn: &'txn WriteTransaction, sizes: AttemptSizes) -> Result<Self, Error> {
         Ok(Self {
             log: txn.open_table(LOG)?,
             checkpoints: txn.open_table(CHECKPOINTS)?,
@@ -51,7 +136,24 @@ impl<'txn> Tables<'txn> {
             commits: txn.open_table(COMMITS)?,
             garbage: txn.open_table(GARBAGE)?,
             meta: txn.open_table(META)?,
+            sizes,
         })
+    }
+
+    /// The attempt sizes as this transaction leaves them: for the next transaction once this one committed.
+    pub(crate) fn into_sizes(self) -> AttemptSizes {
+        self.sizes
+    }
+
+    /// The bytes and parts attempt `attempt` of Staged checkpoint `id` holds: remembered, or summed from its
+    /// parts.
+    fn attempt_size(&self, id: &CheckpointId, attempt: u32) -> Result<AttemptSize, Error> {
+        let Some(size) = self.sizes.get(id, attempt) else { return attempt_size(&self.parts, id, attempt) };
+        if cfg!(debug_assertions) && size.parts.is_power_of_two() {
+            let scanned = attempt_size(&self.parts, id, attempt)?;
+            assert_eq!((size.bytes, size.parts), (scanned.bytes, scanned.parts), "remembered size of {id}");
+        }
+        Ok(size)
     }
 
     /// The local log's frame at `seq`, if it keeps it.
@@ -327,6 +429,7 @@ impl<'txn> Tables<'txn> {
         checkpoint_bytes_max: u64,
     ) -> Result<Result<Applied, TransitionError>, Error> {
         let epoch = meta.epoch;
+        self.sizes.forget_named_by(record);
         let outcome = match record {
             Record::Stage { id, attempt, part, keys, results } => {
                 let cur = read_checkpoint(&self.checkpoints, id)?;
@@ -335,29 +438,39 @@ impl<'txn> Tables<'txn> {
                 let bytes = encode_value(&PartValueRef { keys, results })?;
                 let existing = self.part_match(id, cur.as_ref(), *attempt, *part, &bytes)?;
                 let results_count = u32::try_from(results.len()).map_err(|_| Error::bug("result count"))?;
-                // Only a new part of the current attempt can grow it: the scan is skipped for every other call.
-                let attempt_bytes = match &cur {
+                // Only a new part of the current attempt can grow it: the sum is skipped for every other call.
+                // `known`: whether `size` is the attempt's true size (a new checkpoint has no parts).
+                let empty = AttemptSize { attempt: *attempt, bytes: 0, parts: 0 };
+                let (size, known) = match &cur {
                     Some(c)
                         if c.state == CheckpointState::Staged
                             && c.attempt == *attempt
                             && existing == PartMatch::Absent =>
                     {
-                        attempt_bytes(&self.parts, id, *attempt)?
+                        (self.attempt_size(id, *attempt)?, true)
                     }
-                    _ => 0,
+                    None => (empty, true),
+                    Some(_) => (empty, false),
                 };
                 let event = Event::Stage {
                     attempt: *attempt,
                     part: *part,
                     existing,
                     results: results_count,
-                    bytes: StageBytes { part: bytes.len() as u64, attempt: attempt_bytes, max: checkpoint_bytes_max },
+                    bytes: StageBytes { part: bytes.len() as u64, attempt: size.bytes, max: checkpoint_bytes_max },
                 };
                 match transition(id, cur.as_ref(), epoch, &event) {
                     Err(e) => Err(e),
                     Ok(step) if step.effect == Effect::None => Ok(Applied::default()),
                     Ok(step) => {
                         self.apply_step(id, cur.as_ref(), &step, Some(&bytes), Some((*attempt, *part)))?;
+                        if known && existing == PartMatch::Absent {
+                            let grown =
+                                AttemptSize { bytes: size.bytes + bytes.len() as u64, parts: size.parts + 1, ..size };
+                            self.sizes.set(id, grown);
+                        } else {
+                            self.sizes.forget(id);
+                        }
                         Ok(Applied { written: true, ..Applied::default() })
                     }
                 }

@@ -225,19 +225,6 @@ pub(crate) fn visit_parts<T>(
     Ok(None)
 }
 
-/// The stored bytes of one attempt's parts, summed without decoding them.
-pub(crate) fn attempt_bytes(
-    table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
-    id: &CheckpointId,
-    attempt: u32,
-) -> Result<u64, Error> {
-    let mut bytes = 0u64;
-    for entry in table.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
-        bytes += entry?.1.value().len() as u64;
-    }
-    Ok(bytes)
-}
-
 /// The part numbers present for one attempt, in order, without decoding them.
 pub(crate) fn read_part_numbers(
     table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,

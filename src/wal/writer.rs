@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result, TransitionError};
 use crate::limits::{CHECKPOINT_BYTES_MAX, GROUP_COMMIT_CALLS_MAX, LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX};
-use crate::wal::apply::{Applied, Tables};
+use crate::wal::apply::{Applied, AttemptSizes, Tables};
 use crate::wal::record::Record;
 use crate::wal::tables::Meta;
 
@@ -283,17 +283,13 @@ impl Drop for Writer {
 
 fn run(
     db: &Database,
-    mut meta: Meta,
+    meta: Meta,
     shared: &Shared,
     mut shipper: Option<Box<dyn Shipper>>,
     mut rx: mpsc::Receiver<Call>,
 ) {
     let mut batch: Vec<Call> = Vec::with_capacity(GROUP_COMMIT_CALLS_MAX);
-    // Whether a non-durable commit has happened since the last durable one: a durable no-op call must then
-    // still fsync, or it would ack state that a crash can lose.
-    let mut unsynced = false;
-    // The lowest sequence number the mirror still needs in the local log, as the shipper last said.
-    let mut keep_from = 0u64;
+    let mut carried = Carried { meta, unsynced: false, keep_from: 0, sizes: AttemptSizes::default() };
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         // A test may hold the writer here, so that the calls it fires meanwhile all land in the next batch.
@@ -308,9 +304,7 @@ fn run(
         shared.counters.batches.fetch_add(1, Ordering::AcqRel);
         let results = match shared.check() {
             Err(e) => Err(e),
-            Ok(()) => {
-                commit_batch(db, &mut meta, &batch, shipper.as_deref_mut(), &mut unsynced, &mut keep_from, shared)
-            }
+            Ok(()) => commit_batch(db, &mut carried, &batch, shipper.as_deref_mut(), shared),
         };
         // Counted before the replies, so that a caller who has its answer sees its call counted.
         shared.counters.calls.fetch_add(batch.len() as u64, Ordering::AcqRel);
@@ -335,23 +329,35 @@ fn run(
     }
 }
 
+/// What the writer thread carries from one transaction to the next.
+struct Carried {
+    meta: Meta,
+    /// Whether a non-durable commit has happened since the last durable one: a durable no-op call must then
+    /// still fsync, or it would ack state that a crash can lose.
+    unsynced: bool,
+    /// The lowest sequence number the mirror still needs in the local log, as the shipper last said.
+    keep_from: u64,
+    /// The Staged checkpoints' attempt sizes, as the last committed transaction left them.
+    sizes: AttemptSizes,
+}
+
 fn commit_batch(
     db: &Database,
-    meta: &mut Meta,
+    carried: &mut Carried,
     batch: &[Call],
     shipper: Option<&mut (dyn Shipper + '_)>,
-    unsynced: &mut bool,
-    keep_from: &mut u64,
     shared: &Shared,
 ) -> Result<Vec<Result<Vec<Applied>, TransitionError>>> {
+    let Carried { meta, unsynced, keep_from, sizes } = carried;
     let mut next = meta.clone();
     let mut txn = db.begin_write()?;
     let durable = batch.iter().any(|c| c.durability == CallDurability::Immediate);
     txn.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
     let mut frames = Vec::new();
     let mut results = Vec::with_capacity(batch.len());
-    {
-        let mut tables = Tables::open(&txn)?;
+    // Taken out for the transaction, so that a failure leaves the writer none (its entries are not rolled back).
+    let updated_sizes = {
+        let mut tables = Tables::open_with(&txn, std::mem::take(sizes))?;
         for call in batch {
             let mut applied = Vec::with_capacity(call.records.len());
             let mut refused = None;
@@ -380,15 +386,19 @@ fn commit_batch(
             }
             tables.write_meta(&next)?;
         }
-    }
+        tables.into_sizes()
+    };
     let must_wait =
         batch.iter().zip(&results).any(|(call, result)| result.is_ok() && call.records.iter().any(is_commit_protocol));
     if frames.is_empty() && !(durable && *unsynced) {
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
+        // Nothing was staged, so the sizes only forgot checkpoints: forgetting is never wrong.
+        *sizes = updated_sizes;
         return Ok(results);
     }
     txn.commit()?;
+    *sizes = updated_sizes;
     shared.counters.commits.fetch_add(1, Ordering::AcqRel);
     *unsynced = !durable;
     *meta = next;

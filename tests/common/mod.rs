@@ -14,6 +14,12 @@ use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
 
 pub const ROWS_PER_INPUT: usize = 3;
 
+/// A store of job `j` and target `t` at `dir/s.redb`, without a mirror: the plain store most suites start from.
+pub async fn plain_store(dir: &tempfile::TempDir) -> Store {
+    let builder = Store::builder(JobId::new("j").unwrap(), TargetIdentity::new("t").unwrap());
+    builder.path(dir.path().join("s.redb")).open().await.unwrap()
+}
+
 pub fn job() -> JobId {
     JobId::new("job-1").unwrap()
 }
