@@ -43,7 +43,7 @@ fn attempt_size(
     Ok(size)
 }
 
-/// Checkpoints whose [`AttemptSizes`] are remembered at most, an entry each (an id and two integers): past it
+/// Checkpoints whose [`AttemptSizes`] are remembered at most, an entry each (an id and three integers): past it
 /// the map starts again empty, and a stage of a forgotten checkpoint sums its parts once more.
 const ATTEMPT_SIZES_ENTRIES_MAX: usize = 65_536;
 
