@@ -84,7 +84,11 @@ async fn a_window_of_16_fsyncs_once_per_8_seals() {
     let (awaited, windowed) = (syncs(false).await, syncs(true).await);
     println!("syncs for 32 seals: awaited {awaited}, in a window of 16: {windowed}");
     assert!(awaited >= 32, "awaited: {awaited}");
-    assert!(windowed <= awaited / 8, "windowed {windowed} vs awaited {awaited}");
+    // redb syncs a few times of its own beyond one a durable commit (33 for 32 awaited seals here); the window
+    // may add at most one sync per 8 seals to that. Comparing with `awaited / 8` failed one run in ten, when
+    // redb's own extra sync fell inside the windowed run too (5 against 33 / 8 = 4).
+    let redb_own = awaited - 32;
+    assert!(windowed <= redb_own + 32 / 8, "windowed {windowed} vs awaited {awaited}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
