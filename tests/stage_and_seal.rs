@@ -1,6 +1,8 @@
 //! `Store::stage_and_seal` (issue 15): a checkpoint's last part staged and sealed in one durable commit, with
 //! the rules of the two calls it replaces.
 
+use std::time::Duration;
+
 use sinkpoint::{
     Attempt, CheckpointId, CheckpointState, Format, Part, StageOutcome, StagePart, TransitionError, WriteResult,
 };
@@ -67,17 +69,23 @@ async fn staging_many_parts_of_one_checkpoint_costs_what_as_many_checkpoints_cos
             .open()
             .await
             .unwrap();
-    let one = CheckpointId::new("one").unwrap();
-    let started = std::time::Instant::now();
-    for n in 0..PARTS {
-        store.stage(&one, part(n, &format!("in/one/{n}"))).await.unwrap();
+    // Each shape timed twice, interleaved, and the faster run kept: a burst of load from the suite's other
+    // tests then has to hit both runs of one shape to move the ratio.
+    let (mut one_checkpoint, mut many_checkpoints) = (Duration::MAX, Duration::MAX);
+    for round in 0..2 {
+        let one = CheckpointId::new(format!("one-{round}")).unwrap();
+        let started = std::time::Instant::now();
+        for n in 0..PARTS {
+            store.stage(&one, part(n, &format!("in/one-{round}/{n}"))).await.unwrap();
+        }
+        one_checkpoint = one_checkpoint.min(started.elapsed());
+        let started = std::time::Instant::now();
+        for n in 0..PARTS {
+            let id = CheckpointId::new(format!("c-{round}-{n}")).unwrap();
+            store.stage(&id, part(0, &format!("in/c-{round}/{n}"))).await.unwrap();
+        }
+        many_checkpoints = many_checkpoints.min(started.elapsed());
     }
-    let one_checkpoint = started.elapsed();
-    let started = std::time::Instant::now();
-    for n in 0..PARTS {
-        store.stage(&CheckpointId::new(format!("c-{n}")).unwrap(), part(0, &format!("in/c/{n}"))).await.unwrap();
-    }
-    let many_checkpoints = started.elapsed();
     let ratio = one_checkpoint.as_secs_f64() / many_checkpoints.as_secs_f64();
     println!(
         "{PARTS} parts: one checkpoint {one_checkpoint:?}, as many checkpoints {many_checkpoints:?} ({ratio:.2}x)"
