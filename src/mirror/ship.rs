@@ -20,8 +20,8 @@ use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
 use crate::limits::{
-    MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX,
-    MIRROR_UNSYNCED_GROUPS_MAX, MIRROR_UNSYNCED_LINGER_MS,
+    MIRROR_LINGER_MS, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX,
+    MIRROR_UNSYNCED_GROUPS_MAX,
 };
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
@@ -60,9 +60,9 @@ struct Group {
     frames: Vec<Vec<u8>>,
     /// A snapshot of the state right after this group is due: the segment holding it ends with it.
     cut: bool,
-    /// Committed without an fsync ([`GroupKind::Unsynced`]): nobody waits for it, so the asynchronous uploader
-    /// may hold it for the groups that follow.
-    unsynced: bool,
+    /// Nobody waits for this group to be in the mirror (it was committed without an fsync, or durably under an
+    /// asynchronous mirror): the uploader may hold it for the groups that follow.
+    lingers: bool,
 }
 
 impl Group {
@@ -103,21 +103,22 @@ pub(crate) struct Progress {
     /// The mirror and this writer's epoch, to ask whether a newer epoch claimed it.
     remote: Arc<Remote>,
     epoch: Epoch,
-    /// Callers in `wait_all` now: while there is one, the uploader puts what it holds instead of lingering.
-    waiting_for_all: AtomicUsize,
+    /// Callers blocked on the uploader now (in `wait_all`, or a writer waiting for room under the lag bounds):
+    /// while there is one, the uploader puts what it holds instead of lingering.
+    waiting: AtomicUsize,
 }
 
-/// Counts a caller of [`Progress::wait_all`] for as long as it waits.
-struct WaitingForAll<'a>(&'a AtomicUsize);
+/// Counts a caller blocked on the uploader for as long as it waits.
+struct Waiting<'a>(&'a AtomicUsize);
 
-impl<'a> WaitingForAll<'a> {
+impl<'a> Waiting<'a> {
     fn new(count: &'a AtomicUsize) -> Self {
         count.fetch_add(1, Ordering::AcqRel);
         Self(count)
     }
 }
 
-impl Drop for WaitingForAll<'_> {
+impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
@@ -133,7 +134,7 @@ impl Progress {
             shared: std::sync::OnceLock::new(),
             remote: start.remote.clone(),
             epoch: start.epoch,
-            waiting_for_all: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -190,7 +191,7 @@ impl Progress {
 
     /// Waits until every group handed over so far is in the mirror (or the mirror failed).
     pub(crate) fn wait_all(&self) -> Result<()> {
-        let _waiting = WaitingForAll::new(&self.waiting_for_all);
+        let _waiting = Waiting::new(&self.waiting);
         let mut state = self.lock();
         loop {
             Self::check(&state)?;
@@ -221,6 +222,8 @@ impl Progress {
             MirrorMode::Synchronous => return Ok(()),
         };
         let mut state = self.lock();
+        // Counted only once blocked: a writer with room must not cut the uploader's linger short.
+        let mut waiting = None;
         loop {
             Self::check(&state)?;
             let now = self.clock.now_ms();
@@ -229,6 +232,7 @@ impl Progress {
             if !full && !old {
                 return Ok(());
             }
+            waiting.get_or_insert_with(|| Waiting::new(&self.waiting));
             state = self.wait(state);
         }
     }
@@ -354,9 +358,10 @@ struct Uploader {
     next_slot: u64,
     /// A group taken from the queue that did not fit the last segment.
     carried: Option<Group>,
-    /// How long an unsynced group at the end of a segment waits for the groups behind it. A group that is
-    /// waited for ends the wait when it arrives, and so does a caller waiting for everything (`flush`, a
-    /// synchronous mirror's durable barrier): nobody waits for the linger itself.
+    /// How long a segment that ends with a group nobody waits for (an unsynced one, or any durable one under an
+    /// asynchronous mirror) waits for the groups behind it. A group that is waited for ends the wait when it
+    /// arrives, and so does a caller blocked on the uploader (`flush`, a synchronous mirror's durable barrier, a
+    /// writer at the lag bound): nobody waits for the linger itself.
     linger_ms: u64,
 }
 
@@ -380,9 +385,10 @@ impl Uploader {
         }
     }
 
-    /// `first` and every group queued behind it that fits one segment; if that ends with an unsynced group, also
-    /// the groups that arrive within the linger, up to the first group that is not unsynced (a `SealWindow`'s
-    /// durable seal): one put for a window's seals instead of one per seal.
+    /// `first` and every group queued behind it that fits one segment; if that ends with a group nobody waits
+    /// for, also the groups that arrive within the linger, up to the first one somebody waits for (a
+    /// `SealWindow`'s durable seal under a synchronous mirror, a commit-protocol record under either): one put
+    /// for a window's seals, or for an asynchronous worker's stage calls and their commit, instead of one each.
     fn fill(&mut self, first: Group, groups: &mpsc::Receiver<Group>) -> Vec<Group> {
         let (mut bytes, mut frames) = (first.bytes(), first.frames.len());
         let mut batch = vec![first];
@@ -392,7 +398,7 @@ impl Uploader {
         {
             let next = match groups.try_recv() {
                 Ok(next) => next,
-                Err(_) if last.unsynced => match self.linger(groups, deadline_ms) {
+                Err(_) if last.lingers => match self.linger(groups, deadline_ms) {
                     Some(next) => next,
                     None => break,
                 },
@@ -411,13 +417,13 @@ impl Uploader {
         batch
     }
 
-    /// The next group if it arrives before `deadline_ms` (on the injected clock) and nobody waits for everything
+    /// The next group if it arrives before `deadline_ms` (on the injected clock) and nobody blocks on the uploader
     /// meanwhile. Waits in steps of [`LINGER_STEP_MS`], at most `linger_ms` in all: a manual clock never
     /// advances, and a `flush` begun during the linger is seen within a step.
     fn linger(&self, groups: &mpsc::Receiver<Group>, deadline_ms: u64) -> Option<Group> {
         for _ in 0..self.linger_ms.div_ceil(LINGER_STEP_MS) {
             let left_ms = deadline_ms.saturating_sub(self.progress.clock.now_ms());
-            if left_ms == 0 || self.progress.waiting_for_all.load(Ordering::Acquire) > 0 {
+            if left_ms == 0 || self.progress.waiting.load(Ordering::Acquire) > 0 {
                 return None;
             }
             match groups.recv_timeout(Duration::from_millis(left_ms.min(LINGER_STEP_MS))) {
@@ -497,7 +503,7 @@ impl MirrorShipper {
             writer_tag: start.writer_tag,
             next_slot: start.fence_slot + 1,
             carried: None,
-            linger_ms: MIRROR_UNSYNCED_LINGER_MS,
+            linger_ms: MIRROR_LINGER_MS,
         };
         threads.push(
             std::thread::Builder::new()
@@ -569,8 +575,12 @@ impl Shipper for MirrorShipper {
         self.progress.wait_room(self.mode, kind)?;
         self.progress.push(ticket, records);
         let first_seq = meta.next_seq - records;
-        let unsynced = kind == GroupKind::Unsynced;
-        self.send_upload(Group { ticket, first_seq, frames, cut: snapshot_due, unsynced })?;
+        let waits = match kind {
+            GroupKind::Waited => true,
+            GroupKind::Durable => self.mode == MirrorMode::Synchronous,
+            GroupKind::Unsynced => false,
+        };
+        self.send_upload(Group { ticket, first_seq, frames, cut: snapshot_due, lingers: !waits })?;
         self.next_ticket += 1;
         if let Some(tx) = &self.maintenance {
             let job = if snapshot_due {
@@ -584,11 +594,6 @@ impl Shipper for MirrorShipper {
             };
             let _ = tx.send(job);
         }
-        let waits = match kind {
-            GroupKind::Waited => true,
-            GroupKind::Durable => self.mode == MirrorMode::Synchronous,
-            GroupKind::Unsynced => false,
-        };
         if waits {
             self.progress.wait_mirrored(ticket)?;
         }
