@@ -382,6 +382,7 @@ fn check_format(format: &Format) -> Result<(), Error> {
 #[serde(try_from = "WriteResultRepr")]
 pub struct WriteResult {
     format: Format,
+    #[serde(with = "crate::codec::byte_string")]
     bytes: Vec<u8>,
 }
 
@@ -390,6 +391,7 @@ pub struct WriteResult {
 #[serde(rename = "WriteResult")]
 struct WriteResultRepr {
     format: Format,
+    #[serde(with = "crate::codec::byte_string")]
     bytes: Vec<u8>,
 }
 

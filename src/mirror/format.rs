@@ -270,19 +270,19 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
 pub(crate) enum SnapshotEntry {
     /// The meta value (exactly one, first).
-    Meta(Vec<u8>),
+    Meta(#[serde(with = "crate::codec::byte_string")] Vec<u8>),
     /// A row of `checkpoints`: id, value.
-    Checkpoint(String, Vec<u8>),
+    Checkpoint(String, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
     /// A row of `parts`: id, attempt, part, value.
-    Part(String, u32, u32, Vec<u8>),
+    Part(String, u32, u32, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
     /// A row of `keys`: source key, owning id.
-    Key(Vec<u8>, String),
+    Key(#[serde(with = "crate::codec::byte_string")] Vec<u8>, String),
     /// A row of `states`: state code, id.
     State(u8, String),
     /// A row of `commits`: key number, value.
-    Commit(u64, Vec<u8>),
+    Commit(u64, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
     /// A row of `garbage` (snapshot version 3): sequence number, index, value.
-    Garbage(u64, u32, Vec<u8>),
+    Garbage(u64, u32, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
 }
 
 /// The fixed fields of a snapshot.
@@ -651,6 +651,27 @@ mod tests {
         }
         for len in 0..bytes.len() {
             assert!(decode_snapshot(&bytes[..len], 9, "t").is_err(), "truncation to {len} went unnoticed");
+        }
+    }
+
+    /// Format stability of the entries inside a snapshot chunk (postcard, variant index first): a change here
+    /// makes every mirror's snapshots unreadable. Byte strings are a varint length and the bytes.
+    #[test]
+    fn snapshot_entries_golden_encodings() {
+        let cases = [
+            (SnapshotEntry::Meta(vec![1, 2, 3]), "0003010203"),
+            (SnapshotEntry::Checkpoint("a".into(), vec![4]), "0101610104"),
+            (SnapshotEntry::Part("a".into(), 0, 1, vec![5]), "02016100010105"),
+            (SnapshotEntry::Key(b"k".to_vec(), "a".into()), "03016b0161"),
+            (SnapshotEntry::State(1, "a".into()), "04010161"),
+            (SnapshotEntry::Commit(0, vec![6]), "05000106"),
+            (SnapshotEntry::Garbage(5, 1, vec![7]), "0605010107"),
+        ];
+        for (entry, hex) in cases {
+            let bytes = postcard::to_allocvec(&entry).unwrap();
+            let got: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(got, hex, "{entry:?}");
+            assert_eq!(postcard::from_bytes::<SnapshotEntry>(&bytes).unwrap(), entry);
         }
     }
 
