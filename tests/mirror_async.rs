@@ -278,8 +278,8 @@ async fn synchronous_callers_arriving_during_a_put_share_the_next_group_and_obje
 /// Issue 15, the awaited shapes: nobody waits for an asynchronous mirror's durable groups, so the uploader
 /// lingers on them as on unsynced ones, and a worker's stage calls and seal reach the mirror in the put that
 /// carries its `begin_commit` (which is waited for, and ends the linger by arriving). A lifecycle of 13 awaited
-/// calls took 13 puts before (one group, one put each, over a store that answers at once); the bound leaves room
-/// for a slow machine, whose calls may outlast one linger.
+/// calls took 13 puts before (one group, one put each, over a store that answers at once), and take 2 here on a
+/// quiet machine; the bound leaves room for a loaded one, whose calls may outlast a few lingers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_asynchronous_workers_awaited_calls_share_the_put_of_its_commit() {
     for kind in kinds() {
@@ -298,7 +298,7 @@ async fn an_asynchronous_workers_awaited_calls_share_the_put_of_its_commit() {
         store.mark_committed(0).await.unwrap();
         let puts = bucket.faults.put_paths().len() - at_open;
         println!("{kind:?}: 13 awaited calls of one lifecycle, {puts} puts");
-        assert!(puts <= 6, "{kind:?}: {puts} puts for one lifecycle's 13 awaited calls");
+        assert!(puts <= 8, "{kind:?}: {puts} puts for one lifecycle's 13 awaited calls");
         store.close();
         let restored = builder(&bucket, &dir.path().join("b.redb"), sync_settings(), &clock).open().await.unwrap();
         assert_eq!(restored.get(&id(0)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
@@ -308,11 +308,12 @@ async fn an_asynchronous_workers_awaited_calls_share_the_put_of_its_commit() {
 
 /// A writer waiting for room at the lag bound is counted as blocked on the uploader, which then puts what it
 /// holds instead of lingering: 20 calls under a bound of one group take a few milliseconds each, not the 50 ms
-/// linger each (over a second) they take when the uploader does not look.
+/// linger each (over a second) they take when the uploader does not look. On the two stores that answer at once:
+/// over moto each call also waits for an HTTP put, whose time under load would be measured instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[expect(clippy::disallowed_methods, reason = "the wall time of the calls is what is checked")]
 async fn a_writer_at_the_lag_bound_does_not_wait_for_the_linger() {
-    for kind in kinds() {
+    for kind in [Kind::Memory, Kind::Local] {
         let bucket = Bucket::new(kind, "async-bound-linger");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);
