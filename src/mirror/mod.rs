@@ -66,7 +66,10 @@ pub enum MirrorMode {
     Synchronous,
     /// Groups are uploaded in the background; a call is acked after the local commit, except that a batch
     /// holding a commit-protocol record (begin, mark, resolve, commit-empty, force-abort) is always in the mirror
-    /// before it is acked. Callers wait for room when either bound is reached.
+    /// before it is acked. Callers wait for room when either bound is reached. The uploader holds a group
+    /// nobody waits for up to [`MIRROR_LINGER_MS`](crate::limits::MIRROR_LINGER_MS) for the groups behind it,
+    /// so a worker's calls and its commit share one object; a `Store::flush` or a caller at a bound ends that
+    /// wait at once.
     ///
     /// Seals are acked before they are in the mirror: a lost disk can take back an acked seal. Act on a seal
     /// irrevocably (delete or acknowledge its source) only after a later `Store::flush` returned `Ok`.
