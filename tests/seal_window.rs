@@ -243,10 +243,22 @@ mod mirrored {
     use super::*;
 
     async fn mirrored_store(dir: &tempfile::TempDir, bucket: &FaultStore<InMemory>, mode: MirrorMode) -> Store {
+        mirrored_store_staging(dir, bucket, mode, StagingDurability::Immediate).await
+    }
+
+    async fn mirrored_store_staging(
+        dir: &tempfile::TempDir,
+        bucket: &FaultStore<InMemory>,
+        mode: MirrorMode,
+        staging: StagingDurability,
+    ) -> Store {
         let settings = MirrorSettings { mode, ..MirrorSettings::default() };
         let builder = Store::builder(JobId::new("j").unwrap(), TargetIdentity::new("t").unwrap());
-        let builder =
-            builder.path(dir.path().join("s.redb")).mirror(Arc::new(bucket.clone()), Path::from("m"), settings);
+        let builder = builder.path(dir.path().join("s.redb")).staging_durability(staging).mirror(
+            Arc::new(bucket.clone()),
+            Path::from("m"),
+            settings,
+        );
         builder.open().await.unwrap()
     }
 
@@ -333,14 +345,7 @@ mod mirrored {
         for mode in [MirrorMode::Synchronous, asynchronous] {
             let dir = tempfile::tempdir().unwrap();
             let bucket = FaultStore::new(InMemory::new());
-            let settings = MirrorSettings { mode, ..MirrorSettings::default() };
-            let store = Store::builder(JobId::new("j").unwrap(), TargetIdentity::new("t").unwrap())
-                .path(dir.path().join("s.redb"))
-                .staging_durability(StagingDurability::None)
-                .mirror(Arc::new(bucket.clone()), Path::from("m"), settings)
-                .open()
-                .await
-                .unwrap();
+            let store = mirrored_store_staging(&dir, &bucket, mode, StagingDurability::None).await;
             let started = std::time::Instant::now();
             for i in 0..20 {
                 store.stage(&id(i), part(i, i)).await.unwrap();
