@@ -364,6 +364,12 @@ fn stage_item(c: u64, part: u32) -> u64 {
     c * u64::from(STAGES) + u64::from(part)
 }
 
+/// Part `part` of checkpoint `c`: its one source key and one small result.
+fn stage_part(c: u64, part: u32) -> StagePart {
+    let i = stage_item(c, part);
+    StagePart::new(Attempt::FIRST, Part::new(part)).keys(vec![key(i)]).results(vec![small_result(i)])
+}
+
 /// The waves of a job: `workers` consecutive checkpoints each.
 fn waves(checkpoints: std::ops::Range<u64>, workers: usize) -> Vec<Vec<u64>> {
     checkpoints.collect::<Vec<_>>().chunks(workers.max(1)).map(<[u64]>::to_vec).collect()
@@ -451,13 +457,7 @@ impl Sinkpoint {
     /// One checkpoint's task: its stage calls (one after another, or all at once), then the seal.
     async fn checkpoint(&self, c: u64, concurrent: bool) {
         let id = input(c);
-        let stage = |part: u32| {
-            let i = stage_item(c, part);
-            self.store.stage(
-                &id,
-                StagePart::new(Attempt::FIRST, Part::new(part)).keys(vec![key(i)]).results(vec![small_result(i)]),
-            )
-        };
+        let stage = |part: u32| self.store.stage(&id, stage_part(c, part));
         if concurrent {
             for outcome in join_all((0..STAGES).map(stage)).await {
                 assert!(matches!(outcome.expect("stage"), StageOutcome::Staged), "a new part");
@@ -474,14 +474,11 @@ impl Sinkpoint {
     /// queued in the window.
     async fn windowed_checkpoint(&self, window: &mut SealWindow<'_>, c: u64) {
         let id = input(c);
-        let part = |part: u32| {
-            let i = stage_item(c, part);
-            StagePart::new(Attempt::FIRST, Part::new(part)).keys(vec![key(i)]).results(vec![small_result(i)])
-        };
         for n in 0..STAGES - 1 {
-            assert!(matches!(self.store.stage(&id, part(n)).await.expect("stage"), StageOutcome::Staged), "a new part");
+            let outcome = self.store.stage(&id, stage_part(c, n)).await.expect("stage");
+            assert!(matches!(outcome, StageOutcome::Staged), "a new part");
         }
-        window.stage_and_seal(&id, part(STAGES - 1), STAGES).await.expect("queue the seal");
+        window.stage_and_seal(&id, stage_part(c, STAGES - 1), STAGES).await.expect("queue the seal");
     }
 
     /// Waves of concurrent checkpoints, one commit after each; then every group is in the mirror.
