@@ -17,6 +17,9 @@
 //! `DIR/shared` (standing in for the object store every machine sees), this process adopts and commits; kill
 //! any of them (or this one) and run again.
 //!
+//! Each of the `--workers` tasks runs the worker loop a job should: skip what is processed, write, stage and queue
+//! the seal in its own `SealWindow`, flush the window before its inputs count as done.
+//!
 //! Crash points: after-stage, after-seal, after-begin-commit, after-target-commit-before-mark, unknown-outcome.
 //! A crash is a real process exit with code 86, with no clean shutdown.
 
@@ -29,7 +32,7 @@ use sinkpoint::DirTable;
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{Inbox, SharedStaging, Worker};
-use sinkpoint::{Attempt, Part, StagePart};
+use sinkpoint::{Attempt, Part, SealWindow, SealWindowSettings, StagePart};
 use sinkpoint::{
     CheckpointId, CommitKey, CommitOutcome, JobId, ProbeOutcome, Store, Target, TargetCommit, TargetIdentity,
 };
@@ -167,9 +170,11 @@ fn input_key(i: usize) -> Vec<u8> {
     format!("source://inputs/{i:05}.csv").into_bytes()
 }
 
-/// One worker task: read input `i` (here: make its rows), write a data file, stage, seal.
+/// One input of a worker: read input `i` (here: make its rows), write a data file, stage its one part and queue
+/// its seal in the worker's window.
 async fn work(
     store: &Store,
+    window: &mut SealWindow<'_>,
     table: &DirTable,
     i: usize,
     rows: usize,
@@ -202,12 +207,53 @@ async fn work(
         store.stage(&id, part).await?;
         crash("after-stage");
     }
-    // The one part and the seal in one durable commit.
-    store.stage_and_seal(&id, part, 1).await?;
+    // The one part and the seal in one commit, queued: the worker goes on to its next input while the store
+    // commits, and one fsync serves half a window of seals. A seal counts once the window's flush reports it.
+    window.stage_and_seal(&id, part, 1).await?;
     if crash_at == Some("after-seal") {
         crash("after-seal");
     }
     Ok(true)
+}
+
+/// One round of the in-process job: `--workers` tasks, worker `k` taking every `workers`-th input of the round
+/// from its `k`-th, each with its own seal window, flushed before the task ends. Returns the inputs written and
+/// those found already processed.
+async fn run_round(
+    args: &Args,
+    store: &Arc<Store>,
+    table: &DirTable,
+    round: &[usize],
+) -> sinkpoint::Result<(usize, usize)> {
+    let stage_crash = args.crash_at.as_deref().filter(|p| p.starts_with("after-s"));
+    let mut tasks = Vec::new();
+    for k in 0..args.workers.min(round.len()) {
+        let inputs: Vec<usize> = round.iter().copied().skip(k).step_by(args.workers).collect();
+        let (store, table) = (store.clone(), table.clone());
+        // Crash at a stage point only in the middle of the job, so some inputs are done and some not.
+        let crash_input =
+            stage_crash.filter(|_| inputs.contains(&(args.inputs / 2))).map(|p| (args.inputs / 2, p.to_owned()));
+        let (rows, work_ms) = (args.rows, args.work_ms);
+        tasks.push(tokio::spawn(async move {
+            let mut window = SealWindow::new(&store, SealWindowSettings::default())?;
+            let (mut written, mut skipped) = (0usize, 0usize);
+            for i in inputs {
+                let crash_here = crash_input.as_ref().filter(|(at, _)| *at == i).map(|(_, p)| p.as_str());
+                match work(&store, &mut window, &table, i, rows, work_ms, crash_here).await? {
+                    true => written += 1,
+                    false => skipped += 1,
+                }
+            }
+            window.flush().await?;
+            Ok::<_, sinkpoint::Error>((written, skipped))
+        }));
+    }
+    let (mut written, mut skipped) = (0usize, 0usize);
+    for task in tasks {
+        let (w, s) = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
+        (written, skipped) = (written + w, skipped + s);
+    }
+    Ok((written, skipped))
 }
 
 /// The job's shared staging: `DIR/shared`, a local directory standing in for the object store every machine
@@ -397,29 +443,14 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
             args.worker_processes, commit.committed_keys
         );
     } else {
-        let mut written = 0usize;
-        let mut skipped = 0usize;
-        let stage_crash = args.crash_at.as_deref().filter(|p| p.starts_with("after-s"));
-        for wave in (0..args.inputs).collect::<Vec<_>>().chunks(args.workers) {
-            let mut tasks = Vec::new();
-            for &i in wave {
-                let (store, table) = (store.clone(), table.clone());
-                // Crash at a stage point only in the middle of the job, so some inputs are done and some not.
-                let crash_here = stage_crash.filter(|_| i == args.inputs / 2).map(str::to_owned);
-                let (rows, work_ms) = (args.rows, args.work_ms);
-                tasks.push(tokio::spawn(
-                    async move { work(&store, &table, i, rows, work_ms, crash_here.as_deref()).await },
-                ));
-            }
-            for task in tasks {
-                match task.await.map_err(|e| std::io::Error::other(e.to_string()))?? {
-                    true => written += 1,
-                    false => skipped += 1,
-                }
-            }
-            if args.commit_every > 0
-                && (wave[0] / args.commit_every) != ((wave[wave.len() - 1] + 1) / args.commit_every)
-            {
+        let (mut written, mut skipped) = (0usize, 0usize);
+        // The inputs in rounds of `--commit-every` (all of them without it): the workers write a round, each
+        // flushes its window, then the round's seals are committed.
+        let round_len = if args.commit_every > 0 { args.commit_every } else { args.inputs };
+        for round in (0..args.inputs).collect::<Vec<_>>().chunks(round_len) {
+            let (w, s) = run_round(&args, &store, &table, round).await?;
+            (written, skipped) = (written + w, skipped + s);
+            if args.commit_every > 0 {
                 committer.commit_pending().await?;
             }
         }
