@@ -230,7 +230,9 @@ async fn run_round(
     for k in 0..args.workers.min(round.len()) {
         let inputs: Vec<usize> = round.iter().copied().skip(k).step_by(args.workers).collect();
         let (store, table) = (store.clone(), table.clone());
-        // Crash at a stage point only in the middle of the job, so some inputs are done and some not.
+        // Crash at a stage point only in the middle of the job: inputs before it are written, their seals queued
+        // and only those a durable point covered kept (a window's seals count once flushed), those after it not
+        // begun. The rerun redoes whatever did not land, and collects nothing twice.
         let crash_input =
             stage_crash.filter(|_| inputs.contains(&(args.inputs / 2))).map(|p| (args.inputs / 2, p.to_owned()));
         let (rows, work_ms) = (args.rows, args.work_ms);
