@@ -232,7 +232,7 @@ async fn run_round(
         let (store, table) = (store.clone(), table.clone());
         // Crash at a stage point only in the middle of the job: inputs before it are written, their seals queued
         // and only those a durable point covered kept (a window's seals count once flushed), those after it not
-        // begun. The rerun redoes whatever did not land, and collects nothing twice.
+        // begun. The rerun redoes whatever did not land; the table gets nothing twice.
         let crash_input =
             stage_crash.filter(|_| inputs.contains(&(args.inputs / 2))).map(|p| (args.inputs / 2, p.to_owned()));
         let (rows, work_ms) = (args.rows, args.work_ms);
