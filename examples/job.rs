@@ -233,14 +233,13 @@ async fn run_round(
         // Crash at a stage point only in the middle of the job: inputs before it are written, their seals queued
         // and only those a durable point covered kept (a window's seals count once flushed), those after it not
         // begun. The rerun redoes whatever did not land; the table gets nothing twice.
-        let crash_input =
-            stage_crash.filter(|_| inputs.contains(&(args.inputs / 2))).map(|p| (args.inputs / 2, p.to_owned()));
+        let (crash_input, crash_point) = (args.inputs / 2, stage_crash.map(str::to_owned));
         let (rows, work_ms) = (args.rows, args.work_ms);
         tasks.push(tokio::spawn(async move {
             let mut window = SealWindow::new(&store, SealWindowSettings::default())?;
             let (mut written, mut skipped) = (0usize, 0usize);
             for i in inputs {
-                let crash_here = crash_input.as_ref().filter(|(at, _)| *at == i).map(|(_, p)| p.as_str());
+                let crash_here = crash_point.as_deref().filter(|_| i == crash_input);
                 match work(&store, &mut window, &table, i, rows, work_ms, crash_here).await? {
                     true => written += 1,
                     false => skipped += 1,
