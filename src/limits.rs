@@ -46,8 +46,8 @@ pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
 pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
 /// How long the mirror's uploader holds a segment that ends with a group nobody waits for, waiting for the
 /// groups behind it, in milliseconds. Nobody waits for a group committed without an fsync (a `SealWindow`'s
-/// seals, non-durable staging) in either mode, nor for any durable one but a commit-protocol record's under an
-/// asynchronous mirror. The window's next durable seal, or an asynchronous worker's next calls and its commit,
+/// seals, non-durable staging) in either mode, nor for any durable one but a commit intent's (or another protocol
+/// record's but the mark) under an asynchronous mirror. The window's next durable seal, or an asynchronous worker's next calls and its commit,
 /// usually come well within it, and one put then carries the lot. Nobody waits for the linger: a group that is
 /// waited for ends it by arriving, and a `Store::flush`, a synchronous mirror's durable barrier or a writer at an
 /// asynchronous mirror's lag bound ends it within a couple of milliseconds.

@@ -65,8 +65,9 @@ pub enum MirrorMode {
     /// mirror too.
     Synchronous,
     /// Groups are uploaded in the background; a call is acked after the local commit, except that a batch
-    /// holding a commit-protocol record (begin, mark, resolve, commit-empty, force-abort) is always in the mirror
-    /// before it is acked. Callers wait for room when either bound is reached. The uploader holds a group
+    /// holding a commit-protocol record (begin, resolve, commit-empty, force-abort; every one but the mark of a
+    /// landed commit) is always in the mirror before it is acked. A mark lost with the disk leaves its key
+    /// committing, and recovery finds the commit in the target by its key. Callers wait for room when either bound is reached. The uploader holds a group
     /// nobody waits for up to [`MIRROR_LINGER_MS`](crate::limits::MIRROR_LINGER_MS) for the groups behind it,
     /// so a worker's calls and its commit share one object; a `Store::flush` or a caller at a bound ends that
     /// wait at once.

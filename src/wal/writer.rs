@@ -22,8 +22,8 @@ use crate::wal::tables::Meta;
 /// The receiver of each committed batch's frames: the mirror.
 pub(crate) trait Shipper: Send {
     /// Hands the frames of one committed batch (never empty) to the mirror; `meta` is the state after it. Returns
-    /// once the batch is in the mirror when it is [`GroupKind::Waited`] (it holds a commit-protocol record, which
-    /// must be there before any call of the batch is acked whatever the mode), or [`GroupKind::Durable`] and the
+    /// once the batch is in the mirror when it is [`GroupKind::Waited`] (it holds a commit intent or another
+    /// protocol record that must be there before any call of the batch is acked whatever the mode), or [`GroupKind::Durable`] and the
     /// mirror is synchronous; else at once. Returns the lowest sequence number that must stay in the local log
     /// (everything below is safely in the mirror's snapshot). An error of kind `Fenced` means a newer writer has
     /// taken over.
@@ -40,7 +40,8 @@ pub(crate) trait Shipper: Send {
 /// What a committed group promises, which decides who waits for its segment.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum GroupKind {
-    /// Holds a commit-protocol record: in the mirror before it is acked, in every mode.
+    /// Holds a record that is in the mirror before it is acked in every mode: a commit intent, or a protocol
+    /// record but `MarkCommitted` (see `is_waited_in_every_mode`).
     Waited,
     /// fsynced locally: in the mirror before it is acked in synchronous mode.
     Durable,
@@ -50,12 +51,15 @@ pub(crate) enum GroupKind {
     Unsynced,
 }
 
-/// Whether a record belongs to the commit protocol, whose records are in the mirror before they are acked in
-/// every mirror mode (only staging may lag).
-fn is_commit_protocol(record: &Record) -> bool {
+/// Whether a record must be in the mirror before its call is acked in every mirror mode: a commit intent before
+/// the target is called, and the protocol records a caller or an operator acts on with nothing to re-derive them
+/// from. Only the records whose loss a restore can make up for may lag an asynchronous mirror: staging, seals, and
+/// `MarkCommitted`. A lost mark leaves its key `Committing` with the intent in the mirror, which is the crash point
+/// after the target commit and before the mark: recovery probes the key and marks it again (F1), and the table
+/// holds the rows whatever the caller did after the ack. The next commit intent ships behind the mark, in order.
+fn is_waited_in_every_mode(record: &Record) -> bool {
     match record {
         Record::BeginCommit { .. }
-        | Record::MarkCommitted { .. }
         | Record::MarkUnknown { .. }
         | Record::MarkNotCommitted { .. }
         | Record::Resolve { .. }
@@ -68,6 +72,7 @@ fn is_commit_protocol(record: &Record) -> bool {
         | Record::Open { .. }
         | Record::Stage { .. }
         | Record::Seal { .. }
+        | Record::MarkCommitted { .. }
         | Record::Restart { .. }
         | Record::Abort { .. }
         | Record::Discard { .. } => false,
@@ -388,8 +393,10 @@ fn commit_batch(
         }
         tables.into_sizes()
     };
-    let must_wait =
-        batch.iter().zip(&results).any(|(call, result)| result.is_ok() && call.records.iter().any(is_commit_protocol));
+    let must_wait = batch
+        .iter()
+        .zip(&results)
+        .any(|(call, result)| result.is_ok() && call.records.iter().any(is_waited_in_every_mode));
     if frames.is_empty() && !(durable && *unsynced) {
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
