@@ -5,7 +5,8 @@
 //! the backlog's: the committer reads one commit's ids and counts at a time, then that key's results after its
 //! intent).
 //!
-//! `cargo bench --bench backlog`; quick mode (`cargo test --bench backlog`): 200 and 2,000.
+//! `cargo bench --bench backlog`; quick mode (`cargo test --bench backlog`): 200 and 2,000. `BACKLOG_CACHE_MIB=N`
+//! sets the store's redb cache (`StoreBuilder::cache_bytes`; the default is 64 MiB).
 
 #![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
 
@@ -38,7 +39,11 @@ fn child(n: u64) {
     let rt = common::runtime();
     let dir = common::tempdir();
     rt.block_on(async {
-        let store = Arc::new(Store::builder(job(), target()).path(dir.path().join("s.redb")).open().await.unwrap());
+        let mut builder = Store::builder(job(), target()).path(dir.path().join("s.redb"));
+        if let Ok(mib) = std::env::var("BACKLOG_CACHE_MIB") {
+            builder = builder.cache_bytes(mib.parse::<usize>().unwrap() << 20);
+        }
+        let store = Arc::new(builder.open().await.unwrap());
         let tasks = (0..32u64).map(|t| {
             let store = store.clone();
             tokio::spawn(async move {

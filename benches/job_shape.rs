@@ -9,7 +9,8 @@
 //! goal is 1/20 of Daft 0.7.26's 17.4 ms with one worker (0.87 ms) and 1/40 with 8 (0.45 ms).
 //!
 //! `cargo bench --bench job_shape` (N = 50 and 1,000, 5 pairs each; about 5 minutes); quick mode (`cargo test
-//! --bench job_shape`): N = 20, one pair.
+//! --bench job_shape`): N = 20, one pair. `JOB_SHAPE_ONLY=<text>` runs only the rows whose name contains it
+//! (for instance `JOB_SHAPE_ONLY="8 workers, mirror on a local dir, asynchronous, seals awaited"`).
 
 #![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
 
@@ -146,6 +147,7 @@ fn main() {
     let rt = common::runtime();
     let report = Report::default();
     let (sizes, pairs): (&[usize], usize) = if quick { (&[20], 1) } else { (&[50, 1000], 5) };
+    let only = std::env::var("JOB_SHAPE_ONLY").unwrap_or_default();
     let shapes = [
         (Seals::Windowed, Mirror::Synchronous),
         (Seals::Windowed, Mirror::Asynchronous),
@@ -156,6 +158,15 @@ fn main() {
     for &n in sizes {
         for workers in [1usize, 8] {
             for (seals, mirror) in shapes {
+                let name = format!(
+                    "cost per input / goal, N = {n}, {workers} worker{}, {}, seals {}",
+                    if workers == 1 { "" } else { "s" },
+                    mirror.describe(),
+                    if seals == Seals::Windowed { "in a window" } else { "awaited" },
+                );
+                if !name.contains(&only) {
+                    continue;
+                }
                 let (mut costs, mut plain_t, mut ckpt_t) = (Vec::new(), Vec::new(), Vec::new());
                 for pair in 0..pairs {
                     let (a, b) = (common::tempdir(), common::tempdir());
@@ -173,12 +184,6 @@ fn main() {
                 let (lo, hi) = costs.iter().fold((f64::MAX, f64::MIN), |(l, h), &c| (l.min(c), h.max(c)));
                 let per_input_ms = median(costs);
                 let goal_ms = if workers == 1 { 0.87 } else { 0.45 };
-                let name = format!(
-                    "cost per input / goal, N = {n}, {workers} worker{}, {}, seals {}",
-                    if workers == 1 { "" } else { "s" },
-                    mirror.describe(),
-                    if seals == Seals::Windowed { "in a window" } else { "awaited" },
-                );
                 let figures = format!(
                     "{per_input_ms:.3} ms per input (pairs: {lo:.3}-{hi:.3}; plain {:.1} ms, checkpointed {:.1} ms, medians)",
                     median(plain_t),
