@@ -37,6 +37,7 @@ pub(crate) struct Staged {
     pub author: Author,
     pub attempt: u32,
     pub part: u32,
+    #[serde(with = "crate::codec::byte_strings")]
     pub keys: Vec<SourceKey>,
     pub results: Vec<WriteResult>,
 }
@@ -47,6 +48,7 @@ pub(crate) struct Seal {
     pub id: CheckpointId,
     pub author: Author,
     pub attempt: u32,
+    #[serde(with = "crate::codec::byte_strings")]
     pub keys: Vec<SourceKey>,
     pub results: Vec<WriteResult>,
 }

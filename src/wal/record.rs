@@ -44,6 +44,7 @@ pub enum Record {
         /// The part.
         part: u32,
         /// The part's source keys.
+        #[serde(with = "crate::codec::byte_strings")]
         keys: Vec<SourceKey>,
         /// The part's write results.
         results: Vec<WriteResult>,
