@@ -10,7 +10,7 @@
 //!   slot. A zombie's next segment finds its slot taken by a higher epoch and stops with `Fenced`.
 //! - **Shipping** (`ship`): the writer thread hands every committed group to an uploader and goes on; the
 //!   uploader puts one segment at a time holding every group queued behind the last put, and sends the acks the
-//!   mode or a commit-protocol record held back when their group lands; snapshots every so many records, and
+//!   mode or a commit intent (any protocol record but a mark) held back when their group lands; snapshots every so many records, and
 //!   deletes what the newest manifest no longer references after a minimum age.
 //! - **Reading without the local file**: [`MirrorView`].
 //! - **The operator's collection** ([`find_garbage`], [`delete_garbage`]): what a dead writer's own collection

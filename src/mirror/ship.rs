@@ -2,7 +2,7 @@
 //! thread with a ticket (its group number); the uploader puts one segment at a time, in slot order, and a segment
 //! holds every group queued when its put began (the groups committed while the previous put was in flight), so a
 //! slow object store costs fewer, larger puts rather than one put per group. The writer waits for its group
-//! when the mode or a commit-protocol record says so, and for room when the asynchronous lag bound is reached.
+//! when the mode or a commit intent (any protocol record but a mark) says so, and for room when the asynchronous lag bound is reached.
 //! A maintenance thread makes snapshots (a group after which a snapshot is due ends its segment, so the snapshot
 //! names the next slot), writes the manifest update that references each, and, after the minimum age, deletes
 //! what the newest manifest no longer references.
@@ -387,7 +387,7 @@ impl Uploader {
 
     /// `first` and every group queued behind it that fits one segment; if that ends with a group nobody waits
     /// for, also the groups that arrive within the linger, up to the first one somebody waits for (a
-    /// `SealWindow`'s durable seal under a synchronous mirror, a commit-protocol record under either): one put
+    /// `SealWindow`'s durable seal under a synchronous mirror, a commit intent under either): one put
     /// for a window's seals, or for an asynchronous worker's stage calls and their commit, instead of one each.
     fn fill(&mut self, first: Group, groups: &mpsc::Receiver<Group>) -> Vec<Group> {
         let (mut bytes, mut frames) = (first.bytes(), first.frames.len());
