@@ -31,8 +31,9 @@
 //!    through, holding, in synchronous mode, every acknowledged call;
 //! 3. every key the table holds was recorded with its ids, locally and in the mirror, before it was called;
 //! 4. recovery opens the crash image (or, with [`System::lose_local_file`], restores from the mirror alone)
-//!    with the same mirror objects and table, reaching the crash's state; runs `Committer::recover`, finishes
-//!    the workload (each operation's outcome as in the trace, where an unknown commit outcome may move between
+//!    with the same mirror objects and table, reaching the crash's state (the mirror's, when the file is lost);
+//!    runs `Committer::recover`, finishes the workload (over an asynchronous mirror with the file lost, from the
+//!    first operation whose records the mirror lacked, as a job restarted from its last flush redoes it) (each operation's outcome as in the trace, where an unknown commit outcome may move between
 //!    commit calls) and the job (`finish()` until nothing is pending);
 //! 5. at the end: no checkpoint is left Sealed, Committing or CommitUnknown; the table holds one commit per
 //!    recorded key, each with exactly its checkpoints' staged write results, none twice; every committed
@@ -65,7 +66,7 @@ pub use system::{SNAPSHOTS_OFF, Stall, System};
 use crate::testkit::CrashBackend;
 use crate::types::{CheckpointId, SourceKey, WriteResult};
 use driver::{CallRecord, Driver, Stop};
-pub use system_run::LatePuts;
+pub use system_run::CrashNotes;
 
 /// One caller operation of a workload. Attempts are not named: the driver stages into the checkpoint's current
 /// attempt, as a caller that reads it with `get` does.
@@ -226,6 +227,10 @@ pub struct Report {
     pub late_delivered: u64,
     /// Of those, how many landed (the others were refused by their conditions).
     pub late_landed: u64,
+    /// Over an asynchronous mirror with the disk lost: operations the reruns redid, over every crash point.
+    pub ops_redone: u64,
+    /// Likewise: acknowledged marks the restored mirror lacked, which recovery found in the table.
+    pub marks_lost: u64,
 }
 
 /// A current-thread runtime for the runner (the store's writer is its own thread).
@@ -297,11 +302,12 @@ impl Workload {
 
     /// Crashes the workload at I/O operation `k`, recovers, checks, and (with `finish`) finishes the workload and
     /// compares its end with the trace's. The error says what broke, at which call.
-    /// Returns the late puts the crash delivered (with a [`Stall`]).
-    pub fn crash_at(&self, rt: &Runtime, trace: &Trace, k: u64, finish: bool) -> Result<LatePuts, String> {
+    /// Returns what the recovery met beyond passing: late puts (with a [`Stall`]), operations redone and marks
+    /// lost (an asynchronous mirror with the disk lost).
+    pub fn crash_at(&self, rt: &Runtime, trace: &Trace, k: u64, finish: bool) -> Result<CrashNotes, String> {
         let result = match &self.system {
             Some(system) => self.crash_system(rt, trace, k, system),
-            None => self.crash_at_inner(rt, trace, k, finish).map(|()| LatePuts::default()),
+            None => self.crash_at_inner(rt, trace, k, finish).map(|()| CrashNotes::default()),
         };
         result.map_err(|e| format!("{} crash point {k}: {e}", self.name))
     }
@@ -387,11 +393,13 @@ impl Workload {
     pub fn run_exhaustive(&self) -> Result<Report, String> {
         let rt = runtime()?;
         let trace = self.trace(&rt)?;
-        let (mut late_delivered, mut late_landed) = (0, 0);
+        let (mut late_delivered, mut late_landed, mut ops_redone, mut marks_lost) = (0, 0, 0, 0);
         for k in 1..=trace.io_ops {
-            let late = self.crash_at(&rt, &trace, k, true)?;
-            late_delivered += late.delivered;
-            late_landed += late.landed;
+            let notes = self.crash_at(&rt, &trace, k, true)?;
+            late_delivered += notes.delivered;
+            late_landed += notes.landed;
+            ops_redone += notes.redone;
+            marks_lost += notes.marks_lost;
         }
         Ok(Report {
             crash_points: trace.io_ops,
@@ -399,6 +407,8 @@ impl Workload {
             per_component: trace.per_component,
             late_delivered,
             late_landed,
+            ops_redone,
+            marks_lost,
         })
     }
 }

@@ -148,7 +148,7 @@ fn system_from_byte(b: u8) -> Option<System> {
         }
         _ => {
             let mode = MirrorMode::Asynchronous { lag_batches_max: 2, lag_ms_max: u64::MAX };
-            System::mirrored(mode, if variant { 4 } else { SNAPSHOTS_OFF })
+            if variant { System::mirrored(mode, 4).losing_local_file() } else { System::mirrored(mode, SNAPSHOTS_OFF) }
         }
     };
     Some(system.with_faults(faults, Vec::new()))
@@ -161,7 +161,8 @@ fn system_from_byte(b: u8) -> Option<System> {
 /// target and an asynchronous one (two groups of lag); bits 2–4 choose the target's first commit fault (pass,
 /// fail before, land and lose the ack, unknown and not landed, land late; 5–7 pass), bits 5–6 its second (pass,
 /// land and lose the ack, unknown, land late); bit 7 a variant: the target's second probe is unknown, the local
-/// file is lost at the crash (synchronous mirror), or a snapshot every four records (asynchronous mirror).
+/// file is lost at the crash (synchronous mirror), or a snapshot every four records and the local file lost at
+/// the crash (asynchronous mirror: the rerun redoes what the mirror lacked).
 ///
 /// The next two bytes, little-endian, choose the fault class in their top two bits and, in the other fourteen,
 /// the crash point (modulo the run's I/O points, which with a system are those of the local file, the mirror and

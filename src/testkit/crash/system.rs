@@ -29,8 +29,9 @@ pub struct System {
     pub commit_faults: Vec<CommitFault>,
     /// What the target does to its probes, likewise.
     pub probe_faults: Vec<ProbeFault>,
-    /// Whether the local file is lost with the process: every recovery restores it from the mirror alone
-    /// (synchronous mode only, where the mirror holds every acknowledged call).
+    /// Whether the local file is lost with the process: every recovery restores it from the mirror alone. A
+    /// synchronous mirror holds every acknowledged call; over an asynchronous one the job reruns from the first
+    /// operation the mirror lacks.
     pub lose_local_file: bool,
     /// Whether the mirror puts the crash stopped are delivered late, and when (see [`Stall`]).
     pub stall: Stall,

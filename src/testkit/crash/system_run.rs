@@ -15,6 +15,7 @@ use super::system::World;
 use super::{Image, Logical, Op, OpOutcome, Stall, System, Trace, Workload, stopped};
 use crate::error::ErrorKind;
 use crate::mirror::{MirrorMode, MirrorView};
+use crate::state::CheckpointState;
 use crate::testkit::{Component, CrashBackend, Mutation, ProcessCrash};
 use crate::types::SourceKey;
 
@@ -83,20 +84,27 @@ fn deliver_late_puts(rt: &Runtime, world: &World) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// The puts a crash stopped and the stall class delivered late ([`Stall`]).
+/// What one crash point's recovery met beyond passing: the puts a crash stopped and the stall class delivered
+/// late ([`Stall`]), and, over an asynchronous mirror with the disk lost, what the mirror lacked.
 #[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
-pub struct LatePuts {
-    /// Delivered.
+pub struct CrashNotes {
+    /// Late puts delivered.
     pub delivered: u64,
     /// Of those, landed (the others were refused by their conditions).
     pub landed: u64,
+    /// Operations the rerun redid because the restored mirror lacked calls acknowledged before the crash.
+    pub redone: u64,
+    /// Commit keys whose mark was acknowledged before the crash but which the restored mirror held
+    /// `Committing`: recovery found them in the table.
+    pub marks_lost: u64,
 }
 
-impl LatePuts {
-    fn of(delivered: &[(String, bool)]) -> Self {
+impl CrashNotes {
+    fn late(delivered: &[(String, bool)]) -> Self {
         Self {
             delivered: delivered.len() as u64,
             landed: delivered.iter().filter(|(_, landed)| *landed).count() as u64,
+            ..Self::default()
         }
     }
 }
@@ -174,7 +182,7 @@ impl Workload {
         trace: &Trace,
         k: u64,
         system: &System,
-    ) -> Result<LatePuts, String> {
+    ) -> Result<CrashNotes, String> {
         let process = ProcessCrash::new();
         process.crash_at(Some(k));
         let backend = CrashBackend::new();
@@ -190,7 +198,7 @@ impl Workload {
                 return if outcomes != trace.outcomes || want != Some(&end.summary) {
                     Err("a run without a crash differs from the trace".into())
                 } else {
-                    Ok(LatePuts::default())
+                    Ok(CrashNotes::default())
                 };
             }
             Err(Stop::Failed(message)) => return Err(message),
@@ -225,7 +233,7 @@ impl Workload {
         last: usize,
         resume: usize,
         universe: &BTreeSet<SourceKey>,
-    ) -> Result<LatePuts, String> {
+    ) -> Result<CrashNotes, String> {
         let system = &world.system;
         // The local file: exactly the durable image the crash-free run had after as many local operations.
         let image = backend.crash_image();
@@ -263,14 +271,22 @@ impl Workload {
                 ));
             }
         }
+        let mirrored_seq = mirrored.as_ref().map_or(0, |(_, image)| image.next_seq());
+        let marks_lost = marks_lost(trace.images.get(last).and_then(Option::as_ref), mirrored.as_ref().map(|m| &m.1));
         let mirrored = mirrored.map(|(logical, _)| logical);
 
         // Recovery: the crash image (or an empty file, when it is lost), the same mirror objects, the same table;
-        // then the job's rerun.
+        // then the job's rerun. An asynchronous mirror may lose acknowledged calls with the disk: the job reruns
+        // from the first operation whose records the mirror lacks, as a job restarted from its last flush would.
         let lost = system.lose_local_file;
-        if lost && system.mirror.as_ref().is_none_or(|m| m.mode != MirrorMode::Synchronous) {
-            return Err("only a synchronous mirror holds every acknowledged call: a lost local file needs one".into());
-        }
+        let (resume, redone) = match &system.mirror {
+            None if lost => return Err("a lost local file needs a mirror to restore from".into()),
+            Some(m) if lost && m.mode != MirrorMode::Synchronous => {
+                let from = redo_from(trace, last, mirrored_seq).min(resume);
+                (from, (resume - from) as u64)
+            }
+            _ => (resume, 0),
+        };
         let mut driver = driver.recover(if lost { CrashBackend::new() } else { image });
         driver.at_op(resume);
         driver.open().map_err(|e| format!("recovery open: {}", stopped(e)))?;
@@ -310,13 +326,13 @@ impl Workload {
             ));
         }
         driver.restore_check(&end).map_err(|e| format!("{e}{}", late_note(&delivered_early)))?;
-        let mut late = LatePuts::of(&delivered_early);
+        let mut notes = CrashNotes { redone, marks_lost, ..CrashNotes::late(&delivered_early) };
         if system.stall == Stall::AfterSuccessorEnd {
             let delivered = deliver_late_puts(rt, world);
             driver.restore_check(&end).map_err(|e| format!("{e}{}", late_note(&delivered)))?;
-            late = LatePuts::of(&delivered);
+            notes = CrashNotes { redone, marks_lost, ..CrashNotes::late(&delivered) };
         }
-        Ok(late)
+        Ok(notes)
     }
 
     /// With a mirror: what the mirror alone holds right after the crash must restore, be a state the local
@@ -358,4 +374,30 @@ impl Workload {
         }
         Ok(Some((logical, view)))
     }
+}
+
+/// The first operation a job must redo after losing its disk over an asynchronous mirror that holds the records
+/// up to `mirrored_seq`: the operation of the first call, up to the one in flight (`last`), whose acknowledged
+/// state the mirror does not hold. A call's records ship in one group, so the mirror holds all of a call or
+/// none of it. `usize::MAX` when the mirror holds every call made.
+fn redo_from(trace: &Trace, last: usize, mirrored_seq: u64) -> usize {
+    (0..=last)
+        .find(|&c| trace.images.get(c + 1).and_then(Option::as_ref).map_or(0, Image::next_seq) > mirrored_seq)
+        .map_or(usize::MAX, |c| trace.calls[c].op)
+}
+
+/// The commit keys `acked` holds committed and `mirrored` (the mirror alone, restored) still holds in flight.
+fn marks_lost(acked: Option<&Image>, mirrored: Option<&Image>) -> u64 {
+    let (Some(acked), Some(mirrored)) = (acked, mirrored) else { return 0 };
+    let mirrored = mirrored.commit_records();
+    acked
+        .commit_records()
+        .iter()
+        .filter(|(_, c)| matches!(c.state, CheckpointState::Committed { .. }))
+        .filter(|(n, _)| {
+            mirrored.get(n).is_some_and(|m| {
+                matches!(m.state, CheckpointState::Committing { .. } | CheckpointState::CommitUnknown { .. })
+            })
+        })
+        .count() as u64
 }
