@@ -1,5 +1,5 @@
 //! The local rows, each against raw redb on the same disk in the same run: one durable stage vs one durable
-//! single-insert commit; 1, 8, 32 and 128 concurrent stagers (group commit) vs serial durable commits and vs
+//! single-insert commit, and vs raw redb doing the same writes by hand (the layout's part of the gap); 1, 8, 32 and 128 concurrent stagers (group commit) vs serial durable commits and vs
 //! durable commits of 1,000 inserts each; `is_processed` vs redb point gets. Criterion times each operation;
 //! then each subject and its baseline run in alternating bursts (`common::paired_rounds`) for the ratios, which
 //! it prints last.
@@ -42,6 +42,11 @@ const RAW_BATCH_INSERTS: u64 = 1000;
 /// The stage-shaped raw baseline: calls a commit (about what 128 stagers get), checkpoints written to, tables.
 const SHAPED_CALLS_A_COMMIT: u64 = 64;
 const SHAPED_IDS: u64 = 128;
+/// Its single-call twin, the layout's part of row 1: one call a commit, into one checkpoint (as the durable
+/// stage row stages into one checkpoint).
+const SHAPED_SINGLE: Shaped = Shaped { name: "redb-stage-shaped-1-call-a-commit", calls_a_commit: 1, ids: 1 };
+const SHAPED_GROUPED: Shaped =
+    Shaped { name: "redb-stage-shaped-64-calls-a-commit", calls_a_commit: SHAPED_CALLS_A_COMMIT, ids: SHAPED_IDS };
 const SHAPED_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const SHAPED_PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
 const SHAPED_CHECKPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoints");
@@ -72,6 +77,7 @@ fn main() {
     let raw_one_nd = raw_db(&dir.join("one-raw-nd.redb"));
     let raw_batch = raw_db(&dir.join("batch-raw.redb"));
     let raw_shaped = raw_db(&dir.join("shaped-raw.redb"));
+    let raw_shaped_one = raw_db(&dir.join("shaped-raw-one.redb"));
     let raw_lookup = raw_lookup_db(dir, lookup_keys);
     let probes = lookup_probes(&lookup, lookup_keys);
     let held = raw_lookup.begin_read().expect("raw read");
@@ -80,12 +86,13 @@ fn main() {
     let mut durable = vec![
         stage_op("sinkpoint-stage", &rt, &one, "one"),
         raw_single_op("redb-single-insert", &raw_one, redb::Durability::Immediate),
+        raw_shaped_op(&raw_shaped_one, SHAPED_SINGLE),
         stage_op("sinkpoint-stage-nondurable", &rt, &one_nd, "nd"),
         raw_single_op("redb-single-insert-nondurable", &raw_one_nd, redb::Durability::None),
     ];
     let mut grouped: Vec<Op<'_>> = STAGERS.iter().map(|&n| stagers_op(n, &rt, &group)).collect();
     grouped.push(raw_batch_op(&raw_batch));
-    grouped.push(raw_shaped_op(&raw_shaped));
+    grouped.push(raw_shaped_op(&raw_shaped, SHAPED_GROUPED));
     let mut lookups = vec![
         Op::new("sinkpoint-is-processed", 1, 256, |iters| {
             timed_lookups(iters, &probes, |k| lookup.is_processed(k).expect("lookup"))
@@ -109,6 +116,8 @@ fn main() {
     let mut all: Vec<Op<'_>> = durable.into_iter().chain(grouped).chain(lookups).collect();
     let mut pairs = vec![
         ("sinkpoint-stage", "redb-single-insert"),
+        ("sinkpoint-stage", SHAPED_SINGLE.name),
+        (SHAPED_SINGLE.name, "redb-single-insert"),
         ("sinkpoint-stage-nondurable", "redb-single-insert-nondurable"),
         ("sinkpoint-is-processed", "redb-get-a-read-txn-each"),
         ("sinkpoint-is-processed", "redb-get-one-held-read-txn"),
@@ -117,7 +126,7 @@ fn main() {
         pairs.push((stagers_name(n), "redb-single-insert"));
         pairs.push((stagers_name(n), "redb-1000-inserts-a-commit"));
         if n >= 32 {
-            pairs.push((stagers_name(n), "redb-stage-shaped-64-calls-a-commit"));
+            pairs.push((stagers_name(n), SHAPED_GROUPED.name));
             pairs.push((stagers_name(n), "sinkpoint-stage"));
         }
     }
@@ -157,6 +166,22 @@ fn report_rows(report: &Report, r: &common::Rounds) {
                 fmt_dur(t("redb-single-insert")),
                 spread("sinkpoint-stage", "redb-single-insert")
             ),
+        );
+    }
+    if let Some(ratio) = r.ratio(SHAPED_SINGLE.name, "redb-single-insert") {
+        report.add(
+            "raw redb doing a stage call's writes by hand, one call a commit / raw redb single-insert commit (time): the layout's part of row 1",
+            ratio,
+            Goal::Info,
+            format!("{} vs {}", fmt_dur(t(SHAPED_SINGLE.name)), fmt_dur(t("redb-single-insert"))),
+        );
+    }
+    if let Some(ratio) = r.ratio("sinkpoint-stage", SHAPED_SINGLE.name) {
+        report.add(
+            "durable stage / raw redb doing its writes by hand, one call a commit (time): the machinery's part",
+            ratio,
+            Goal::Info,
+            format!("{} vs {}", fmt_dur(t("sinkpoint-stage")), fmt_dur(t(SHAPED_SINGLE.name))),
         );
     }
     if let Some(ratio) = r.ratio("sinkpoint-stage-nondurable", "redb-single-insert-nondurable") {
@@ -199,12 +224,12 @@ fn report_rows(report: &Report, r: &common::Rounds) {
                 format!("{} vs {}", rate(name), rate("sinkpoint-stage")),
             );
         }
-        if let (Some(ratio), true) = (r.ratio("redb-stage-shaped-64-calls-a-commit", name), n >= 32) {
+        if let (Some(ratio), true) = (r.ratio(SHAPED_GROUPED.name, name), n >= 32) {
             report.add(
                 format!("{who} / raw redb doing a stage call's writes by hand, 64 calls a commit (per second)"),
                 ratio,
                 Goal::Info,
-                format!("{} vs {}", rate(name), rate("redb-stage-shaped-64-calls-a-commit")),
+                format!("{} vs {}", rate(name), rate(SHAPED_GROUPED.name)),
             );
         }
     }
@@ -351,14 +376,22 @@ fn raw_batch_op(db: &Database) -> Op<'_> {
     })
 }
 
+/// A stage-shaped raw baseline: `calls_a_commit` calls a durable commit, spread over `ids` checkpoints.
+#[derive(Clone, Copy)]
+struct Shaped {
+    name: &'static str,
+    calls_a_commit: u64,
+    ids: u64,
+}
+
 /// What one stage call writes, done by hand in raw redb (no channel, no encoding, no validation): a log
-/// append, a part at the end of one of 128 checkpoints, the checkpoint's record, and the meta value once a
-/// commit; 64 calls a durable commit. It tells the data layout's cost from the machinery's.
-fn raw_shaped_op(db: &Database) -> Op<'_> {
+/// append, a part at the end of one of the shape's checkpoints, the checkpoint's record, and the meta value once
+/// a commit. It tells the data layout's cost from the machinery's.
+fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
     let mut next = 0u64;
     let part_value = vec![7u8; 100];
     let frame = vec![9u8; 160];
-    Op::new("redb-stage-shaped-64-calls-a-commit", SHAPED_CALLS_A_COMMIT, 1, move |iters| {
+    Op::new(shape.name, shape.calls_a_commit, 1, move |iters| {
         let start = Instant::now();
         for _ in 0..iters {
             let txn = db.begin_write().expect("raw write");
@@ -367,9 +400,9 @@ fn raw_shaped_op(db: &Database) -> Op<'_> {
                 let mut parts = txn.open_table(SHAPED_PARTS).expect("raw parts");
                 let mut checkpoints = txn.open_table(SHAPED_CHECKPOINTS).expect("raw checkpoints");
                 let mut meta = txn.open_table(SHAPED_META).expect("raw meta");
-                for _ in 0..SHAPED_CALLS_A_COMMIT {
-                    let id = format!("shaped-{:03}", next % SHAPED_IDS);
-                    let part = (next / SHAPED_IDS) as u32;
+                for _ in 0..shape.calls_a_commit {
+                    let id = format!("shaped-{:03}", next % shape.ids);
+                    let part = (next / shape.ids) as u32;
                     let seen = checkpoints.get(id.as_str()).expect("raw get").map(|v| v.value().len());
                     std::hint::black_box(seen);
                     let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
