@@ -44,13 +44,13 @@ pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
 /// The most seals one [`crate::SealWindow`] keeps queued and unacknowledged: a group commit's worth
 /// ([`GROUP_COMMIT_CALLS_MAX`]), so one worker's window never needs more than one group to drain.
 pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
-/// How long the mirror's uploader holds a segment that ends with a group nobody waits for, waiting for the
-/// groups behind it, in milliseconds. Nobody waits for a group committed without an fsync (a `SealWindow`'s
-/// seals, non-durable staging) in either mode, nor for any durable one but a commit intent's (or another protocol
-/// record's but the mark) under an asynchronous mirror. The window's next durable seal, or an asynchronous worker's next calls and its commit,
-/// usually come well within it, and one put then carries the lot. Nobody waits for the linger: a group that is
-/// waited for ends it by arriving, and a `Store::flush`, a synchronous mirror's durable barrier or a writer at an
-/// asynchronous mirror's lag bound ends it within a couple of milliseconds.
+/// How long the mirror's uploader holds a segment that ends with a group nobody waits for, waiting for the groups
+/// behind it, in milliseconds. Nobody waits for a group committed without an fsync (a `SealWindow`'s seals,
+/// non-durable staging) in either mode, nor for any durable one but a commit intent's (or another protocol record's
+/// but the mark) under an asynchronous mirror. The window's next durable seal, or an asynchronous worker's next calls
+/// and its commit, usually come well within it, and one put then carries the lot. Nobody waits for the linger: a
+/// group that is waited for ends it by arriving, and a `Store::flush`, a synchronous mirror's durable barrier or a
+/// writer at an asynchronous mirror's lag bound ends it within a couple of milliseconds.
 pub const MIRROR_LINGER_MS: u64 = 50;
 /// The most groups committed without an fsync that a synchronous mirror lets queue behind a put before the
 /// writer waits for room (every other group is waited for, so only these queue).

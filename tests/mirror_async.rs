@@ -1,7 +1,7 @@
-//! Proves the mirror modes on every backend, on a gate and a logical clock rather than wall time: in
-//! asynchronous mode the lag never exceeds its bound in groups or in age (callers wait for room), a
-//! commit intent is in the mirror before its call returns (a mark need not be: recovery finds it in the table), `flush` waits for everything; and in every
-//! mode a committed group is exactly one PUT, never one object per call.
+//! Proves the mirror modes on every backend, on a gate and a logical clock rather than wall time: in asynchronous
+//! mode the lag never exceeds its bound in groups or in age (callers wait for room), a commit intent is in the mirror
+//! before its call returns (a mark need not be: recovery finds it in the table), `flush` waits for everything; and in
+//! every mode a committed group is exactly one PUT, never one object per call.
 
 use crate::mirror_support;
 

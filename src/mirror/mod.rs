@@ -10,8 +10,8 @@
 //!   slot. A zombie's next segment finds its slot taken by a higher epoch and stops with `Fenced`.
 //! - **Shipping** (`ship`): the writer thread hands every committed group to an uploader and goes on; the
 //!   uploader puts one segment at a time holding every group queued behind the last put, and sends the acks the
-//!   mode or a commit intent (any protocol record but a mark) held back when their group lands; snapshots every so many records, and
-//!   deletes what the newest manifest no longer references after a minimum age.
+//!   mode or a commit intent (any protocol record but a mark) held back when their group lands; snapshots every
+//!   so many records, and deletes what the newest manifest no longer references after a minimum age.
 //! - **Reading without the local file**: [`MirrorView`].
 //! - **The operator's collection** ([`find_garbage`], [`delete_garbage`]): what a dead writer's own collection
 //!   never reached, by the same rules.
@@ -64,13 +64,13 @@ pub enum MirrorMode {
     /// promises nothing durable; the next durable call's ack, or a `SealWindow`'s `Landed`, means it is in the
     /// mirror too.
     Synchronous,
-    /// Groups are uploaded in the background; a call is acked after the local commit, except that a batch
-    /// holding a commit-protocol record (begin, resolve, commit-empty, force-abort; every one but the mark of a
-    /// landed commit) is always in the mirror before it is acked. A mark lost with the disk leaves its key
-    /// committing, and recovery finds the commit in the target by its key. Callers wait for room when either bound is reached. The uploader holds a group
-    /// nobody waits for up to [`MIRROR_LINGER_MS`](crate::limits::MIRROR_LINGER_MS) for the groups behind it,
-    /// so a worker's calls and its commit share one object; a `Store::flush` or a caller at a bound ends that
-    /// wait at once.
+    /// Groups are uploaded in the background; a call is acked after the local commit, except that a batch holding a
+    /// commit-protocol record (begin, resolve, commit-empty, force-abort; every one but the mark of a landed commit)
+    /// is always in the mirror before it is acked. A mark lost with the disk leaves its key committing, and recovery
+    /// finds the commit in the target by its key. Callers wait for room when either bound is reached. The uploader
+    /// holds a group nobody waits for up to [`MIRROR_LINGER_MS`](crate::limits::MIRROR_LINGER_MS) for the groups
+    /// behind it, so a worker's calls and its commit share one object; a `Store::flush` or a caller at a bound ends
+    /// that wait at once.
     ///
     /// Seals are acked before they are in the mirror: a lost disk can take back an acked seal. Act on a seal
     /// irrevocably (delete or acknowledge its source) only after a later `Store::flush` returned `Ok`.

@@ -1,11 +1,11 @@
-//! Shipping: the writer thread's side of the mirror. The writer hands each committed group to an uploader
-//! thread with a ticket (its group number); the uploader puts one segment at a time, in slot order, and a segment
-//! holds every group queued when its put began (the groups committed while the previous put was in flight), so a
-//! slow object store costs fewer, larger puts rather than one put per group. The writer waits for its group
-//! when the mode or a commit intent (any protocol record but a mark) says so, and for room when the asynchronous lag bound is reached.
-//! A maintenance thread makes snapshots (a group after which a snapshot is due ends its segment, so the snapshot
-//! names the next slot), writes the manifest update that references each, and, after the minimum age, deletes
-//! what the newest manifest no longer references.
+//! Shipping: the writer thread's side of the mirror. The writer hands each committed group to an uploader thread with
+//! a ticket (its group number); the uploader puts one segment at a time, in slot order, and a segment holds every
+//! group queued when its put began (the groups committed while the previous put was in flight), so a slow object
+//! store costs fewer, larger puts rather than one put per group. The writer waits for its group when the mode or a
+//! commit intent (any protocol record but a mark) says so, and for room when the asynchronous lag bound is reached. A
+//! maintenance thread makes snapshots (a group after which a snapshot is due ends its segment, so the snapshot names
+//! the next slot), writes the manifest update that references each, and, after the minimum age, deletes what the
+//! newest manifest no longer references.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -22,10 +22,10 @@ use crate::wal::tables::Meta;
 /// The receiver of each committed batch's frames: the mirror.
 pub(crate) trait Shipper: Send {
     /// Hands the frames of one committed batch (never empty) to the mirror; `meta` is the state after it. Returns
-    /// once the batch is in the mirror when it is [`GroupKind::Waited`] (it holds a commit intent or another
-    /// protocol record that must be there before any call of the batch is acked whatever the mode), or [`GroupKind::Durable`] and the
-    /// mirror is synchronous; else at once. Returns the lowest sequence number that must stay in the local log
-    /// (everything below is safely in the mirror's snapshot). An error of kind `Fenced` means a newer writer has
+    /// once the batch is in the mirror when it is [`GroupKind::Waited`] (it holds a commit intent or another protocol
+    /// record that must be there before any call of the batch is acked whatever the mode), or [`GroupKind::Durable`]
+    /// and the mirror is synchronous; else at once. Returns the lowest sequence number that must stay in the local
+    /// log (everything below is safely in the mirror's snapshot). An error of kind `Fenced` means a newer writer has
     /// taken over.
     ///
     /// The wait is on this thread on purpose: while it waits, concurrent callers' calls queue and become the
@@ -53,10 +53,11 @@ pub(crate) enum GroupKind {
 
 /// Whether a record must be in the mirror before its call is acked in every mirror mode: a commit intent before
 /// the target is called, and the protocol records a caller or an operator acts on with nothing to re-derive them
-/// from. Only the records whose loss a restore can make up for may lag an asynchronous mirror: staging, seals, and
-/// `MarkCommitted`. A lost mark leaves its key `Committing` with the intent in the mirror, which is the crash point
-/// after the target commit and before the mark: recovery probes the key and marks it again (F1), and the table
-/// holds the rows whatever the caller did after the ack. The next commit intent ships behind the mark, in order.
+/// from. Only records whose loss something else makes up for may lag an asynchronous mirror: stage calls and
+/// seals (the rerun reads those inputs again), and `MarkCommitted`. A lost mark leaves its key `Committing` with
+/// the intent in the mirror, which is the crash point after the target commit and before the mark: recovery
+/// probes the key and marks it again (F1), and the table holds the rows whatever the caller did after the ack.
+/// The next commit intent ships behind the mark, in order.
 fn is_waited_in_every_mode(record: &Record) -> bool {
     match record {
         Record::BeginCommit { .. }
