@@ -55,23 +55,23 @@ const LIFECYCLES: u64 = 128;
 /// The job shapes of the per-lifecycle rows: one task; one task whose stage calls are concurrent; the
 /// quick-start job's default of 8 workers; 16 and 32 workers.
 const SHAPES: [Shape; 6] = [
-    Shape { workers: 1, concurrent_stages: false, windowed: false, unsynced_stages: false },
-    Shape { workers: 1, concurrent_stages: false, windowed: true, unsynced_stages: false },
-    Shape { workers: 1, concurrent_stages: true, windowed: false, unsynced_stages: false },
-    Shape { workers: 8, concurrent_stages: false, windowed: false, unsynced_stages: false },
-    Shape { workers: 16, concurrent_stages: false, windowed: false, unsynced_stages: false },
-    Shape { workers: 32, concurrent_stages: false, windowed: false, unsynced_stages: false },
+    Shape::awaited(1),
+    Shape::WINDOWED,
+    Shape { concurrent_stages: true, ..Shape::awaited(1) },
+    Shape::awaited(8),
+    Shape::awaited(16),
+    Shape::awaited(32),
 ];
 /// Checkpoints of the throttled job.
 const JOB_CHECKPOINTS: u64 = 100;
 /// The shapes of the throttled job: one task (its seals awaited, or in a window), and the quick-start job's 8
 /// workers; the one task and the 8 workers again with their stage calls not fsynced (each seal still awaited).
 const JOB_SHAPES: [Shape; 5] = [
-    Shape { workers: 1, concurrent_stages: false, windowed: false, unsynced_stages: false },
-    Shape { workers: 1, concurrent_stages: false, windowed: true, unsynced_stages: false },
-    Shape { workers: 8, concurrent_stages: false, windowed: false, unsynced_stages: false },
-    Shape { workers: 1, concurrent_stages: false, windowed: false, unsynced_stages: true },
-    Shape { workers: 8, concurrent_stages: false, windowed: false, unsynced_stages: true },
+    Shape::awaited(1),
+    Shape::WINDOWED,
+    Shape::awaited(8),
+    Shape { unsynced_stages: true, ..Shape::awaited(1) },
+    Shape { unsynced_stages: true, ..Shape::awaited(8) },
 ];
 /// The windowed shape's wave: the `SealWindow`'s default bound, so a wave is one window's worth of seals.
 const WINDOW_WAVE: usize = 16;
@@ -133,6 +133,14 @@ struct Shape {
 }
 
 impl Shape {
+    /// `workers` tasks, each call awaited and fsynced.
+    const fn awaited(workers: usize) -> Self {
+        Self { workers, concurrent_stages: false, windowed: false, unsynced_stages: false }
+    }
+
+    /// The worker loop the README recommends: one task, its seals in a window.
+    const WINDOWED: Self = Self { windowed: true, ..Self::awaited(1) };
+
     /// The checkpoints of one wave (one commit each).
     fn wave_len(self) -> usize {
         if self.windowed { WINDOW_WAVE } else { self.workers }
@@ -237,11 +245,7 @@ fn main() {
     }
 
     // The throttled jobs: every request waits; the job, then a rerun's skip-set load, wall time.
-    let quick_shapes = [
-        Shape { workers: 1, concurrent_stages: false, windowed: false, unsynced_stages: false },
-        Shape { workers: 1, concurrent_stages: false, windowed: true, unsynced_stages: false },
-        Shape { workers: 2, concurrent_stages: false, windowed: false, unsynced_stages: false },
-    ];
+    let quick_shapes = [Shape::awaited(1), Shape::WINDOWED, Shape::awaited(2)];
     let (checkpoints, wait, job_shapes): (u64, Duration, &[Shape]) =
         if quick { (3, Duration::from_millis(1), &quick_shapes) } else { (JOB_CHECKPOINTS, REQUEST_WAIT, &JOB_SHAPES) };
     println!("\n{checkpoints}-checkpoint jobs over a store taking {} a request:", fmt_dur(wait));
