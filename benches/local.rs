@@ -44,9 +44,20 @@ const SHAPED_CALLS_A_COMMIT: u64 = 64;
 const SHAPED_IDS: u64 = 128;
 /// Its single-call twin, the layout's part of row 1: one call a commit, into one checkpoint (as the durable
 /// stage row stages into one checkpoint).
-const SHAPED_SINGLE: Shaped = Shaped { name: "redb-stage-shaped-1-call-a-commit", calls_a_commit: 1, ids: 1 };
-const SHAPED_GROUPED: Shaped =
-    Shaped { name: "redb-stage-shaped-64-calls-a-commit", calls_a_commit: SHAPED_CALLS_A_COMMIT, ids: SHAPED_IDS };
+const SHAPED_SINGLE: Shaped =
+    Shaped { name: "redb-stage-shaped-1-call-a-commit", calls_a_commit: 1, ids: 1, part_rows: true };
+const SHAPED_GROUPED: Shaped = Shaped {
+    name: "redb-stage-shaped-64-calls-a-commit",
+    calls_a_commit: SHAPED_CALLS_A_COMMIT,
+    ids: SHAPED_IDS,
+    part_rows: true,
+};
+/// The same two without the part's row: what a stage call would write if parts lived only in the log until
+/// their checkpoint is sealed (a local-format change not made; see BENCHMARKS, "Row 1").
+const SHAPED_SINGLE_LOG_PARTS: Shaped =
+    Shaped { name: "redb-stage-shaped-parts-in-log-1-call-a-commit", part_rows: false, ..SHAPED_SINGLE };
+const SHAPED_GROUPED_LOG_PARTS: Shaped =
+    Shaped { name: "redb-stage-shaped-parts-in-log-64-calls-a-commit", part_rows: false, ..SHAPED_GROUPED };
 const SHAPED_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const SHAPED_PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
 const SHAPED_CHECKPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoints");
@@ -78,6 +89,8 @@ fn main() {
     let raw_batch = raw_db(&dir.join("batch-raw.redb"));
     let raw_shaped = raw_db(&dir.join("shaped-raw.redb"));
     let raw_shaped_one = raw_db(&dir.join("shaped-raw-one.redb"));
+    let raw_log_parts = raw_db(&dir.join("shaped-raw-log-parts.redb"));
+    let raw_log_parts_one = raw_db(&dir.join("shaped-raw-log-parts-one.redb"));
     let raw_lookup = raw_lookup_db(dir, lookup_keys);
     let probes = lookup_probes(&lookup, lookup_keys);
     let held = raw_lookup.begin_read().expect("raw read");
@@ -87,12 +100,14 @@ fn main() {
         stage_op("sinkpoint-stage", &rt, &one, "one"),
         raw_single_op("redb-single-insert", &raw_one, redb::Durability::Immediate),
         raw_shaped_op(&raw_shaped_one, SHAPED_SINGLE),
+        raw_shaped_op(&raw_log_parts_one, SHAPED_SINGLE_LOG_PARTS),
         stage_op("sinkpoint-stage-nondurable", &rt, &one_nd, "nd"),
         raw_single_op("redb-single-insert-nondurable", &raw_one_nd, redb::Durability::None),
     ];
     let mut grouped: Vec<Op<'_>> = STAGERS.iter().map(|&n| stagers_op(n, &rt, &group)).collect();
     grouped.push(raw_batch_op(&raw_batch));
     grouped.push(raw_shaped_op(&raw_shaped, SHAPED_GROUPED));
+    grouped.push(raw_shaped_op(&raw_log_parts, SHAPED_GROUPED_LOG_PARTS));
     let mut lookups = vec![
         Op::new("sinkpoint-is-processed", 1, 256, |iters| {
             timed_lookups(iters, &probes, |k| lookup.is_processed(k).expect("lookup"))
@@ -118,6 +133,9 @@ fn main() {
         ("sinkpoint-stage", "redb-single-insert"),
         ("sinkpoint-stage", SHAPED_SINGLE.name),
         (SHAPED_SINGLE.name, "redb-single-insert"),
+        (SHAPED_SINGLE_LOG_PARTS.name, "redb-single-insert"),
+        ("redb-single-insert", SHAPED_GROUPED.name),
+        ("redb-single-insert", SHAPED_GROUPED_LOG_PARTS.name),
         ("sinkpoint-stage-nondurable", "redb-single-insert-nondurable"),
         ("sinkpoint-is-processed", "redb-get-a-read-txn-each"),
         ("sinkpoint-is-processed", "redb-get-one-held-read-txn"),
@@ -175,6 +193,25 @@ fn report_rows(report: &Report, r: &common::Rounds) {
             Goal::Info,
             format!("{} vs {}", fmt_dur(t(SHAPED_SINGLE.name)), fmt_dur(t("redb-single-insert"))),
         );
+    }
+    if let Some(ratio) = r.ratio(SHAPED_SINGLE_LOG_PARTS.name, "redb-single-insert") {
+        report.add(
+            "the same without the part's row (parts only in the log until the seal; a format not built) / raw redb single-insert commit (time)",
+            ratio,
+            Goal::Info,
+            format!("{} vs {}", fmt_dur(t(SHAPED_SINGLE_LOG_PARTS.name)), fmt_dur(t("redb-single-insert"))),
+        );
+    }
+    for shaped in [SHAPED_GROUPED, SHAPED_GROUPED_LOG_PARTS] {
+        if let Some(ratio) = r.ratio("redb-single-insert", shaped.name) {
+            let layout = if shaped.part_rows { "as stored" } else { "without the part's row (a format not built)" };
+            report.add(
+                format!("raw redb doing a stage call's writes by hand {layout}, 64 calls a commit / serial raw redb durable commits (calls per second): the layout's bound on row 2"),
+                ratio,
+                Goal::Info,
+                format!("{} vs {}", rate(shaped.name), rate("redb-single-insert")),
+            );
+        }
     }
     if let Some(ratio) = r.ratio("sinkpoint-stage", SHAPED_SINGLE.name) {
         report.add(
@@ -382,6 +419,8 @@ struct Shaped {
     name: &'static str,
     calls_a_commit: u64,
     ids: u64,
+    /// Whether each call writes its part's row (as the store does), or leaves the part in the log frame alone.
+    part_rows: bool,
 }
 
 /// What one stage call writes, done by hand in raw redb (no channel, no encoding, no validation): a log
@@ -405,9 +444,11 @@ fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
                     let part = (next / shape.ids) as u32;
                     let seen = checkpoints.get(id.as_str()).expect("raw get").map(|v| v.value().len());
                     std::hint::black_box(seen);
-                    let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
-                    std::hint::black_box(there);
-                    parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
+                    if shape.part_rows {
+                        let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
+                        std::hint::black_box(there);
+                        parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
+                    }
                     checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
                     log.insert(next, frame.as_slice()).expect("raw insert");
                     next += 1;

@@ -326,13 +326,15 @@ impl Workload {
             ));
         }
         driver.restore_check(&end).map_err(|e| format!("{e}{}", late_note(&delivered_early)))?;
-        let mut notes = CrashNotes { redone, marks_lost, ..CrashNotes::late(&delivered_early) };
-        if system.stall == Stall::AfterSuccessorEnd {
+        // The stall class counts the puts it delivers after the successor's end; the others, those a crash stopped.
+        let late = if system.stall == Stall::AfterSuccessorEnd {
             let delivered = deliver_late_puts(rt, world);
             driver.restore_check(&end).map_err(|e| format!("{e}{}", late_note(&delivered)))?;
-            notes = CrashNotes { redone, marks_lost, ..CrashNotes::late(&delivered) };
-        }
-        Ok(notes)
+            delivered
+        } else {
+            delivered_early
+        };
+        Ok(CrashNotes { redone, marks_lost, ..CrashNotes::late(&late) })
     }
 
     /// With a mirror: what the mirror alone holds right after the crash must restore, be a state the local
