@@ -118,7 +118,8 @@ fn main() {
     report.add(
         format!("commit_pending peak heap growth, {large} vs {small} (flat: at most 1.5)"),
         l.heap_kib.max(1) as f64 / s.heap_kib.max(1) as f64,
-        Goal::AtMost(1.5),
+        // Quick mode's backlog is one commit, whose memory grows with its checkpoints by design.
+        if common::quick() { Goal::Info } else { Goal::AtMost(1.5) },
         format!("{small}: +{} KiB; {large}: +{} KiB (every allocation, redb's cache included)", s.heap_kib, l.heap_kib),
     );
     report.add(
