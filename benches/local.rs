@@ -186,27 +186,23 @@ fn report_rows(report: &Report, r: &common::Rounds) {
             ),
         );
     }
-    if let Some(ratio) = r.ratio(SHAPED_SINGLE.name, "redb-single-insert") {
-        report.add(
-            "raw redb doing a stage call's writes by hand, one call a commit / raw redb single-insert commit (time): the layout's part of row 1",
-            ratio,
-            Goal::Info,
-            format!("{} vs {}", fmt_dur(t(SHAPED_SINGLE.name)), fmt_dur(t("redb-single-insert"))),
-        );
-    }
-    if let Some(ratio) = r.ratio(SHAPED_SINGLE_LOG_PARTS.name, "redb-single-insert") {
-        report.add(
-            "the same without the part's row (parts only in the log until the seal; a format not built) / raw redb single-insert commit (time)",
-            ratio,
-            Goal::Info,
-            format!("{} vs {}", fmt_dur(t(SHAPED_SINGLE_LOG_PARTS.name)), fmt_dur(t("redb-single-insert"))),
-        );
+    for shaped in [SHAPED_SINGLE, SHAPED_SINGLE_LOG_PARTS] {
+        if let Some(ratio) = r.ratio(shaped.name, "redb-single-insert") {
+            report.add(
+                format!(
+                    "raw redb doing a stage call's writes by hand {}, one call a commit / raw redb single-insert commit (time): the layout's part of row 1",
+                    shaped.layout()
+                ),
+                ratio,
+                Goal::Info,
+                format!("{} vs {}", fmt_dur(t(shaped.name)), fmt_dur(t("redb-single-insert"))),
+            );
+        }
     }
     for shaped in [SHAPED_GROUPED, SHAPED_GROUPED_LOG_PARTS] {
         if let Some(ratio) = r.ratio("redb-single-insert", shaped.name) {
-            let layout = if shaped.part_rows { "as stored" } else { "without the part's row (a format not built)" };
             report.add(
-                format!("raw redb doing a stage call's writes by hand {layout}, 64 calls a commit / serial raw redb durable commits (calls per second): the layout's bound on row 2"),
+                format!("raw redb doing a stage call's writes by hand {}, 64 calls a commit / serial raw redb durable commits (calls per second): the layout's bound on row 2", shaped.layout()),
                 ratio,
                 Goal::Info,
                 format!("{} vs {}", rate(shaped.name), rate("redb-single-insert")),
@@ -421,6 +417,17 @@ struct Shaped {
     ids: u64,
     /// Whether each call writes its part's row (as the store does), or leaves the part in the log frame alone.
     part_rows: bool,
+}
+
+impl Shaped {
+    /// How the row names the shape's layout.
+    fn layout(self) -> &'static str {
+        if self.part_rows {
+            "as stored"
+        } else {
+            "without the part's row (parts only in the log until the seal; a format not built)"
+        }
+    }
 }
 
 /// What one stage call writes, done by hand in raw redb (no channel, no encoding, no validation): a log
