@@ -246,6 +246,7 @@ impl Inspector {
     pub fn verify(&self) -> Result<VerifyReport> {
         let snapshot = self.snapshot()?;
         let frames = snapshot.verify_log()?;
+        snapshot.verify_fresh_parts()?;
         let mut checkpoints = 0;
         for state in StateFilter::ALL {
             checkpoints += snapshot.list(state)?.len() as u64;

@@ -77,7 +77,9 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
     let epoch = claim.epoch;
     let mut tables = Tables::open(&txn)?;
     let fenced = fence(&mut tables, identity, &remote, &location, &mut read, epoch, writer_tag)?;
-    let Fenced { slot: fence_slot, created, meta } = fenced;
+    let Fenced { slot: fence_slot, created, mut meta } = fenced;
+    // A store restored from (or kept beside) an older format's mirror is this format with less in it.
+    meta.format_version = crate::wal::tables::STORE_FORMAT_VERSION;
     if meta.epoch != epoch || meta.writer_tag != writer_tag {
         return Err(Error::bug(format!("the fence left epoch {}, not {epoch}", meta.epoch)));
     }

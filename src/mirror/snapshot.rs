@@ -8,7 +8,10 @@ use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use crate::error::{Error, Result};
 use crate::mirror::format::{SnapshotEntry, SnapshotHeader, SnapshotWriter};
 use crate::wal::record::decode_value;
-use crate::wal::tables::{CHECKPOINTS, COMMITS, GARBAGE, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, encode_meta};
+use crate::wal::tables::{
+    CHECKPOINTS, COMMITS, FRESH_PARTS, GARBAGE, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, decode_fresh_part,
+    encode_meta, open_fresh_parts,
+};
 
 /// Writes out the state seen by `txn`, whose meta must say `header.next_seq`, in chunks of at most
 /// `object_bytes_max` bytes: each full chunk (1, 2…) goes to `put` as soon as it is full, so one chunk at a time
@@ -38,6 +41,15 @@ pub(crate) fn build(
         let (k, v) = entry?;
         let (id, attempt, part) = k.value();
         out.push(&SnapshotEntry::Part(id.to_owned(), attempt, part, v.value().to_vec()))?;
+    }
+    // A fresh part is written out as the `parts` row it becomes when settled: a snapshot holds no fresh part, so
+    // its format (and what a restore from it holds) does not depend on when a checkpoint was last settled.
+    if let Some(fresh) = open_fresh_parts(txn)? {
+        for entry in fresh.iter()? {
+            let (k, v) = entry?;
+            let part = decode_fresh_part(k.value(), v.value())?;
+            out.push(&SnapshotEntry::Part(part.id.as_str().to_owned(), part.attempt, part.part, part.value))?;
+        }
     }
     for entry in txn.open_table(KEYS)?.iter()? {
         let (k, v) = entry?;
@@ -86,6 +98,7 @@ pub(crate) fn load(
     let mut log = txn.open_table(LOG)?;
     let mut checkpoints = txn.open_table(CHECKPOINTS)?;
     let mut parts = txn.open_table(PARTS)?;
+    let mut fresh = txn.open_table(FRESH_PARTS)?;
     let mut keys = txn.open_table(KEYS)?;
     let mut states = txn.open_table(STATES)?;
     let mut commits = txn.open_table(COMMITS)?;
@@ -94,6 +107,7 @@ pub(crate) fn load(
     log.retain(|_, _| false)?;
     checkpoints.retain(|_, _| false)?;
     parts.retain(|_, _| false)?;
+    fresh.retain(|_, _| false)?;
     keys.retain(|_, _| false)?;
     states.retain(|_, _| false)?;
     commits.retain(|_, _| false)?;
@@ -104,7 +118,9 @@ pub(crate) fn load(
             SnapshotEntry::Meta(bytes) => meta = Some(decode_value(bytes, &|| format!("{place}: meta"))?),
             SnapshotEntry::Checkpoint(id, v) => drop(checkpoints.insert(id.as_str(), v.as_slice())?),
             SnapshotEntry::Part(id, attempt, part, v) => {
-                drop(parts.insert((id.as_str(), *attempt, *part), v.as_slice())?);
+                if parts.insert((id.as_str(), *attempt, *part), v.as_slice())?.is_some() {
+                    return Err(Error::corrupt(format!("{place}: holds part ({id}, {attempt}, {part}) twice")));
+                }
             }
             SnapshotEntry::Key(key, owner) => drop(keys.insert(key.as_slice(), owner.as_str())?),
             SnapshotEntry::State(code, id) => drop(states.insert((*code, id.as_str()), ())?),
@@ -157,10 +173,22 @@ mod tests {
             .collect()
     }
 
+    /// The rows of `parts` once every fresh part is settled (a snapshot holds settled parts only), sorted.
+    fn settled_parts(db: &Database) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = rows(db, PARTS);
+        for (seq, value) in rows(db, FRESH_PARTS) {
+            let part = decode_fresh_part(u64::from_le_bytes(seq.try_into().unwrap()), &value).unwrap();
+            let key = (part.id.as_str(), part.attempt, part.part);
+            out.push((<(&str, u32, u32) as redb::Value>::as_bytes(&key).to_vec(), part.value));
+        }
+        out.sort();
+        out
+    }
+
     fn state(db: &Database) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
         vec![
             rows(db, CHECKPOINTS),
-            rows(db, PARTS),
+            settled_parts(db),
             rows(db, KEYS),
             rows(db, STATES),
             rows(db, COMMITS),
@@ -222,7 +250,9 @@ mod tests {
         let meta = load(&txn, &read_header, &entries, &place).unwrap();
         txn.commit().unwrap();
         assert_eq!(meta.next_seq, next_seq);
+        assert!(!rows(db, FRESH_PARTS).is_empty(), "the store's Staged checkpoints should hold fresh parts");
         assert_eq!(state(&restored), state(db), "the restored tables differ from the store's");
+        assert!(rows(&restored, FRESH_PARTS).is_empty(), "a restore holds no fresh part");
 
         // A chunk missing fails closed, naming it.
         remote.delete(&remote.layout.snapshot_chunk(7, 2)).unwrap();

@@ -11,7 +11,7 @@ use crate::state::CheckpointState;
 use crate::types::{CheckpointId, Epoch};
 use crate::wal::apply::Tables;
 use crate::wal::record::Record;
-use crate::wal::tables::{CHECKPOINTS, Meta, STATES, create_all, read_checkpoint};
+use crate::wal::tables::{CHECKPOINTS, Meta, STATES, STORE_FORMAT_VERSION, create_all, read_checkpoint};
 use crate::wal::writer::{Shared, Shipper, Writer};
 use redb::{Database, ReadableDatabase};
 
@@ -83,8 +83,10 @@ pub(super) fn open_blocking(
                 tables.append(&mut meta, 0, &create)?;
                 meta
             }
-            Some(meta) => {
+            Some(mut meta) => {
                 settings.identity().check(&meta)?;
+                // An older format is this one with less in it (see STORE_FORMAT_VERSION): a writer stamps it.
+                meta.format_version = STORE_FORMAT_VERSION;
                 meta
             }
         };

@@ -13,7 +13,7 @@ use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
 use crate::wal::record::decode_value;
 use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, META, Meta, PARTS, PartValue, STATES,
-    read_checkpoint, read_commit, read_meta, read_parts,
+    decode_fresh_part, open_fresh_parts, read_checkpoint, read_commit, read_meta, read_parts,
 };
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
@@ -140,7 +140,48 @@ impl Snapshot {
                 each(result)?;
             }
         }
+        if let Some(fresh) = open_fresh_parts(&self.txn)? {
+            for entry in fresh.iter()? {
+                let (k, v) = entry?;
+                let fresh = decode_fresh_part(k.value(), v.value())?;
+                let place = || format!("table fresh_parts, seq {}: its part", k.value());
+                let value: PartValue = decode_value(&fresh.value, &place)?;
+                for result in &value.results {
+                    each(result)?;
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Checks every fresh part (see [`crate::wal::fresh`]): it decodes, its checkpoint is Staged at its attempt,
+    /// and `parts` does not hold it too. Returns how many there are.
+    pub(crate) fn verify_fresh_parts(&self) -> Result<u64> {
+        let Some(fresh) = open_fresh_parts(&self.txn)? else { return Ok(0) };
+        let checkpoints = self.txn.open_table(CHECKPOINTS)?;
+        let parts = self.txn.open_table(PARTS)?;
+        let mut count = 0;
+        for entry in fresh.iter()? {
+            let (k, v) = entry?;
+            let seq = k.value();
+            let fresh = decode_fresh_part(seq, v.value())?;
+            let (id, attempt, part) = (&fresh.id, fresh.attempt, fresh.part);
+            let place = || format!("table fresh_parts, seq {seq}: part ({id}, {attempt}, {part})");
+            let _: PartValue = decode_value(&fresh.value, &place)?;
+            let record = read_checkpoint(&checkpoints, id)?;
+            if !record.as_ref().is_some_and(|r| r.state == CheckpointState::Staged && r.attempt == attempt) {
+                return Err(Error::corrupt(format!(
+                    "{}, but its checkpoint is {:?} (a fresh part belongs to a Staged checkpoint's attempt)",
+                    place(),
+                    record.map(|r| (r.state, r.attempt))
+                )));
+            }
+            if parts.get((id.as_str(), attempt, part))?.is_some() {
+                return Err(Error::corrupt(format!("{}, which table parts holds too", place())));
+            }
+            count += 1;
+        }
+        Ok(count)
     }
 
     /// See [`crate::Store::retention_watermark`].

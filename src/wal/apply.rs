@@ -12,10 +12,12 @@ use crate::state::{
 };
 use crate::types::{CheckpointId, Epoch, WriteResult};
 use crate::wal::frame;
+use crate::wal::fresh::{FreshEntry, FreshParts};
 use crate::wal::record::{Record, Resolution, decode_value, encode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, LOG, META, META_KEY, Meta,
-    PARTS, PartValue, PartValueRef, STATES, encode_meta, read_checkpoint, read_commit, read_part_numbers, visit_parts,
+    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, FRESH_PARTS, FreshPartRef, GARBAGE, GarbageValue, KEYS,
+    LOG, META, META_KEY, Meta, PARTS, PartValue, PartValueRef, STATES, decode_fresh_part, encode_meta, read_checkpoint,
+    read_commit, read_part_numbers, visit_parts,
 };
 
 /// What an accepted record did.
@@ -29,7 +31,7 @@ pub(crate) struct Applied {
     pub dropped_from: Vec<(CheckpointId, u32, usize)>,
 }
 
-/// Sums attempt `attempt` of checkpoint `id` from its parts.
+/// Sums attempt `attempt` of checkpoint `id` from its rows in `parts` (not its fresh parts).
 fn attempt_size(
     parts: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
     id: &CheckpointId,
@@ -107,50 +109,96 @@ impl AttemptSizes {
     }
 }
 
+/// What one write transaction's [`Tables`] leave to the next of the same writer, once it committed: both are
+/// caches of what the tables hold, so a transaction that did not commit leaves [`Carry::default`] (the fresh
+/// parts' index is then scanned again).
+#[derive(Default)]
+pub(crate) struct Carry {
+    sizes: AttemptSizes,
+    fresh: Option<FreshParts>,
+}
+
+impl Carry {
+    /// What is still true after a transaction that did not commit: the sizes only ever forget within one (and
+    /// forgetting is never wrong); the fresh parts' index may have moved parts the abort put back.
+    pub(crate) fn after_abort(self) -> Self {
+        Self { sizes: self.sizes, fresh: None }
+    }
+}
+
+/// A stage call's new part, as [`Effect::InsertPart`] writes it.
+struct NewPart<'a> {
+    bytes: &'a [u8],
+    attempt: u32,
+    part: u32,
+    /// The sequence number of the stage record (its key in `fresh_parts`).
+    seq: u64,
+}
+
 /// The open tables of one write transaction.
 pub(crate) struct Tables<'txn> {
     log: Table<'txn, u64, &'static [u8]>,
     checkpoints: Table<'txn, &'static str, &'static [u8]>,
     parts: Table<'txn, (&'static str, u32, u32), &'static [u8]>,
+    fresh_rows: Table<'txn, u64, &'static [u8]>,
     keys: Table<'txn, &'static [u8], &'static str>,
     states: Table<'txn, (u8, &'static str), ()>,
     commits: Table<'txn, u64, &'static [u8]>,
     garbage: Table<'txn, (u64, u32), &'static [u8]>,
     meta: Table<'txn, &'static str, &'static [u8]>,
     sizes: AttemptSizes,
+    /// The index of `fresh_parts`, always equal to what the table holds in this transaction.
+    fresh: FreshParts,
 }
 
 impl<'txn> Tables<'txn> {
     pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, Error> {
-        Self::open_with(txn, AttemptSizes::default())
+        Self::open_with(txn, Carry::default())
     }
 
-    /// The tables, with the attempt sizes an earlier transaction of this writer left (see [`Tables::into_sizes`]).
-    pub(crate) fn open_with(txn: &'txn WriteTransaction, sizes: AttemptSizes) -> Result<Self, Error> {
+    /// The tables, with what an earlier committed transaction of this writer left (see [`Tables::into_carry`]).
+    pub(crate) fn open_with(txn: &'txn WriteTransaction, carry: Carry) -> Result<Self, Error> {
+        let fresh_rows = txn.open_table(FRESH_PARTS)?;
+        let fresh = match carry.fresh {
+            Some(fresh) => fresh,
+            None => FreshParts::scan(&fresh_rows)?,
+        };
         Ok(Self {
             log: txn.open_table(LOG)?,
             checkpoints: txn.open_table(CHECKPOINTS)?,
             parts: txn.open_table(PARTS)?,
+            fresh_rows,
             keys: txn.open_table(KEYS)?,
             states: txn.open_table(STATES)?,
             commits: txn.open_table(COMMITS)?,
             garbage: txn.open_table(GARBAGE)?,
             meta: txn.open_table(META)?,
-            sizes,
+            sizes: carry.sizes,
+            fresh,
         })
     }
 
-    /// The attempt sizes as this transaction leaves them: for the next transaction once this one committed.
-    pub(crate) fn into_sizes(self) -> AttemptSizes {
-        self.sizes
+    /// What this transaction leaves to the next of the same writer, once it committed (else
+    /// [`Carry::after_abort`]).
+    pub(crate) fn into_carry(self) -> Carry {
+        Carry { sizes: self.sizes, fresh: Some(self.fresh) }
+    }
+
+    /// The bytes and parts attempt `attempt` of Staged checkpoint `id` holds, in `parts` and fresh.
+    fn summed_size(&self, id: &CheckpointId, attempt: u32) -> Result<AttemptSize, Error> {
+        let mut size = attempt_size(&self.parts, id, attempt)?;
+        let (bytes, parts) = self.fresh.attempt_size(id, attempt);
+        size.bytes += bytes;
+        size.parts += parts;
+        Ok(size)
     }
 
     /// The bytes and parts attempt `attempt` of Staged checkpoint `id` holds: remembered, or summed from its
     /// parts.
     fn attempt_size(&self, id: &CheckpointId, attempt: u32) -> Result<AttemptSize, Error> {
-        let Some(size) = self.sizes.get(id, attempt) else { return attempt_size(&self.parts, id, attempt) };
+        let Some(size) = self.sizes.get(id, attempt) else { return self.summed_size(id, attempt) };
         if cfg!(debug_assertions) && size.parts.is_power_of_two() {
-            let scanned = attempt_size(&self.parts, id, attempt)?;
+            let scanned = self.summed_size(id, attempt)?;
             assert_eq!((size.bytes, size.parts), (scanned.bytes, scanned.parts), "remembered size of {id}");
         }
         Ok(size)
@@ -185,6 +233,74 @@ impl<'txn> Tables<'txn> {
         if keep_from > meta.log_start {
             self.log.retain_in(meta.log_start..keep_from, |_, _| false)?;
             meta.log_start = keep_from;
+        }
+        Ok(())
+    }
+
+    /// Moves every fresh part of `id` to its row in `parts` (see [`crate::wal::fresh`]).
+    fn settle(&mut self, id: &CheckpointId) -> Result<(), Error> {
+        for ((attempt, part), entry) in self.fresh.take(id) {
+            let row = self.fresh_rows.remove(entry.seq)?.ok_or_else(|| {
+                Error::corrupt(format!(
+                    "table fresh_parts lacks seq {}, where part ({id}, {attempt}, {part}) is",
+                    entry.seq
+                ))
+            })?;
+            let fresh = decode_fresh_part(entry.seq, row.value())?;
+            drop(row);
+            if (&fresh.id, fresh.attempt, fresh.part) != (id, attempt, part) {
+                return Err(Error::corrupt(format!(
+                    "table fresh_parts, seq {}: holds part ({}, {}, {}), not ({id}, {attempt}, {part})",
+                    entry.seq, fresh.id, fresh.attempt, fresh.part
+                )));
+            }
+            self.parts.insert((id.as_str(), attempt, part), fresh.value.as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// Settles every checkpoint with a fresh part, in id order (so each one's rows share their leaves).
+    fn settle_all(&mut self) -> Result<(), Error> {
+        for id in self.fresh.ids() {
+            self.settle(&id)?;
+        }
+        Ok(())
+    }
+
+    /// Settles the checkpoints a record other than a stage names, before it reads or moves their parts.
+    fn settle_named_by(&mut self, record: &Record) -> Result<(), Error> {
+        if self.fresh.is_empty() {
+            return Ok(());
+        }
+        match record {
+            Record::Stage { .. } => Ok(()),
+            Record::Create { .. } | Record::Open { .. } => self.settle_all(),
+            Record::Seal { id, .. } | Record::Restart { id } | Record::Abort { id } | Record::Discard { id, .. } => {
+                self.settle(id)
+            }
+            Record::BeginCommit { ids, .. } | Record::CommitEmpty { ids } | Record::ForceAbort { ids, .. } => {
+                ids.iter().try_for_each(|id| self.settle(id))
+            }
+            // Keys and the job, not checkpoints: their checkpoints are past Staged, so already settled.
+            Record::MarkCommitted { .. }
+            | Record::MarkUnknown { .. }
+            | Record::MarkNotCommitted { .. }
+            | Record::Resolve { .. }
+            | Record::Unbind { .. }
+            | Record::Finish
+            | Record::ForgetGarbage { .. } => Ok(()),
+        }
+    }
+
+    /// Writes a stage call's new part to `fresh_parts`.
+    fn insert_fresh(&mut self, id: &CheckpointId, new: &NewPart<'_>) -> Result<(), Error> {
+        let row = FreshPartRef { id, attempt: new.attempt, part: new.part, value: new.bytes };
+        if self.fresh_rows.insert(new.seq, encode_value(&row)?.as_slice())?.is_some() {
+            return Err(Error::bug(format!("table fresh_parts already holds seq {}", new.seq)));
+        }
+        let entry = FreshEntry { seq: new.seq, bytes: new.bytes.len() as u64 };
+        if self.fresh.insert(id, new.attempt, new.part, entry).is_some() {
+            return Err(Error::bug(format!("part ({id}, {}, {}) staged fresh twice", new.attempt, new.part)));
         }
         Ok(())
     }
@@ -236,16 +352,14 @@ impl<'txn> Tables<'txn> {
         id: &CheckpointId,
         old: Option<&CheckpointRecord>,
         step: &Step,
-        staged: Option<&[u8]>,
-        attempt_part: Option<(u32, u32)>,
+        new_part: Option<&NewPart<'_>>,
     ) -> Result<Option<(u32, Vec<WriteResult>)>, Error> {
         let mut dropped = None;
         match step.effect {
             Effect::None => {}
             Effect::InsertPart => {
-                let (attempt, part) = attempt_part.ok_or_else(|| Error::bug("InsertPart without a part"))?;
-                let bytes = staged.ok_or_else(|| Error::bug("InsertPart without bytes"))?;
-                self.parts.insert((id.as_str(), attempt, part), bytes)?;
+                let new = new_part.ok_or_else(|| Error::bug("InsertPart without a part"))?;
+                self.insert_fresh(id, new)?;
             }
             Effect::DropParts { attempt } | Effect::UnclaimKeysDropParts { attempt } => {
                 let unclaim = matches!(step.effect, Effect::UnclaimKeysDropParts { .. });
@@ -287,6 +401,16 @@ impl<'txn> Tables<'txn> {
         // of another attempt with the same bytes is not the call that was sealed.
         if cur.state != CheckpointState::Staged && attempt != cur.attempt {
             return Ok(PartMatch::Different);
+        }
+        if let Some(entry) = self.fresh.get(id, attempt, part) {
+            let row = self.fresh_rows.get(entry.seq)?.ok_or_else(|| {
+                Error::corrupt(format!(
+                    "table fresh_parts lacks seq {}, where part ({id}, {attempt}, {part}) is",
+                    entry.seq
+                ))
+            })?;
+            let fresh = decode_fresh_part(entry.seq, row.value())?;
+            return Ok(if fresh.value == offered { PartMatch::Same } else { PartMatch::Different });
         }
         Ok(match self.parts.get((id.as_str(), attempt, part))? {
             None => PartMatch::Absent,
@@ -330,7 +454,7 @@ impl<'txn> Tables<'txn> {
         let mut applied = Applied::default();
         for (id, cur, step) in &steps {
             applied.written |= step.effect != Effect::None || cur.as_ref() != Some(&step.next);
-            if let Some((attempt, results)) = self.apply_step(id, cur.as_ref(), step, None, None)? {
+            if let Some((attempt, results)) = self.apply_step(id, cur.as_ref(), step, None)? {
                 applied.note_dropped(id, attempt, results);
             }
         }
@@ -429,6 +553,7 @@ impl<'txn> Tables<'txn> {
         checkpoint_bytes_max: u64,
     ) -> Result<Result<Applied, TransitionError>, Error> {
         let epoch = meta.epoch;
+        self.settle_named_by(record)?;
         self.sizes.forget_named_by(record);
         let outcome = match record {
             Record::Stage { id, attempt, part, keys, results } => {
@@ -463,7 +588,11 @@ impl<'txn> Tables<'txn> {
                     Err(e) => Err(e),
                     Ok(step) if step.effect == Effect::None => Ok(Applied::default()),
                     Ok(step) => {
-                        self.apply_step(id, cur.as_ref(), &step, Some(&bytes), Some((*attempt, *part)))?;
+                        let new = NewPart { bytes: &bytes, attempt: *attempt, part: *part, seq: meta.next_seq };
+                        self.apply_step(id, cur.as_ref(), &step, Some(&new))?;
+                        if self.fresh.over_limit() {
+                            self.settle_all()?;
+                        }
                         if known && existing == PartMatch::Absent {
                             let grown =
                                 AttemptSize { bytes: size.bytes + bytes.len() as u64, parts: size.parts + 1, ..size };
@@ -665,7 +794,7 @@ impl<'txn> Tables<'txn> {
             Ok(step) if step.effect == Effect::None && cur.as_ref() == Some(&step.next) => Ok(Ok(Applied::default())),
             Ok(step) => {
                 let mut applied = Applied { written: true, ..Applied::default() };
-                if let Some((attempt, results)) = self.apply_step(id, cur.as_ref(), &step, None, None)? {
+                if let Some((attempt, results)) = self.apply_step(id, cur.as_ref(), &step, None)? {
                     applied.note_dropped(id, attempt, results);
                 }
                 Ok(Ok(applied))

@@ -6,6 +6,7 @@ pub(crate) mod apply;
 // that damage them by hand; without the testkit nothing outside the crate reaches them.
 #[cfg_attr(not(any(test, feature = "testkit")), allow(unreachable_pub))]
 pub mod frame;
+pub(crate) mod fresh;
 pub(crate) mod half_created;
 #[cfg_attr(not(any(test, feature = "testkit")), allow(unreachable_pub))]
 pub(crate) mod record;

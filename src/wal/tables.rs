@@ -7,6 +7,7 @@
 //! | `log`         | seq `u64`                    | one frame (see [`super::frame`])        |
 //! | `checkpoints` | id `&str`                    | [`CheckpointRecord`]                    |
 //! | `parts`       | `(id, attempt, part)`        | [`PartValue`]                           |
+//! | `fresh_parts` | seq `u64` of the stage record | [`FreshPart`]: a part not yet in `parts` |
 //! | `keys`        | source key `&[u8]`           | owning checkpoint id `&str`             |
 //! | `states`      | `(state code u8, id)`        | `()`: the index behind `list` and `pending` |
 //! | `commits`     | key number `u64`             | [`CommitValue`]                         |
@@ -26,6 +27,9 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 pub(crate) const CHECKPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoints");
 pub(crate) const PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
+/// Parts staged since their checkpoint was last settled, keyed by their stage record's sequence number, so the
+/// parts of one group commit share the table's last leaf (see [`crate::wal::fresh`]). Store format 2.
+pub(crate) const FRESH_PARTS: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
 pub(crate) const KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
 pub(crate) const STATES: TableDefinition<(u8, &str), ()> = TableDefinition::new("states");
 pub(crate) const COMMITS: TableDefinition<u64, &[u8]> = TableDefinition::new("commits");
@@ -36,8 +40,13 @@ pub(crate) const GARBAGE: TableDefinition<(u64, u32), &[u8]> = TableDefinition::
 
 pub(crate) const META_KEY: &str = "meta";
 
-/// The version of the local format as a whole; a store of another version is refused on open.
-pub(crate) const STORE_FORMAT_VERSION: u32 = 1;
+/// The version of the local format as a whole, which a writer's open stamps on the store. Format 2 added table
+/// `fresh_parts`; a format-1 file is format 2 with that table empty, so it is opened and stamped 2, and a
+/// format-1 binary refuses a format-2 file (it would not see the fresh parts).
+pub(crate) const STORE_FORMAT_VERSION: u32 = 2;
+
+/// The oldest local format this version opens.
+pub(crate) const STORE_FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// The store's metadata: one value, rewritten by every write transaction.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
@@ -71,9 +80,10 @@ pub(crate) struct Identity {
 impl Identity {
     /// Refuses a store of another format, job or target.
     pub(crate) fn check(&self, meta: &Meta) -> Result<(), Error> {
-        if meta.format_version != STORE_FORMAT_VERSION {
+        if !(STORE_FORMAT_VERSION_OLDEST..=STORE_FORMAT_VERSION).contains(&meta.format_version) {
             return Err(Error::corrupt(format!(
-                "store format version {} is not the supported version {STORE_FORMAT_VERSION}",
+                "store format version {} is not one this version opens ({STORE_FORMAT_VERSION_OLDEST} to \
+                 {STORE_FORMAT_VERSION}): open it with the sinkpoint release that wrote it",
                 meta.format_version
             )));
         }
@@ -127,6 +137,43 @@ pub(crate) struct PartValueRef<'a> {
     #[serde(serialize_with = "crate::codec::byte_strings::serialize")]
     pub keys: &'a [SourceKey],
     pub results: &'a [WriteResult],
+}
+
+/// One row of table `fresh_parts`: a staged part and the key it takes in table `parts` once settled.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct FreshPart {
+    pub id: CheckpointId,
+    pub attempt: u32,
+    pub part: u32,
+    /// The part's row in `parts`, exactly: an encoded [`PartValue`].
+    #[serde(with = "crate::codec::byte_string")]
+    pub value: Vec<u8>,
+}
+
+/// A [`FreshPart`] by reference, for encoding only (the same bytes).
+#[derive(Serialize)]
+pub(crate) struct FreshPartRef<'a> {
+    pub id: &'a CheckpointId,
+    pub attempt: u32,
+    pub part: u32,
+    #[serde(serialize_with = "crate::codec::byte_string::serialize")]
+    pub value: &'a [u8],
+}
+
+/// Opens table `fresh_parts` for reading: `None` in a format-1 file, which never had it (no fresh part).
+pub(crate) fn open_fresh_parts(
+    txn: &redb::ReadTransaction,
+) -> Result<Option<redb::ReadOnlyTable<u64, &'static [u8]>>, Error> {
+    match txn.open_table(FRESH_PARTS) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Decodes one row of table `fresh_parts`.
+pub(crate) fn decode_fresh_part(seq: u64, bytes: &[u8]) -> Result<FreshPart, Error> {
+    decode_value(bytes, &|| format!("table fresh_parts, seq {seq}"))
 }
 
 /// One row of the garbage ledger: a write result of a dropped attempt, with whose it was.
@@ -250,6 +297,7 @@ pub(crate) fn create_all(txn: &redb::WriteTransaction) -> Result<(), Error> {
     txn.open_table(LOG)?;
     txn.open_table(CHECKPOINTS)?;
     txn.open_table(PARTS)?;
+    txn.open_table(FRESH_PARTS)?;
     txn.open_table(KEYS)?;
     txn.open_table(STATES)?;
     txn.open_table(COMMITS)?;

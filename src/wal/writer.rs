@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result, TransitionError};
 use crate::limits::{CHECKPOINT_BYTES_MAX, GROUP_COMMIT_CALLS_MAX, LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX};
-use crate::wal::apply::{Applied, AttemptSizes, Tables};
+use crate::wal::apply::{Applied, Carry, Tables};
 use crate::wal::record::Record;
 use crate::wal::tables::Meta;
 
@@ -295,7 +295,7 @@ fn run(
     mut rx: mpsc::Receiver<Call>,
 ) {
     let mut batch: Vec<Call> = Vec::with_capacity(GROUP_COMMIT_CALLS_MAX);
-    let mut carried = Carried { meta, unsynced: false, keep_from: 0, sizes: AttemptSizes::default() };
+    let mut carried = Carried { meta, unsynced: false, keep_from: 0, carry: Carry::default() };
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         // A test may hold the writer here, so that the calls it fires meanwhile all land in the next batch.
@@ -343,8 +343,8 @@ struct Carried {
     unsynced: bool,
     /// The lowest sequence number the mirror still needs in the local log, as the shipper last said.
     keep_from: u64,
-    /// The Staged checkpoints' attempt sizes, as the last committed transaction left them.
-    sizes: AttemptSizes,
+    /// The caches of the tables (attempt sizes, fresh parts) the last committed transaction left.
+    carry: Carry,
 }
 
 fn commit_batch(
@@ -354,7 +354,7 @@ fn commit_batch(
     shipper: Option<&mut (dyn Shipper + '_)>,
     shared: &Shared,
 ) -> Result<Vec<Result<Vec<Applied>, TransitionError>>> {
-    let Carried { meta, unsynced, keep_from, sizes } = carried;
+    let Carried { meta, unsynced, keep_from, carry } = carried;
     let mut next = meta.clone();
     let mut txn = db.begin_write()?;
     let durable = batch.iter().any(|c| c.durability == CallDurability::Immediate);
@@ -362,8 +362,8 @@ fn commit_batch(
     let mut frames = Vec::new();
     let mut results = Vec::with_capacity(batch.len());
     // Taken out for the transaction, so that a failure leaves the writer none (its entries are not rolled back).
-    let updated_sizes = {
-        let mut tables = Tables::open_with(&txn, std::mem::take(sizes))?;
+    let updated = {
+        let mut tables = Tables::open_with(&txn, std::mem::take(carry))?;
         for call in batch {
             let mut applied = Vec::with_capacity(call.records.len());
             let mut refused = None;
@@ -392,7 +392,7 @@ fn commit_batch(
             }
             tables.write_meta(&next)?;
         }
-        tables.into_sizes()
+        tables.into_carry()
     };
     let must_wait = batch
         .iter()
@@ -401,12 +401,11 @@ fn commit_batch(
     if frames.is_empty() && !(durable && *unsynced) {
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
-        // Nothing was staged, so the sizes only forgot checkpoints: forgetting is never wrong.
-        *sizes = updated_sizes;
+        *carry = updated.after_abort();
         return Ok(results);
     }
     txn.commit()?;
-    *sizes = updated_sizes;
+    *carry = updated;
     shared.counters.commits.fetch_add(1, Ordering::AcqRel);
     *unsynced = !durable;
     *meta = next;
