@@ -45,21 +45,29 @@ const SHAPED_IDS: u64 = 128;
 /// Its single-call twin, the layout's part of row 1: one call a commit, into one checkpoint (as the durable
 /// stage row stages into one checkpoint).
 const SHAPED_SINGLE: Shaped =
-    Shaped { name: "redb-stage-shaped-1-call-a-commit", calls_a_commit: 1, ids: 1, part_rows: true };
+    Shaped { name: "redb-stage-shaped-1-call-a-commit", calls_a_commit: 1, ids: 1, layout: PartLayout::Fresh };
 const SHAPED_GROUPED: Shaped = Shaped {
     name: "redb-stage-shaped-64-calls-a-commit",
     calls_a_commit: SHAPED_CALLS_A_COMMIT,
     ids: SHAPED_IDS,
-    part_rows: true,
+    layout: PartLayout::Fresh,
 };
-/// The same two without the part's row: what a stage call would write if parts lived only in the log until
-/// their checkpoint is sealed (a local-format change not made; see BENCHMARKS, "Row 1").
+/// The same two as store format 1 wrote them: the part's row at the end of its checkpoint's range.
+const SHAPED_SINGLE_ROWS: Shaped =
+    Shaped { name: "redb-stage-shaped-format-1-1-call-a-commit", layout: PartLayout::Rows, ..SHAPED_SINGLE };
+const SHAPED_GROUPED_ROWS: Shaped =
+    Shaped { name: "redb-stage-shaped-format-1-64-calls-a-commit", layout: PartLayout::Rows, ..SHAPED_GROUPED };
+/// And with the part in the log frame alone, the layout sized before fresh parts were built (not built).
 const SHAPED_SINGLE_LOG_PARTS: Shaped =
-    Shaped { name: "redb-stage-shaped-parts-in-log-1-call-a-commit", part_rows: false, ..SHAPED_SINGLE };
+    Shaped { name: "redb-stage-shaped-parts-in-log-1-call-a-commit", layout: PartLayout::LogOnly, ..SHAPED_SINGLE };
 const SHAPED_GROUPED_LOG_PARTS: Shaped =
-    Shaped { name: "redb-stage-shaped-parts-in-log-64-calls-a-commit", part_rows: false, ..SHAPED_GROUPED };
+    Shaped { name: "redb-stage-shaped-parts-in-log-64-calls-a-commit", layout: PartLayout::LogOnly, ..SHAPED_GROUPED };
+/// Every single-call shape, then every grouped one: the store's layout first.
+const SHAPED_SINGLES: [Shaped; 3] = [SHAPED_SINGLE, SHAPED_SINGLE_ROWS, SHAPED_SINGLE_LOG_PARTS];
+const SHAPED_GROUPS: [Shaped; 3] = [SHAPED_GROUPED, SHAPED_GROUPED_ROWS, SHAPED_GROUPED_LOG_PARTS];
 const SHAPED_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const SHAPED_PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
+const SHAPED_FRESH: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
 const SHAPED_CHECKPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoints");
 const SHAPED_META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Keys of the lookup store (quick mode: a hundredth).
@@ -87,10 +95,10 @@ fn main() {
     let raw_one = raw_db(&dir.join("one-raw.redb"));
     let raw_one_nd = raw_db(&dir.join("one-raw-nd.redb"));
     let raw_batch = raw_db(&dir.join("batch-raw.redb"));
-    let raw_shaped = raw_db(&dir.join("shaped-raw.redb"));
-    let raw_shaped_one = raw_db(&dir.join("shaped-raw-one.redb"));
-    let raw_log_parts = raw_db(&dir.join("shaped-raw-log-parts.redb"));
-    let raw_log_parts_one = raw_db(&dir.join("shaped-raw-log-parts-one.redb"));
+    let raw_singles: Vec<Database> =
+        SHAPED_SINGLES.iter().map(|s| raw_db(&dir.join(format!("{}.redb", s.name)))).collect();
+    let raw_groups: Vec<Database> =
+        SHAPED_GROUPS.iter().map(|s| raw_db(&dir.join(format!("{}.redb", s.name)))).collect();
     let raw_lookup = raw_lookup_db(dir, lookup_keys);
     let probes = lookup_probes(&lookup, lookup_keys);
     let held = raw_lookup.begin_read().expect("raw read");
@@ -99,15 +107,13 @@ fn main() {
     let mut durable = vec![
         stage_op("sinkpoint-stage", &rt, &one, "one"),
         raw_single_op("redb-single-insert", &raw_one, redb::Durability::Immediate),
-        raw_shaped_op(&raw_shaped_one, SHAPED_SINGLE),
-        raw_shaped_op(&raw_log_parts_one, SHAPED_SINGLE_LOG_PARTS),
         stage_op("sinkpoint-stage-nondurable", &rt, &one_nd, "nd"),
         raw_single_op("redb-single-insert-nondurable", &raw_one_nd, redb::Durability::None),
     ];
+    durable.extend(raw_singles.iter().zip(SHAPED_SINGLES).map(|(db, shape)| raw_shaped_op(db, shape)));
     let mut grouped: Vec<Op<'_>> = STAGERS.iter().map(|&n| stagers_op(n, &rt, &group)).collect();
     grouped.push(raw_batch_op(&raw_batch));
-    grouped.push(raw_shaped_op(&raw_shaped, SHAPED_GROUPED));
-    grouped.push(raw_shaped_op(&raw_log_parts, SHAPED_GROUPED_LOG_PARTS));
+    grouped.extend(raw_groups.iter().zip(SHAPED_GROUPS).map(|(db, shape)| raw_shaped_op(db, shape)));
     let mut lookups = vec![
         Op::new("sinkpoint-is-processed", 1, 256, |iters| {
             timed_lookups(iters, &probes, |k| lookup.is_processed(k).expect("lookup"))
@@ -132,14 +138,12 @@ fn main() {
     let mut pairs = vec![
         ("sinkpoint-stage", "redb-single-insert"),
         ("sinkpoint-stage", SHAPED_SINGLE.name),
-        (SHAPED_SINGLE.name, "redb-single-insert"),
-        (SHAPED_SINGLE_LOG_PARTS.name, "redb-single-insert"),
-        ("redb-single-insert", SHAPED_GROUPED.name),
-        ("redb-single-insert", SHAPED_GROUPED_LOG_PARTS.name),
         ("sinkpoint-stage-nondurable", "redb-single-insert-nondurable"),
         ("sinkpoint-is-processed", "redb-get-a-read-txn-each"),
         ("sinkpoint-is-processed", "redb-get-one-held-read-txn"),
     ];
+    pairs.extend(SHAPED_SINGLES.map(|shaped| (shaped.name, "redb-single-insert")));
+    pairs.extend(SHAPED_GROUPS.map(|shaped| ("redb-single-insert", shaped.name)));
     for n in STAGERS {
         pairs.push((stagers_name(n), "redb-single-insert"));
         pairs.push((stagers_name(n), "redb-1000-inserts-a-commit"));
@@ -186,7 +190,7 @@ fn report_rows(report: &Report, r: &common::Rounds) {
             ),
         );
     }
-    for shaped in [SHAPED_SINGLE, SHAPED_SINGLE_LOG_PARTS] {
+    for shaped in SHAPED_SINGLES {
         if let Some(ratio) = r.ratio(shaped.name, "redb-single-insert") {
             report.add(
                 format!(
@@ -199,7 +203,7 @@ fn report_rows(report: &Report, r: &common::Rounds) {
             );
         }
     }
-    for shaped in [SHAPED_GROUPED, SHAPED_GROUPED_LOG_PARTS] {
+    for shaped in SHAPED_GROUPS {
         if let Some(ratio) = r.ratio("redb-single-insert", shaped.name) {
             report.add(
                 format!("raw redb doing a stage call's writes by hand {}, 64 calls a commit / serial raw redb durable commits (calls per second): the layout's bound on row 2", shaped.layout()),
@@ -415,17 +419,27 @@ struct Shaped {
     name: &'static str,
     calls_a_commit: u64,
     ids: u64,
-    /// Whether each call writes its part's row (as the store does), or leaves the part in the log frame alone.
-    part_rows: bool,
+    layout: PartLayout,
+}
+
+/// Where a stage call's part goes, besides its log frame.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PartLayout {
+    /// A row appended to `fresh_parts` under the record's sequence number: store format 2, as stored.
+    Fresh,
+    /// Its row in `parts` at the end of its checkpoint's range: store format 1.
+    Rows,
+    /// Nowhere else: the part lives in the log until the seal (sized, not built).
+    LogOnly,
 }
 
 impl Shaped {
     /// How the row names the shape's layout.
     fn layout(self) -> &'static str {
-        if self.part_rows {
-            "as stored"
-        } else {
-            "without the part's row (parts only in the log until the seal; a format not built)"
+        match self.layout {
+            PartLayout::Fresh => "as stored (the part appended to fresh_parts)",
+            PartLayout::Rows => "as format 1 stored them (the part's row in parts)",
+            PartLayout::LogOnly => "with the part in the log alone (not built)",
         }
     }
 }
@@ -436,6 +450,8 @@ impl Shaped {
 fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
     let mut next = 0u64;
     let part_value = vec![7u8; 100];
+    // The part's row and the id, attempt and part number that name it.
+    let fresh_value = vec![8u8; 120];
     let frame = vec![9u8; 160];
     Op::new(shape.name, shape.calls_a_commit, 1, move |iters| {
         let start = Instant::now();
@@ -444,6 +460,7 @@ fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
             {
                 let mut log = txn.open_table(SHAPED_LOG).expect("raw log");
                 let mut parts = txn.open_table(SHAPED_PARTS).expect("raw parts");
+                let mut fresh = txn.open_table(SHAPED_FRESH).expect("raw fresh parts");
                 let mut checkpoints = txn.open_table(SHAPED_CHECKPOINTS).expect("raw checkpoints");
                 let mut meta = txn.open_table(SHAPED_META).expect("raw meta");
                 for _ in 0..shape.calls_a_commit {
@@ -451,10 +468,14 @@ fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
                     let part = (next / shape.ids) as u32;
                     let seen = checkpoints.get(id.as_str()).expect("raw get").map(|v| v.value().len());
                     std::hint::black_box(seen);
-                    if shape.part_rows {
-                        let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
-                        std::hint::black_box(there);
-                        parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
+                    match shape.layout {
+                        PartLayout::Rows => {
+                            let there = parts.get((id.as_str(), 0, part)).expect("raw get").is_some();
+                            std::hint::black_box(there);
+                            parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
+                        }
+                        PartLayout::Fresh => drop(fresh.insert(next, fresh_value.as_slice()).expect("raw insert")),
+                        PartLayout::LogOnly => {}
                     }
                     checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
                     log.insert(next, frame.as_slice()).expect("raw insert");

@@ -17,7 +17,8 @@ pub enum ErrorKind {
     /// written. Whether to skip, restart or abort depends on the [`TransitionError`].
     IllegalTransition,
     /// The store was opened against another job or target, or the target already holds this job's commits
-    /// while the store is new (its state was lost): fix the configuration; never start afresh.
+    /// while the store is new (its state was lost), or its file is of a format this release does not open:
+    /// fix the configuration (or use the release that wrote it); never start afresh.
     WrongStore,
     /// A writer with a newer epoch has taken over: stop this writer; nothing it writes is accepted any more.
     Fenced,

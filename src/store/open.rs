@@ -176,3 +176,71 @@ pub(super) fn scan_orphans(db: &Database, epoch: Epoch) -> Result<Vec<Checkpoint
 pub(super) fn stored_id(s: &str) -> Result<CheckpointId> {
     CheckpointId::new(s).map_err(|_| Error::corrupt(format!("an index holds the invalid checkpoint id {s:?}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::wal::record::{decode_value, encode_value};
+    use crate::wal::tables::{FRESH_PARTS, META, META_KEY, Meta, STORE_FORMAT_VERSION};
+    use crate::{Attempt, CheckpointId, ErrorKind, JobId, Part, StagePart, Store, TargetIdentity};
+    use redb::{ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _};
+
+    async fn open(path: &std::path::Path) -> crate::Result<Store> {
+        Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap()).path(path).open().await
+    }
+
+    /// Rewrites the file's meta to say `version`, and drops table `fresh_parts` when `without_fresh`.
+    fn rewrite(path: &std::path::Path, version: u32, without_fresh: bool) {
+        let db = redb::Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(META).unwrap();
+            let mut meta: Meta =
+                decode_value(table.get(META_KEY).unwrap().unwrap().value(), &|| "meta".into()).unwrap();
+            meta.format_version = version;
+            table.insert(META_KEY, encode_value(&meta).unwrap().as_slice()).unwrap();
+        }
+        if without_fresh {
+            assert!(txn.delete_table(FRESH_PARTS).unwrap());
+        }
+        txn.commit().unwrap();
+    }
+
+    fn stored(store: &Store) -> (u32, u64) {
+        let txn = store.database().begin_read().unwrap();
+        let meta: Meta =
+            decode_value(txn.open_table(META).unwrap().get(META_KEY).unwrap().unwrap().value(), &|| "meta".into())
+                .unwrap();
+        (meta.format_version, txn.open_table(FRESH_PARTS).unwrap().len().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_format_1_file_opens_and_is_stamped_with_this_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let id = CheckpointId::new("a").unwrap();
+        let store = open(&path).await.unwrap();
+        store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST)).await.unwrap();
+        store.seal(&id, 1).await.unwrap();
+        store.close_async().await;
+        // What 0.1 wrote: format 1, no table fresh_parts (the part above is settled, as 0.1 kept every part).
+        rewrite(&path, 1, true);
+        let store = open(&path).await.unwrap();
+        assert_eq!(stored(&store), (STORE_FORMAT_VERSION, 0));
+        assert_eq!(store.get(&id).unwrap().unwrap().results, 0);
+        let other = CheckpointId::new("b").unwrap();
+        store.stage(&other, StagePart::new(Attempt::FIRST, Part::FIRST)).await.unwrap();
+        assert_eq!(stored(&store), (STORE_FORMAT_VERSION, 1), "staged fresh in the upgraded file");
+        store.close_async().await;
+    }
+
+    #[tokio::test]
+    async fn a_newer_format_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        open(&path).await.unwrap().close_async().await;
+        rewrite(&path, STORE_FORMAT_VERSION + 1, false);
+        let err = open(&path).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
+        assert!(err.to_string().contains("open it with the sinkpoint release that wrote it"), "{err}");
+    }
+}

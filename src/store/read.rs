@@ -155,12 +155,13 @@ impl Snapshot {
     }
 
     /// Checks every fresh part (see [`crate::wal::fresh`]): it decodes, its checkpoint is Staged at its attempt,
-    /// and `parts` does not hold it too. Returns how many there are.
+    /// and neither `parts` nor another fresh row holds it too. Returns how many there are.
     pub(crate) fn verify_fresh_parts(&self) -> Result<u64> {
         let Some(fresh) = open_fresh_parts(&self.txn)? else { return Ok(0) };
         let checkpoints = self.txn.open_table(CHECKPOINTS)?;
         let parts = self.txn.open_table(PARTS)?;
         let mut count = 0;
+        let mut seen = std::collections::BTreeSet::new();
         for entry in fresh.iter()? {
             let (k, v) = entry?;
             let seq = k.value();
@@ -178,6 +179,9 @@ impl Snapshot {
             }
             if parts.get((id.as_str(), attempt, part))?.is_some() {
                 return Err(Error::corrupt(format!("{}, which table parts holds too", place())));
+            }
+            if !seen.insert((id.clone(), attempt, part)) {
+                return Err(Error::corrupt(format!("{}, which an earlier fresh row holds too", place())));
             }
             count += 1;
         }

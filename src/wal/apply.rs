@@ -124,6 +124,32 @@ impl Carry {
     pub(crate) fn after_abort(self) -> Self {
         Self { sizes: self.sizes, fresh: None }
     }
+
+    /// The fresh parts' index carried, if any (tests).
+    #[cfg(test)]
+    pub(crate) fn into_fresh(self) -> Option<FreshParts> {
+        self.fresh
+    }
+}
+
+/// Where a stage writes its new part: to `fresh_parts` (the rule), or straight to its `parts` row when the same
+/// call seals the checkpoint next (`stage_and_seal`): the seal would move it there in the same transaction, so
+/// the fresh row would be written and removed for nothing. Either place is a legal state (invariant 11), so a
+/// replay, which places every part fresh, ends the transaction in the same state.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Placement {
+    Fresh,
+    Row,
+}
+
+impl Placement {
+    /// The placement of `record`'s part when `next` follows it in the same call.
+    pub(crate) fn of(record: &Record, next: Option<&Record>) -> Self {
+        match (record, next) {
+            (Record::Stage { id, .. }, Some(Record::Seal { id: sealed, .. })) if id == sealed => Self::Row,
+            _ => Self::Fresh,
+        }
+    }
 }
 
 /// A stage call's new part, as [`Effect::InsertPart`] writes it.
@@ -133,6 +159,7 @@ struct NewPart<'a> {
     part: u32,
     /// The sequence number of the stage record (its key in `fresh_parts`).
     seq: u64,
+    placement: Placement,
 }
 
 /// The open tables of one write transaction.
@@ -359,7 +386,10 @@ impl<'txn> Tables<'txn> {
             Effect::None => {}
             Effect::InsertPart => {
                 let new = new_part.ok_or_else(|| Error::bug("InsertPart without a part"))?;
-                self.insert_fresh(id, new)?;
+                match new.placement {
+                    Placement::Fresh => self.insert_fresh(id, new)?,
+                    Placement::Row => drop(self.parts.insert((id.as_str(), new.attempt, new.part), new.bytes)?),
+                }
             }
             Effect::DropParts { attempt } | Effect::UnclaimKeysDropParts { attempt } => {
                 let unclaim = matches!(step.effect, Effect::UnclaimKeysDropParts { .. });
@@ -552,6 +582,18 @@ impl<'txn> Tables<'txn> {
         frames: &mut Vec<Vec<u8>>,
         checkpoint_bytes_max: u64,
     ) -> Result<Result<Applied, TransitionError>, Error> {
+        self.execute_placed(meta, record, Placement::Fresh, frames, checkpoint_bytes_max)
+    }
+
+    /// [`Tables::execute`], with a stage's part placed by `placement`.
+    pub(crate) fn execute_placed(
+        &mut self,
+        meta: &mut Meta,
+        record: &Record,
+        placement: Placement,
+        frames: &mut Vec<Vec<u8>>,
+        checkpoint_bytes_max: u64,
+    ) -> Result<Result<Applied, TransitionError>, Error> {
         let epoch = meta.epoch;
         self.settle_named_by(record)?;
         self.sizes.forget_named_by(record);
@@ -588,7 +630,8 @@ impl<'txn> Tables<'txn> {
                     Err(e) => Err(e),
                     Ok(step) if step.effect == Effect::None => Ok(Applied::default()),
                     Ok(step) => {
-                        let new = NewPart { bytes: &bytes, attempt: *attempt, part: *part, seq: meta.next_seq };
+                        let seq = meta.next_seq;
+                        let new = NewPart { bytes: &bytes, attempt: *attempt, part: *part, seq, placement };
                         self.apply_step(id, cur.as_ref(), &step, Some(&new))?;
                         if self.fresh.over_limit() {
                             self.settle_all()?;

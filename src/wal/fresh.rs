@@ -122,9 +122,213 @@ impl FreshParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::TransitionError;
+    use crate::types::{Format, JobId, TargetIdentity, WriteResult};
+    use crate::wal::apply::{Carry, Placement, Tables};
+    use crate::wal::record::Record;
+    use crate::wal::tables::{FRESH_PARTS, GARBAGE, Identity, Meta, PARTS, create_all};
+    use redb::{Database, ReadableDatabase as _, ReadableTableMetadata as _};
 
     fn id(s: &str) -> CheckpointId {
         CheckpointId::new(s).unwrap()
+    }
+
+    /// A store's tables in memory, created and opened (as the opener does) at epoch 1.
+    fn created() -> (Database, Meta) {
+        let db = redb::Builder::new().create_with_backend(redb::backends::InMemoryBackend::new()).unwrap();
+        let identity = Identity {
+            job: JobId::new("j").unwrap(),
+            target: TargetIdentity::new("t").unwrap(),
+            create_if_missing: true,
+        };
+        let mut meta = identity.new_meta(7);
+        let txn = db.begin_write().unwrap();
+        create_all(&txn).unwrap();
+        {
+            let mut tables = Tables::open(&txn).unwrap();
+            tables.append(&mut meta, 0, &identity.create_record()).unwrap();
+            meta.epoch = 1;
+            tables.append(&mut meta, 1, &Record::Open { writer_tag: 7 }).unwrap();
+            tables.write_meta(&meta).unwrap();
+        }
+        txn.commit().unwrap();
+        (db, meta)
+    }
+
+    fn stage(name: &str, attempt: u32, part: u32, result: &str) -> Record {
+        Record::Stage {
+            id: id(name),
+            attempt,
+            part,
+            keys: vec![format!("in/{name}/{attempt}/{part}").into_bytes()],
+            results: vec![WriteResult::new(Format::Parquet, result.as_bytes().to_vec()).unwrap()],
+        }
+    }
+
+    /// Runs `records` in one transaction; each must be accepted. Returns what the transaction carries on.
+    fn run(db: &Database, meta: &mut Meta, carry: Carry, records: &[Record]) -> Carry {
+        let txn = db.begin_write().unwrap();
+        let carry = {
+            let mut tables = Tables::open_with(&txn, carry).unwrap();
+            for record in records {
+                let mut frames = Vec::new();
+                tables.execute(meta, record, &mut frames, u64::MAX).unwrap().unwrap();
+            }
+            tables.write_meta(meta).unwrap();
+            tables.into_carry()
+        };
+        txn.commit().unwrap();
+        carry
+    }
+
+    /// Rows in (`parts`, `fresh_parts`).
+    fn rows(db: &Database) -> (u64, u64) {
+        let txn = db.begin_read().unwrap();
+        (txn.open_table(PARTS).unwrap().len().unwrap(), txn.open_table(FRESH_PARTS).unwrap().len().unwrap())
+    }
+
+    /// The index a scan of the table rebuilds.
+    fn scanned(db: &Database) -> FreshParts {
+        FreshParts::scan(&db.begin_read().unwrap().open_table(FRESH_PARTS).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_stage_writes_its_part_fresh_and_a_seal_settles_it() {
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0"), stage("b", 0, 0, "b0")]);
+        let carry = run(&db, &mut meta, carry, &[stage("a", 0, 1, "a1")]);
+        assert_eq!(rows(&db), (0, 3), "every stage's part is fresh");
+        let carry = run(&db, &mut meta, carry, &[Record::Seal { id: id("a"), parts: 2 }]);
+        assert_eq!(rows(&db), (2, 1), "the seal moved a's two parts to their rows, b's stays fresh");
+        let index = carry.into_fresh().unwrap();
+        assert_eq!(index, scanned(&db), "the carried index is what a scan of the table finds");
+        assert_eq!(index.get(&id("b"), 0, 0).map(|e| e.seq), Some(3));
+        assert_eq!(index.get(&id("a"), 0, 0), None);
+    }
+
+    #[test]
+    fn a_restage_of_a_fresh_part_is_judged_by_its_bytes() {
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0")]);
+        let txn = db.begin_write().unwrap();
+        let mut tables = Tables::open_with(&txn, carry).unwrap();
+        let mut frames = Vec::new();
+        let same = tables.execute(&mut meta, &stage("a", 0, 0, "a0"), &mut frames, u64::MAX).unwrap().unwrap();
+        assert!(!same.written && frames.is_empty(), "the same bytes again: a no-op");
+        let other = tables.execute(&mut meta, &stage("a", 0, 0, "zz"), &mut frames, u64::MAX).unwrap();
+        assert!(matches!(other, Err(TransitionError::PartConflict { .. })), "{other:?}");
+    }
+
+    #[test]
+    fn a_restart_drops_fresh_parts_into_the_garbage_ledger() {
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0"), stage("a", 0, 1, "a1")]);
+        run(&db, &mut meta, carry, &[Record::Restart { id: id("a") }]);
+        assert_eq!(rows(&db), (0, 0));
+        let txn = db.begin_read().unwrap();
+        assert_eq!(txn.open_table(GARBAGE).unwrap().len().unwrap(), 2, "both results await the collector");
+    }
+
+    #[test]
+    fn crossing_the_limit_settles_every_fresh_part() {
+        let (db, mut meta) = created();
+        let records: Vec<Record> =
+            (0..FRESH_PARTS_MAX as u32).map(|n| stage(&format!("c{}", n % 8), 0, n / 8, "r")).collect();
+        let carry = run(&db, &mut meta, Carry::default(), &records);
+        assert_eq!(rows(&db), (0, FRESH_PARTS_MAX as u64));
+        let carry = run(&db, &mut meta, carry, &[stage("last", 0, 0, "r")]);
+        assert_eq!(rows(&db), (FRESH_PARTS_MAX as u64 + 1, 0), "the stage past the limit settled them all");
+        assert!(carry.into_fresh().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_stage_sealed_by_the_same_call_writes_its_row_at_once() {
+        let (seal, other) = (Record::Seal { id: id("a"), parts: 1 }, Record::Seal { id: id("b"), parts: 1 });
+        assert_eq!(Placement::of(&stage("a", 0, 0, "a0"), Some(&seal)), Placement::Row);
+        assert_eq!(Placement::of(&stage("a", 0, 0, "a0"), Some(&other)), Placement::Fresh);
+        assert_eq!(Placement::of(&stage("a", 0, 0, "a0"), None), Placement::Fresh);
+        assert_eq!(Placement::of(&seal, Some(&seal)), Placement::Fresh);
+        let (db, mut meta) = created();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut tables = Tables::open(&txn).unwrap();
+            let mut frames = Vec::new();
+            let staged =
+                tables.execute_placed(&mut meta, &stage("a", 0, 0, "a0"), Placement::Row, &mut frames, u64::MAX);
+            assert!(staged.unwrap().unwrap().written);
+            // A refused seal leaves a Staged checkpoint with its part as a row: a legal state (invariant 11), which
+            // the next stage's checks and a later seal read as they read a settled part.
+            let refused = tables.execute(&mut meta, &Record::Seal { id: id("a"), parts: 2 }, &mut frames, u64::MAX);
+            assert!(matches!(refused.unwrap(), Err(TransitionError::MissingParts { .. })));
+            let again = tables.execute(&mut meta, &stage("a", 0, 0, "a0"), &mut frames, u64::MAX).unwrap().unwrap();
+            assert!(!again.written, "the part is found as a row: the same call again is a no-op");
+            tables.execute(&mut meta, &stage("a", 0, 1, "a1"), &mut frames, u64::MAX).unwrap().unwrap();
+            tables.execute(&mut meta, &Record::Seal { id: id("a"), parts: 2 }, &mut frames, u64::MAX).unwrap().unwrap();
+            tables.write_meta(&meta).unwrap();
+        }
+        txn.commit().unwrap();
+        assert_eq!(rows(&db), (2, 0));
+    }
+
+    /// Writes a fresh row by hand, as damage would.
+    fn damage(db: &Database, seq: u64, name: &str, part: u32) {
+        let txn = db.begin_write().unwrap();
+        let value = crate::wal::record::encode_value(&crate::wal::tables::PartValue { keys: vec![], results: vec![] });
+        let row = crate::wal::tables::FreshPart { id: id(name), attempt: 0, part, value: value.unwrap() };
+        let bytes = crate::wal::record::encode_value(&row).unwrap();
+        txn.open_table(FRESH_PARTS).unwrap().insert(seq, bytes.as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+
+    fn verify(db: &Database) -> crate::Result<u64> {
+        crate::store::TableSnapshot::begin(db).unwrap().verify_fresh_parts()
+    }
+
+    #[test]
+    fn verify_names_a_fresh_part_that_is_not_a_staged_attempts_alone() {
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0"), stage("b", 0, 0, "b0")]);
+        run(&db, &mut meta, carry, &[Record::Seal { id: id("a"), parts: 1 }]);
+        assert_eq!(verify(&db).unwrap(), 1);
+        damage(&db, 1000, "a", 1);
+        let err = verify(&db).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
+        assert!(err.to_string().contains("seq 1000: part (a, 0, 1), but its checkpoint is Some((Sealed, 0))"), "{err}");
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0")]);
+        run(&db, &mut meta, carry, &[Record::Seal { id: id("a"), parts: 1 }]);
+        assert_eq!(verify(&db).unwrap(), 0);
+        let (db, mut meta) = created();
+        run(&db, &mut meta, Carry::default(), &[stage("b", 0, 0, "b0")]);
+        damage(&db, 1000, "b", 0);
+        let err = verify(&db).unwrap_err();
+        assert!(err.to_string().contains("seq 1000: part (b, 0, 0), which an earlier fresh row holds too"), "{err}");
+        assert!(FreshParts::scan(&db.begin_read().unwrap().open_table(FRESH_PARTS).unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_transaction_that_did_not_commit_leaves_the_index_to_a_scan() {
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0")]);
+        // A seal settles the part in a transaction that then aborts: the table keeps the part fresh, so the
+        // index the transaction ends with is wrong, and only a scan is right.
+        let txn = db.begin_write().unwrap();
+        let carry = {
+            let mut tables = Tables::open_with(&txn, carry).unwrap();
+            let mut seal_meta = meta.clone();
+            tables
+                .execute(&mut seal_meta, &Record::Seal { id: id("a"), parts: 1 }, &mut Vec::new(), u64::MAX)
+                .unwrap()
+                .unwrap();
+            tables.into_carry()
+        };
+        txn.abort().unwrap();
+        let carry = carry.after_abort();
+        assert_eq!(rows(&db), (0, 1));
+        let txn = db.begin_write().unwrap();
+        let tables = Tables::open_with(&txn, carry).unwrap();
+        assert_eq!(tables.into_carry().into_fresh().unwrap(), scanned(&db));
+        assert!(scanned(&db).get(&id("a"), 0, 0).is_some());
     }
 
     #[test]

@@ -81,7 +81,7 @@ impl Identity {
     /// Refuses a store of another format, job or target.
     pub(crate) fn check(&self, meta: &Meta) -> Result<(), Error> {
         if !(STORE_FORMAT_VERSION_OLDEST..=STORE_FORMAT_VERSION).contains(&meta.format_version) {
-            return Err(Error::corrupt(format!(
+            return Err(Error::wrong_store(format!(
                 "store format version {} is not one this version opens ({STORE_FORMAT_VERSION_OLDEST} to \
                  {STORE_FORMAT_VERSION}): open it with the sinkpoint release that wrote it",
                 meta.format_version

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result, TransitionError};
 use crate::limits::{CHECKPOINT_BYTES_MAX, GROUP_COMMIT_CALLS_MAX, LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX};
-use crate::wal::apply::{Applied, Carry, Tables};
+use crate::wal::apply::{Applied, Carry, Placement, Tables};
 use crate::wal::record::Record;
 use crate::wal::tables::Meta;
 
@@ -367,8 +367,9 @@ fn commit_batch(
         for call in batch {
             let mut applied = Vec::with_capacity(call.records.len());
             let mut refused = None;
-            for record in &call.records {
-                match tables.execute(&mut next, record, &mut frames, CHECKPOINT_BYTES_MAX)? {
+            for (i, record) in call.records.iter().enumerate() {
+                let placement = Placement::of(record, call.records.get(i + 1));
+                match tables.execute_placed(&mut next, record, placement, &mut frames, CHECKPOINT_BYTES_MAX)? {
                     Ok(a) => applied.push(a),
                     Err(t) => {
                         refused = Some(t);
