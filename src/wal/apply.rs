@@ -15,9 +15,9 @@ use crate::wal::frame;
 use crate::wal::fresh::{FreshEntry, FreshParts};
 use crate::wal::record::{Record, Resolution, decode_value, encode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, FRESH_PARTS, FreshPartRef, GARBAGE, GarbageValue, KEYS,
-    LOG, META, META_KEY, Meta, PARTS, PartValue, PartValueRef, STATES, decode_fresh_part, encode_meta, read_checkpoint,
-    read_commit, read_part_numbers, visit_parts,
+    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, FRESH_PARTS, FreshPart, FreshPartRef, GARBAGE,
+    GarbageValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValue, PartValueRef, STATES, decode_fresh_part,
+    encode_meta, read_checkpoint, read_commit, read_part_numbers, visit_parts,
 };
 
 /// What an accepted record did.
@@ -88,23 +88,11 @@ impl AttemptSizes {
 
     /// Forgets the checkpoints a record other than a stage names (all of them on a create or an open).
     fn forget_named_by(&mut self, record: &Record) {
+        // The records of keys and of the job name no checkpoint: nothing they do touches a Staged one's parts.
         match record {
             Record::Stage { .. } => {}
             Record::Create { .. } | Record::Open { .. } => self.entries.clear(),
-            Record::Seal { id, .. } | Record::Restart { id } | Record::Abort { id } | Record::Discard { id, .. } => {
-                self.forget(id);
-            }
-            Record::BeginCommit { ids, .. } | Record::CommitEmpty { ids } | Record::ForceAbort { ids, .. } => {
-                ids.iter().for_each(|id| self.forget(id));
-            }
-            // Keys and the job, not checkpoints: nothing they do touches a Staged checkpoint's parts.
-            Record::MarkCommitted { .. }
-            | Record::MarkUnknown { .. }
-            | Record::MarkNotCommitted { .. }
-            | Record::Resolve { .. }
-            | Record::Unbind { .. }
-            | Record::Finish
-            | Record::ForgetGarbage { .. } => {}
+            _ => record.checkpoint_ids().iter().for_each(|id| self.forget(id)),
         }
     }
 }
@@ -267,20 +255,9 @@ impl<'txn> Tables<'txn> {
     /// Moves every fresh part of `id` to its row in `parts` (see [`crate::wal::fresh`]).
     fn settle(&mut self, id: &CheckpointId) -> Result<(), Error> {
         for ((attempt, part), entry) in self.fresh.take(id) {
-            let row = self.fresh_rows.remove(entry.seq)?.ok_or_else(|| {
-                Error::corrupt(format!(
-                    "table fresh_parts lacks seq {}, where part ({id}, {attempt}, {part}) is",
-                    entry.seq
-                ))
-            })?;
-            let fresh = decode_fresh_part(entry.seq, row.value())?;
+            let row = self.fresh_rows.remove(entry.seq)?;
+            let fresh = indexed_fresh_part((id, attempt, part), entry.seq, row.as_ref().map(|r| r.value()))?;
             drop(row);
-            if (&fresh.id, fresh.attempt, fresh.part) != (id, attempt, part) {
-                return Err(Error::corrupt(format!(
-                    "table fresh_parts, seq {}: holds part ({}, {}, {}), not ({id}, {attempt}, {part})",
-                    entry.seq, fresh.id, fresh.attempt, fresh.part
-                )));
-            }
             self.parts.insert((id.as_str(), attempt, part), fresh.value.as_slice())?;
         }
         Ok(())
@@ -299,23 +276,11 @@ impl<'txn> Tables<'txn> {
         if self.fresh.is_empty() {
             return Ok(());
         }
+        // The records of keys and of the job name no checkpoint: theirs are past Staged, so already settled.
         match record {
             Record::Stage { .. } => Ok(()),
             Record::Create { .. } | Record::Open { .. } => self.settle_all(),
-            Record::Seal { id, .. } | Record::Restart { id } | Record::Abort { id } | Record::Discard { id, .. } => {
-                self.settle(id)
-            }
-            Record::BeginCommit { ids, .. } | Record::CommitEmpty { ids } | Record::ForceAbort { ids, .. } => {
-                ids.iter().try_for_each(|id| self.settle(id))
-            }
-            // Keys and the job, not checkpoints: their checkpoints are past Staged, so already settled.
-            Record::MarkCommitted { .. }
-            | Record::MarkUnknown { .. }
-            | Record::MarkNotCommitted { .. }
-            | Record::Resolve { .. }
-            | Record::Unbind { .. }
-            | Record::Finish
-            | Record::ForgetGarbage { .. } => Ok(()),
+            _ => record.checkpoint_ids().iter().try_for_each(|id| self.settle(id)),
         }
     }
 
@@ -433,13 +398,8 @@ impl<'txn> Tables<'txn> {
             return Ok(PartMatch::Different);
         }
         if let Some(entry) = self.fresh.get(id, attempt, part) {
-            let row = self.fresh_rows.get(entry.seq)?.ok_or_else(|| {
-                Error::corrupt(format!(
-                    "table fresh_parts lacks seq {}, where part ({id}, {attempt}, {part}) is",
-                    entry.seq
-                ))
-            })?;
-            let fresh = decode_fresh_part(entry.seq, row.value())?;
+            let row = self.fresh_rows.get(entry.seq)?;
+            let fresh = indexed_fresh_part((id, attempt, part), entry.seq, row.as_ref().map(|r| r.value()))?;
             return Ok(if fresh.value == offered { PartMatch::Same } else { PartMatch::Different });
         }
         Ok(match self.parts.get((id.as_str(), attempt, part))? {
@@ -844,6 +804,23 @@ impl<'txn> Tables<'txn> {
             }
         }
     }
+}
+
+/// Decodes the row the fresh parts' index says holds part `key` at `seq` (`None`: the table lacks it), and checks
+/// it is that part: the index and the table disagreeing is damage.
+fn indexed_fresh_part(key: (&CheckpointId, u32, u32), seq: u64, row: Option<&[u8]>) -> Result<FreshPart, Error> {
+    let (id, attempt, part) = key;
+    let row = row.ok_or_else(|| {
+        Error::corrupt(format!("table fresh_parts lacks seq {seq}, where part ({id}, {attempt}, {part}) is"))
+    })?;
+    let fresh = decode_fresh_part(seq, row)?;
+    if (&fresh.id, fresh.attempt, fresh.part) != key {
+        return Err(Error::corrupt(format!(
+            "table fresh_parts, seq {seq}: holds part ({}, {}, {}), not ({id}, {attempt}, {part})",
+            fresh.id, fresh.attempt, fresh.part
+        )));
+    }
+    Ok(fresh)
 }
 
 fn written(changed: bool) -> Applied {

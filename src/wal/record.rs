@@ -163,9 +163,9 @@ impl Record {
         Ok(record)
     }
 
-    /// The checks of a record just read back: everything the boundary checked must hold again.
-    fn check_read_back(&self, place: &str) -> Result<(), Error> {
-        let ids: &[CheckpointId] = match self {
+    /// The checkpoints this record names (none for the records of commit keys, of the job, and of the opens).
+    pub(crate) fn checkpoint_ids(&self) -> &[CheckpointId] {
+        match self {
             Record::Stage { id, .. }
             | Record::Seal { id, .. }
             | Record::Restart { id }
@@ -181,7 +181,12 @@ impl Record {
             | Record::Unbind { .. }
             | Record::Finish
             | Record::ForgetGarbage { .. } => &[],
-        };
+        }
+    }
+
+    /// The checks of a record just read back: everything the boundary checked must hold again.
+    fn check_read_back(&self, place: &str) -> Result<(), Error> {
+        let ids = self.checkpoint_ids();
         if let Record::ForgetGarbage { entries } = self
             && (entries.is_empty()
                 || entries.len() > crate::limits::GARBAGE_FORGET_ENTRIES_MAX
