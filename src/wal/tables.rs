@@ -325,4 +325,16 @@ mod tests {
         let empty = encode_value(&PartValueRef { keys: &[], results: &[] }).unwrap();
         assert_eq!(empty, encode_value(&PartValue { keys: Vec::new(), results: Vec::new() }).unwrap());
     }
+
+    #[test]
+    fn fresh_part_ref_encodes_as_fresh_part_and_its_bytes_are_frozen() {
+        let id = CheckpointId::new("a").unwrap();
+        let owned = FreshPart { id: id.clone(), attempt: 1, part: 2, value: vec![5, 6] };
+        let borrowed = encode_value(&FreshPartRef { id: &id, attempt: 1, part: 2, value: &[5, 6] }).unwrap();
+        assert_eq!(encode_value(&owned).unwrap(), borrowed);
+        // Version 1, then postcard: id "a", attempt 1, part 2, value [5, 6]; then the CRC32.
+        let body = &borrowed[..borrowed.len() - 4];
+        assert_eq!(body.iter().map(|b| format!("{b:02x}")).collect::<String>(), "0101610102020506");
+        assert_eq!(decode_fresh_part(9, &borrowed).unwrap(), owned);
+    }
 }
