@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 use crate::mirror::format::{SnapshotEntry, SnapshotHeader, SnapshotWriter};
 use crate::wal::record::decode_value;
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, FRESH_PARTS, GARBAGE, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, decode_fresh_part,
-    encode_meta, open_fresh_parts,
+    CHECKPOINTS, COMMITS, FRESH_PARTS, GARBAGE, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, encode_meta,
+    visit_stored_fresh_parts,
 };
 
 /// Writes out the state seen by `txn`, whose meta must say `header.next_seq`, in chunks of at most
@@ -44,13 +44,9 @@ pub(crate) fn build(
     }
     // A fresh part is written out as the `parts` row it becomes when settled: a snapshot holds no fresh part, so
     // its format (and what a restore from it holds) does not depend on when a checkpoint was last settled.
-    if let Some(fresh) = open_fresh_parts(txn)? {
-        for entry in fresh.iter()? {
-            let (k, v) = entry?;
-            let part = decode_fresh_part(k.value(), v.value())?;
-            out.push(&SnapshotEntry::Part(part.id.as_str().to_owned(), part.attempt, part.part, part.value))?;
-        }
-    }
+    visit_stored_fresh_parts(txn, |_, part| {
+        out.push(&SnapshotEntry::Part(part.id.as_str().to_owned(), part.attempt, part.part, part.value))
+    })?;
     for entry in txn.open_table(KEYS)?.iter()? {
         let (k, v) = entry?;
         out.push(&SnapshotEntry::Key(k.value().to_vec(), v.value().to_owned()))?;
@@ -176,11 +172,12 @@ mod tests {
     /// The rows of `parts` once every fresh part is settled (a snapshot holds settled parts only), sorted.
     fn settled_parts(db: &Database) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = rows(db, PARTS);
-        for (seq, value) in rows(db, FRESH_PARTS) {
-            let part = decode_fresh_part(u64::from_le_bytes(seq.try_into().unwrap()), &value).unwrap();
+        visit_stored_fresh_parts(&db.begin_read().unwrap(), |_, part| {
             let key = (part.id.as_str(), part.attempt, part.part);
             out.push((<(&str, u32, u32) as redb::Value>::as_bytes(&key).to_vec(), part.value));
-        }
+            Ok(())
+        })
+        .unwrap();
         out.sort();
         out
     }

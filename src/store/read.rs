@@ -13,7 +13,7 @@ use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
 use crate::wal::record::decode_value;
 use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, META, Meta, PARTS, PartValue, STATES,
-    decode_fresh_part, open_fresh_parts, read_checkpoint, read_commit, read_meta, read_parts,
+    read_checkpoint, read_commit, read_meta, read_parts, visit_stored_fresh_parts,
 };
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
@@ -140,32 +140,20 @@ impl Snapshot {
                 each(result)?;
             }
         }
-        if let Some(fresh) = open_fresh_parts(&self.txn)? {
-            for entry in fresh.iter()? {
-                let (k, v) = entry?;
-                let fresh = decode_fresh_part(k.value(), v.value())?;
-                let place = || format!("table fresh_parts, seq {}: its part", k.value());
-                let value: PartValue = decode_value(&fresh.value, &place)?;
-                for result in &value.results {
-                    each(result)?;
-                }
-            }
-        }
-        Ok(())
+        visit_stored_fresh_parts(&self.txn, |seq, fresh| {
+            let value: PartValue = decode_value(&fresh.value, &|| format!("table fresh_parts, seq {seq}: its part"))?;
+            value.results.iter().try_for_each(&mut each)
+        })
     }
 
     /// Checks every fresh part (see [`crate::wal::fresh`]): it decodes, its checkpoint is Staged at its attempt,
     /// and neither `parts` nor another fresh row holds it too. Returns how many there are.
     pub(crate) fn verify_fresh_parts(&self) -> Result<u64> {
-        let Some(fresh) = open_fresh_parts(&self.txn)? else { return Ok(0) };
         let checkpoints = self.txn.open_table(CHECKPOINTS)?;
         let parts = self.txn.open_table(PARTS)?;
         let mut count = 0;
         let mut seen = std::collections::BTreeSet::new();
-        for entry in fresh.iter()? {
-            let (k, v) = entry?;
-            let seq = k.value();
-            let fresh = decode_fresh_part(seq, v.value())?;
+        visit_stored_fresh_parts(&self.txn, |seq, fresh| {
             let (id, attempt, part) = (&fresh.id, fresh.attempt, fresh.part);
             let place = || format!("table fresh_parts, seq {seq}: part ({id}, {attempt}, {part})");
             let _: PartValue = decode_value(&fresh.value, &place)?;
@@ -184,7 +172,8 @@ impl Snapshot {
                 return Err(Error::corrupt(format!("{}, which an earlier fresh row holds too", place())));
             }
             count += 1;
-        }
+            Ok(())
+        })?;
         Ok(count)
     }
 

@@ -24,7 +24,7 @@ use redb::ReadableTable;
 use crate::error::Error;
 use crate::limits::{FRESH_PART_BYTES_MAX, FRESH_PARTS_MAX};
 use crate::types::CheckpointId;
-use crate::wal::tables::decode_fresh_part;
+use crate::wal::tables::visit_fresh_parts;
 
 /// Where one fresh part is: its row's key in `fresh_parts` and the length of its `parts` row.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -45,18 +45,16 @@ impl FreshParts {
     /// Reads the index back from the table. A part named twice is `Corrupt`.
     pub(crate) fn scan(table: &impl ReadableTable<u64, &'static [u8]>) -> Result<Self, Error> {
         let mut index = Self::default();
-        for entry in table.iter()? {
-            let (k, v) = entry?;
-            let seq = k.value();
-            let part = decode_fresh_part(seq, v.value())?;
+        visit_fresh_parts(table, |seq, part| {
             let entry = FreshEntry { seq, bytes: part.value.len() as u64 };
-            if let Some(other) = index.insert(&part.id, part.attempt, part.part, entry) {
-                return Err(Error::corrupt(format!(
+            match index.insert(&part.id, part.attempt, part.part, entry) {
+                None => Ok(()),
+                Some(other) => Err(Error::corrupt(format!(
                     "table fresh_parts holds part ({}, {}, {}) at seq {} and at seq {seq}",
                     part.id, part.attempt, part.part, other.seq
-                )));
+                ))),
             }
-        }
+        })?;
         Ok(index)
     }
 

@@ -160,20 +160,33 @@ pub(crate) struct FreshPartRef<'a> {
     pub value: &'a [u8],
 }
 
-/// Opens table `fresh_parts` for reading: `None` in a format-1 file, which never had it (no fresh part).
-pub(crate) fn open_fresh_parts(
-    txn: &redb::ReadTransaction,
-) -> Result<Option<redb::ReadOnlyTable<u64, &'static [u8]>>, Error> {
-    match txn.open_table(FRESH_PARTS) {
-        Ok(t) => Ok(Some(t)),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Decodes one row of table `fresh_parts`.
 pub(crate) fn decode_fresh_part(seq: u64, bytes: &[u8]) -> Result<FreshPart, Error> {
     decode_value(bytes, &|| format!("table fresh_parts, seq {seq}"))
+}
+
+/// Decodes every row of table `fresh_parts`, in sequence order, and hands each to `visit` with its seq.
+pub(crate) fn visit_fresh_parts(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    mut visit: impl FnMut(u64, FreshPart) -> Result<(), Error>,
+) -> Result<(), Error> {
+    for entry in table.iter()? {
+        let (k, v) = entry?;
+        visit(k.value(), decode_fresh_part(k.value(), v.value())?)?;
+    }
+    Ok(())
+}
+
+/// [`visit_fresh_parts`] over a read transaction's view; a format-1 file, which never had the table, has none.
+pub(crate) fn visit_stored_fresh_parts(
+    txn: &redb::ReadTransaction,
+    visit: impl FnMut(u64, FreshPart) -> Result<(), Error>,
+) -> Result<(), Error> {
+    match txn.open_table(FRESH_PARTS) {
+        Ok(table) => visit_fresh_parts(&table, visit),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One row of the garbage ledger: a write result of a dropped attempt, with whose it was.

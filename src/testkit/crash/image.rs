@@ -15,8 +15,8 @@ use crate::types::{JobId, SourceKey, TargetIdentity, WriteResult};
 use crate::wal::frame;
 use crate::wal::record::{Record, decode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, CommitValue, KEYS, LOG, META, Meta, PARTS, PartValue, STATES, decode_fresh_part,
-    open_fresh_parts, read_meta,
+    CHECKPOINTS, COMMITS, CommitValue, KEYS, LOG, META, Meta, PARTS, PartValue, STATES, read_meta,
+    visit_stored_fresh_parts,
 };
 use crate::{CheckpointId, StateFilter};
 
@@ -107,15 +107,15 @@ impl Image {
             image.parts.insert((id.to_owned(), attempt, part), value);
         }
         // A fresh part is the same part as the row it becomes: images compare parts wherever they are stored.
-        for entry in open_fresh_parts(&txn).map_err(fail)?.iter().flat_map(|t| t.iter()).flatten() {
-            let (k, v) = entry.map_err(fail)?;
-            let fresh = decode_fresh_part(k.value(), v.value()).map_err(fail)?;
-            let value = decode_value(&fresh.value, &|| format!("fresh part {}", fresh.id)).map_err(fail)?;
+        visit_stored_fresh_parts(&txn, |_, fresh| {
+            let value = decode_value(&fresh.value, &|| format!("fresh part {}", fresh.id))?;
             let key = (fresh.id.as_str().to_owned(), fresh.attempt, fresh.part);
-            if image.parts.insert(key.clone(), value).is_some() {
-                return Err(format!("part {key:?} is both in table parts and fresh"));
+            match image.parts.insert(key.clone(), value) {
+                None => Ok(()),
+                Some(_) => Err(crate::Error::corrupt(format!("part {key:?} is both in table parts and fresh"))),
             }
-        }
+        })
+        .map_err(fail)?;
         for entry in txn.open_table(KEYS).map_err(fail)?.iter().map_err(fail)? {
             let (k, v) = entry.map_err(fail)?;
             image.keys.insert(k.value().to_vec(), v.value().to_owned());
