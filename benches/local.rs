@@ -57,14 +57,17 @@ const SHAPED_SINGLE_ROWS: Shaped =
     Shaped { name: "redb-stage-shaped-format-1-1-call-a-commit", layout: PartLayout::Rows, ..SHAPED_SINGLE };
 const SHAPED_GROUPED_ROWS: Shaped =
     Shaped { name: "redb-stage-shaped-format-1-64-calls-a-commit", layout: PartLayout::Rows, ..SHAPED_GROUPED };
-/// And with the part in the log frame alone, the layout sized before fresh parts were built (not built).
-const SHAPED_SINGLE_LOG_PARTS: Shaped =
-    Shaped { name: "redb-stage-shaped-parts-in-log-1-call-a-commit", layout: PartLayout::LogOnly, ..SHAPED_SINGLE };
-const SHAPED_GROUPED_LOG_PARTS: Shaped =
-    Shaped { name: "redb-stage-shaped-parts-in-log-64-calls-a-commit", layout: PartLayout::LogOnly, ..SHAPED_GROUPED };
+/// And as fresh parts were first built: the fresh row, with the checkpoint's record and the meta rewritten.
+const SHAPED_SINGLE_REWRITING: Shaped =
+    Shaped { name: "redb-stage-shaped-rewriting-1-call-a-commit", layout: PartLayout::FreshRewriting, ..SHAPED_SINGLE };
+const SHAPED_GROUPED_REWRITING: Shaped = Shaped {
+    name: "redb-stage-shaped-rewriting-64-calls-a-commit",
+    layout: PartLayout::FreshRewriting,
+    ..SHAPED_GROUPED
+};
 /// Every single-call shape, then every grouped one: the store's layout first.
-const SHAPED_SINGLES: [Shaped; 3] = [SHAPED_SINGLE, SHAPED_SINGLE_ROWS, SHAPED_SINGLE_LOG_PARTS];
-const SHAPED_GROUPS: [Shaped; 3] = [SHAPED_GROUPED, SHAPED_GROUPED_ROWS, SHAPED_GROUPED_LOG_PARTS];
+const SHAPED_SINGLES: [Shaped; 3] = [SHAPED_SINGLE, SHAPED_SINGLE_ROWS, SHAPED_SINGLE_REWRITING];
+const SHAPED_GROUPS: [Shaped; 3] = [SHAPED_GROUPED, SHAPED_GROUPED_ROWS, SHAPED_GROUPED_REWRITING];
 const SHAPED_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const SHAPED_PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
 const SHAPED_FRESH: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
@@ -422,31 +425,34 @@ struct Shaped {
     layout: PartLayout,
 }
 
-/// Where a stage call's part goes, besides its log frame.
+/// Where a stage call's part goes, besides its log frame, and what else it rewrites.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PartLayout {
-    /// A row appended to `fresh_parts` under the record's sequence number: store format 2, as stored.
+    /// A row appended to `fresh_parts` under the record's sequence number, and nothing else (a checkpoint's
+    /// record is written when it is created): store format 2, as stored.
     Fresh,
-    /// Its row in `parts` at the end of its checkpoint's range: store format 1.
+    /// The same fresh row, with the checkpoint's record (its result count) and the meta (its next seq)
+    /// rewritten by every call: fresh parts as first built (Dec 5, before the record and meta stopped being
+    /// rewritten).
+    FreshRewriting,
+    /// Its row in `parts` at the end of its checkpoint's range, the record and the meta rewritten: store format 1.
     Rows,
-    /// Nowhere else: the part lives in the log until the seal (sized, not built).
-    LogOnly,
 }
 
 impl Shaped {
     /// How the row names the shape's layout.
     fn layout(self) -> &'static str {
         match self.layout {
-            PartLayout::Fresh => "as stored (the part appended to fresh_parts)",
-            PartLayout::Rows => "as format 1 stored them (the part's row in parts)",
-            PartLayout::LogOnly => "with the part in the log alone (not built)",
+            PartLayout::Fresh => "as stored (the part appended to fresh_parts, nothing rewritten)",
+            PartLayout::FreshRewriting => "as first built (the fresh row, the record and meta rewritten)",
+            PartLayout::Rows => "as format 1 stored them (the part's row in parts, the record and meta rewritten)",
         }
     }
 }
 
 /// What one stage call writes, done by hand in raw redb (no channel, no encoding, no validation): a log
-/// append, a part at the end of one of the shape's checkpoints, the checkpoint's record, and the meta value once
-/// a commit. It tells the data layout's cost from the machinery's.
+/// append, its part where the layout puts it, and, as the layout says, the checkpoint's record and the meta
+/// value once a commit. It tells the data layout's cost from the machinery's.
 fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
     let mut next = 0u64;
     let part_value = vec![7u8; 100];
@@ -467,6 +473,7 @@ fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
                     let id = format!("shaped-{:03}", next % shape.ids);
                     let part = (next / shape.ids) as u32;
                     let seen = checkpoints.get(id.as_str()).expect("raw get").map(|v| v.value().len());
+                    let created = seen.is_none();
                     std::hint::black_box(seen);
                     match shape.layout {
                         PartLayout::Rows => {
@@ -474,14 +481,19 @@ fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
                             std::hint::black_box(there);
                             parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
                         }
-                        PartLayout::Fresh => drop(fresh.insert(next, fresh_value.as_slice()).expect("raw insert")),
-                        PartLayout::LogOnly => {}
+                        PartLayout::Fresh | PartLayout::FreshRewriting => {
+                            drop(fresh.insert(next, fresh_value.as_slice()).expect("raw insert"));
+                        }
                     }
-                    checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
+                    if created || shape.layout != PartLayout::Fresh {
+                        checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
+                    }
                     log.insert(next, frame.as_slice()).expect("raw insert");
                     next += 1;
                 }
-                meta.insert("meta", &part_value[..60]).expect("raw insert");
+                if shape.layout != PartLayout::Fresh {
+                    meta.insert("meta", &part_value[..60]).expect("raw insert");
+                }
             }
             txn.commit().expect("raw commit");
         }

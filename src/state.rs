@@ -134,7 +134,9 @@ pub(crate) struct CheckpointRecord {
     pub epoch: Epoch,
     /// The sealed part count; 0 before sealing.
     pub parts: u32,
-    /// The write results in the current attempt.
+    /// The write results of the sealed attempt, counted at the seal. A Staged record's count is not kept up
+    /// to date (a stage into an existing checkpoint does not rewrite its record; see ARCHITECTURE, "Fresh
+    /// parts"): it is 0, or a running count left by store format 1. Readers count a Staged checkpoint's parts.
     pub results: u32,
 }
 
@@ -163,17 +165,38 @@ pub(crate) struct StageBytes {
 /// One event offered to a checkpoint, with the facts the store gathered for it.
 #[derive(Clone, Debug)]
 pub(crate) enum Event<'a> {
-    Stage { attempt: u32, part: u32, existing: PartMatch, results: u32, bytes: StageBytes },
-    Seal { parts: u32, present: &'a [u32], key_conflict: Option<(String, CheckpointId)> },
+    Stage {
+        attempt: u32,
+        part: u32,
+        existing: PartMatch,
+        bytes: StageBytes,
+    },
+    /// `results`: the write results of the parts present, counted (only meaningful when they are complete).
+    Seal {
+        parts: u32,
+        present: &'a [u32],
+        key_conflict: Option<(String, CheckpointId)>,
+        results: u32,
+    },
     Restart,
     Abort,
     ForceAbort,
-    BeginCommit { key: u64 },
+    BeginCommit {
+        key: u64,
+    },
     CommitEmpty,
-    MarkCommitted { key: u64 },
-    MarkUnknown { key: u64 },
-    MarkNotCommitted { key: u64 },
-    Unbind { key: u64 },
+    MarkCommitted {
+        key: u64,
+    },
+    MarkUnknown {
+        key: u64,
+    },
+    MarkNotCommitted {
+        key: u64,
+    },
+    Unbind {
+        key: u64,
+    },
 }
 
 /// What applying an event does to the stored state, beyond replacing the checkpoint's record.
@@ -217,10 +240,10 @@ pub(crate) fn transition(
     let id_owned = || id.clone();
     let Some(cur) = current else {
         return match event {
-            Event::Stage { attempt: 0, results, bytes, .. } => {
+            Event::Stage { attempt: 0, bytes, .. } => {
                 check_attempt_bytes(id, 0, bytes.part, bytes.max)?;
                 Ok(Step {
-                    next: CheckpointRecord { state: S::Staged, attempt: 0, epoch, parts: 0, results: *results },
+                    next: CheckpointRecord { state: S::Staged, attempt: 0, epoch, parts: 0, results: 0 },
                     effect: Effect::InsertPart,
                 })
             }
@@ -235,7 +258,7 @@ pub(crate) fn transition(
         |state: CheckpointState, effect: Effect| Step { next: CheckpointRecord { state, ..cur.clone() }, effect };
     match (cur.state, event) {
         // Staging.
-        (S::Staged, Event::Stage { attempt, part, existing, results, bytes }) => {
+        (S::Staged, Event::Stage { attempt, part, existing, bytes }) => {
             if cur.epoch < epoch {
                 return Err(TransitionError::Orphaned { id: id_owned(), staged_epoch: cur.epoch, epoch });
             }
@@ -248,10 +271,9 @@ pub(crate) fn transition(
             match existing {
                 PartMatch::Absent => {
                     check_attempt_bytes(id, *attempt, bytes.attempt.saturating_add(bytes.part), bytes.max)?;
-                    Ok(Step {
-                        next: CheckpointRecord { results: cur.results + results, ..cur.clone() },
-                        effect: Effect::InsertPart,
-                    })
+                    // The record stays as it is: a Staged record carries no running count, so a stage into an
+                    // existing checkpoint writes its part and its log frame, not its record.
+                    Ok(Step { next: cur.clone(), effect: Effect::InsertPart })
                 }
                 PartMatch::Same => Ok(same()),
                 PartMatch::Different | PartMatch::Released => {
@@ -271,7 +293,7 @@ pub(crate) fn transition(
         }),
 
         // Sealing. An orphaned checkpoint that is complete may be sealed: its parts are all durable.
-        (S::Staged, Event::Seal { parts, present, key_conflict }) => {
+        (S::Staged, Event::Seal { parts, present, key_conflict, results }) => {
             let missing: Vec<u32> = (0..*parts).filter(|p| present.binary_search(p).is_err()).collect();
             if !missing.is_empty() {
                 return Err(TransitionError::MissingParts {
@@ -295,7 +317,7 @@ pub(crate) fn transition(
                 return Err(TransitionError::KeyConflict { key: key.clone(), id: id_owned(), owner: owner.clone() });
             }
             Ok(Step {
-                next: CheckpointRecord { state: S::Sealed, parts: *parts, ..cur.clone() },
+                next: CheckpointRecord { state: S::Sealed, parts: *parts, results: *results, ..cur.clone() },
                 effect: Effect::ClaimKeys,
             })
         }

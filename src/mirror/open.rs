@@ -29,7 +29,7 @@ use crate::types::Epoch;
 use crate::wal::apply::Tables;
 use crate::wal::frame;
 use crate::wal::record::Record;
-use crate::wal::tables::{Identity, META, Meta, create_all, read_meta};
+use crate::wal::tables::{Identity, LOG, META, Meta, create_all, read_meta};
 
 /// A store opened through its mirror.
 pub(crate) struct Opened {
@@ -271,7 +271,7 @@ fn read_and_reconcile(
     prior: Option<(ManifestName, ManifestBody)>,
 ) -> Result<Reconciled> {
     create_all(txn)?;
-    let local = read_meta(&txn.open_table(META)?)?;
+    let local = read_meta(&txn.open_table(META)?, &txn.open_table(LOG)?)?;
     let mark = read_mark(txn)?;
     if let Some(m) = &local {
         identity.check(m)?;

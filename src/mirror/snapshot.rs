@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::mirror::format::{SnapshotEntry, SnapshotHeader, SnapshotWriter};
 use crate::wal::record::decode_value;
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, FRESH_PARTS, GARBAGE, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, encode_meta,
+    CHECKPOINTS, COMMITS, FRESH_PARTS, GARBAGE, KEYS, LOG, META, META_KEY, Meta, PARTS, STATES, encode_meta, read_meta,
     visit_stored_fresh_parts,
 };
 
@@ -22,9 +22,9 @@ pub(crate) fn build(
     object_bytes_max: u64,
     put: &mut dyn FnMut(u32, Vec<u8>) -> Result<()>,
 ) -> Result<Vec<u8>> {
-    let meta_table = txn.open_table(META)?;
-    let meta_bytes = meta_table.get(META_KEY)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
-    let meta: Meta = decode_value(meta_bytes.value(), &|| "table meta".into())?;
+    // The meta as it stands (its stored next seq may lag the log's: `tables::read_meta`).
+    let meta = read_meta(&txn.open_table(META)?, &txn.open_table(LOG)?)?
+        .ok_or_else(|| Error::corrupt("table meta is empty"))?;
     if meta.next_seq != header.next_seq {
         return Err(Error::bug(format!(
             "a snapshot for seq {} from a state at seq {}",
@@ -32,7 +32,7 @@ pub(crate) fn build(
         )));
     }
     let mut out = Chunked { writer: SnapshotWriter::new(header, object_bytes_max), put };
-    out.push(&SnapshotEntry::Meta(meta_bytes.value().to_vec()))?;
+    out.push(&SnapshotEntry::Meta(encode_meta(&meta)?))?;
     for entry in txn.open_table(CHECKPOINTS)?.iter()? {
         let (k, v) = entry?;
         out.push(&SnapshotEntry::Checkpoint(k.value().to_owned(), v.value().to_vec()))?;
@@ -220,8 +220,7 @@ mod tests {
         let db = store.database();
         let next_seq = {
             let txn = db.begin_read().unwrap();
-            let meta = txn.open_table(META).unwrap().get(META_KEY).unwrap().unwrap().value().to_vec();
-            decode_value::<Meta>(&meta, &|| "meta".into()).unwrap().next_seq
+            read_meta(&txn.open_table(META).unwrap(), &txn.open_table(LOG).unwrap()).unwrap().unwrap().next_seq
         };
         let header = SnapshotHeader { slot: 7, next_seq, epoch: 1, writer_tag: 9 };
         let remote = Remote::new(Arc::new(InMemory::new()), Path::from("p"), 10_000).unwrap();

@@ -15,7 +15,7 @@ use crate::mirror::remote::Remote;
 use crate::mirror::{MirrorSettings, snapshot};
 use crate::types::{Epoch, check_source_key};
 use crate::wal::apply::Tables;
-use crate::wal::tables::{KEYS, META, Meta, create_all, read_meta};
+use crate::wal::tables::{KEYS, LOG, META, Meta, create_all, read_meta};
 
 /// A read-only view of the skip set (which source keys are processed) from a store's mirror.
 ///
@@ -175,7 +175,7 @@ type Refreshed = (u64, u64, Option<Meta>, Option<Loaded>);
 
 fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
     let txn = db.begin_write()?;
-    let mut meta = read_meta(&txn.open_table(META)?)?;
+    let mut meta = read_meta(&txn.open_table(META)?, &txn.open_table(LOG)?)?;
     let mut applied = 0u64;
     {
         let mut tables = Tables::open(&txn)?;

@@ -27,24 +27,23 @@ fn sealed(parts: u32, results: u32) -> CheckpointRecord {
     rec(CheckpointState::Sealed, 1, parts, results)
 }
 
-fn stage(attempt: u32, part: u32, existing: PartMatch, results: u32) -> Event<'static> {
-    Event::Stage {
-        attempt,
-        part,
-        existing,
-        results,
-        bytes: StageBytes { part: 1, attempt: 0, max: CHECKPOINT_BYTES_MAX },
-    }
+fn stage(attempt: u32, part: u32, existing: PartMatch) -> Event<'static> {
+    Event::Stage { attempt, part, existing, bytes: StageBytes { part: 1, attempt: 0, max: CHECKPOINT_BYTES_MAX } }
 }
 
 /// A stage of a part of `bytes` into an attempt already holding `attempt_bytes`.
 fn stage_sized(attempt: u32, existing: PartMatch, bytes: u64, attempt_bytes: u64) -> Event<'static> {
     let bytes = StageBytes { part: bytes, attempt: attempt_bytes, max: CHECKPOINT_BYTES_MAX };
-    Event::Stage { attempt, part: 7, existing, results: 1, bytes }
+    Event::Stage { attempt, part: 7, existing, bytes }
 }
 
 fn seal(parts: u32, present: &[u32]) -> Event<'_> {
-    Event::Seal { parts, present, key_conflict: None }
+    seal_counted(parts, present, 0)
+}
+
+/// A seal whose parts hold `results` write results in all.
+fn seal_counted(parts: u32, present: &[u32], results: u32) -> Event<'_> {
+    Event::Seal { parts, present, key_conflict: None, results }
 }
 
 fn run(current: Option<&CheckpointRecord>, event: &Event<'_>) -> Result<Step, TransitionError> {
@@ -60,10 +59,10 @@ fn assert_noop(current: &CheckpointRecord, event: &Event<'_>) {
 /// Every event, with facts that would make it legal on a suitable state (the part is new, all parts present).
 fn every_event(present: &[u32]) -> Vec<Event<'_>> {
     vec![
-        stage(1, 0, PartMatch::Absent, 1),
-        stage(1, 0, PartMatch::Same, 1),
-        stage(1, 0, PartMatch::Different, 1),
-        stage(1, 0, PartMatch::Released, 1),
+        stage(1, 0, PartMatch::Absent),
+        stage(1, 0, PartMatch::Same),
+        stage(1, 0, PartMatch::Different),
+        stage(1, 0, PartMatch::Released),
         seal(2, present),
         Event::Restart,
         Event::Abort,
@@ -94,17 +93,18 @@ fn every_state() -> Vec<CheckpointState> {
 
 #[test]
 fn absent_stage_gives_staged_attempt_0() {
-    let step = run(None, &stage(0, 4, PartMatch::Absent, 2)).unwrap();
+    let step = run(None, &stage(0, 4, PartMatch::Absent)).unwrap();
+    // No running count: a Staged checkpoint's results are counted by whoever reads them, and at the seal.
     assert_eq!(
         step.next,
-        CheckpointRecord { state: CheckpointState::Staged, attempt: 0, epoch: EPOCH, parts: 0, results: 2 }
+        CheckpointRecord { state: CheckpointState::Staged, attempt: 0, epoch: EPOCH, parts: 0, results: 0 }
     );
     assert_eq!(step.effect, Effect::InsertPart);
 }
 
 #[test]
 fn absent_stage_of_a_later_attempt_is_attempt_ahead() {
-    let err = run(None, &stage(2, 0, PartMatch::Absent, 0)).unwrap_err();
+    let err = run(None, &stage(2, 0, PartMatch::Absent)).unwrap_err();
     assert_eq!(err, TransitionError::AttemptAhead { id: id(), offered: 2, current: 0 });
 }
 
@@ -118,9 +118,11 @@ fn absent_anything_but_stage_is_not_found() {
 // Row: Staged | stage (current attempt) | Staged; same part + same bytes = no-op, different bytes = conflict.
 
 #[test]
-fn staged_stage_of_a_new_part_adds_it_and_its_results() {
-    let step = run(Some(&staged(1, 3)), &stage(1, 2, PartMatch::Absent, 4)).unwrap();
-    assert_eq!(step.next, staged(1, 7));
+fn staged_stage_of_a_new_part_adds_it_and_leaves_the_record_as_it_is() {
+    // The record is not rewritten (ARCHITECTURE, "Fresh parts"): a count left by store format 1 stays until the
+    // seal counts the parts.
+    let step = run(Some(&staged(1, 3)), &stage(1, 2, PartMatch::Absent)).unwrap();
+    assert_eq!(step.next, staged(1, 3));
     assert_eq!(step.effect, Effect::InsertPart);
 }
 
@@ -129,7 +131,7 @@ fn staged_stage_of_a_new_part_adds_it_and_its_results() {
 #[test]
 fn staged_stage_of_a_new_part_up_to_the_byte_limit_is_accepted() {
     let step = run(Some(&staged(1, 3)), &stage_sized(1, PartMatch::Absent, 10, CHECKPOINT_BYTES_MAX - 10)).unwrap();
-    assert_eq!(step, Step { next: staged(1, 4), effect: Effect::InsertPart });
+    assert_eq!(step, Step { next: staged(1, 3), effect: Effect::InsertPart });
 }
 
 #[test]
@@ -158,13 +160,13 @@ fn staged_stage_of_a_stored_part_at_the_byte_limit_is_still_a_noop_or_a_conflict
 
 #[test]
 fn staged_stage_of_the_same_part_with_the_same_bytes_is_a_noop() {
-    assert_noop(&staged(1, 3), &stage(1, 0, PartMatch::Same, 1));
+    assert_noop(&staged(1, 3), &stage(1, 0, PartMatch::Same));
 }
 
 #[test]
 fn staged_stage_of_the_same_part_with_other_bytes_is_a_conflict() {
     for existing in [PartMatch::Different, PartMatch::Released] {
-        let err = run(Some(&staged(1, 3)), &stage(1, 2, existing, 1)).unwrap_err();
+        let err = run(Some(&staged(1, 3)), &stage(1, 2, existing)).unwrap_err();
         assert_eq!(err, TransitionError::PartConflict { id: id(), attempt: 1, part: 2 }, "{existing:?}");
     }
 }
@@ -175,14 +177,14 @@ fn staged_stage_of_the_same_part_with_other_bytes_is_a_conflict() {
 fn staged_stage_of_an_older_attempt_is_stale() {
     // Even with the same bytes: the dropped attempt's part must not come back.
     for existing in [PartMatch::Absent, PartMatch::Same] {
-        let err = run(Some(&staged(3, 0)), &stage(1, 0, existing, 1)).unwrap_err();
+        let err = run(Some(&staged(3, 0)), &stage(1, 0, existing)).unwrap_err();
         assert_eq!(err, TransitionError::StaleAttempt { id: id(), offered: 1, current: 3 });
     }
 }
 
 #[test]
 fn staged_stage_of_a_later_attempt_is_ahead() {
-    let err = run(Some(&staged(3, 0)), &stage(4, 0, PartMatch::Absent, 1)).unwrap_err();
+    let err = run(Some(&staged(3, 0)), &stage(4, 0, PartMatch::Absent)).unwrap_err();
     assert_eq!(err, TransitionError::AttemptAhead { id: id(), offered: 4, current: 3 });
 }
 
@@ -195,8 +197,7 @@ fn orphan(attempt: u32) -> CheckpointRecord {
 #[test]
 fn staged_of_an_older_epoch_stage_is_orphaned() {
     // Before any attempt check, and even for a retry of the very same part.
-    for event in [stage(1, 0, PartMatch::Same, 1), stage(1, 5, PartMatch::Absent, 1), stage(0, 0, PartMatch::Absent, 0)]
-    {
+    for event in [stage(1, 0, PartMatch::Same), stage(1, 5, PartMatch::Absent), stage(0, 0, PartMatch::Absent)] {
         let err = run(Some(&orphan(1)), &event).unwrap_err();
         assert_eq!(err, TransitionError::Orphaned { id: id(), staged_epoch: EPOCH - 1, epoch: EPOCH }, "{event:?}");
     }
@@ -204,8 +205,8 @@ fn staged_of_an_older_epoch_stage_is_orphaned() {
 
 #[test]
 fn staged_of_an_older_epoch_complete_seal_is_allowed() {
-    let step = run(Some(&orphan(1)), &seal(2, &[0, 1])).unwrap();
-    assert_eq!(step.next, CheckpointRecord { state: CheckpointState::Sealed, parts: 2, ..orphan(1) });
+    let step = run(Some(&orphan(1)), &seal_counted(2, &[0, 1], 2)).unwrap();
+    assert_eq!(step.next, CheckpointRecord { state: CheckpointState::Sealed, parts: 2, results: 2, ..orphan(1) });
     assert_eq!(step.effect, Effect::ClaimKeys);
 }
 
@@ -224,7 +225,7 @@ fn staged_of_an_older_epoch_restart_begins_an_attempt_of_this_epoch() {
     );
     assert_eq!(step.effect, Effect::DropParts { attempt: 1 });
     // And the new attempt accepts stage calls again.
-    assert!(run(Some(&step.next), &stage(2, 0, PartMatch::Absent, 1)).is_ok());
+    assert!(run(Some(&step.next), &stage(2, 0, PartMatch::Absent)).is_ok());
 }
 
 #[test]
@@ -246,8 +247,9 @@ fn staged_restart_begins_the_next_attempt_and_drops_the_parts() {
 // Row: Staged | seal(parts expected) | Sealed if parts 0..n are all there, else an error naming the missing parts.
 
 #[test]
-fn staged_seal_with_every_part_gives_sealed_and_claims_the_keys() {
-    let step = run(Some(&staged(1, 4)), &seal(3, &[0, 1, 2])).unwrap();
+fn staged_seal_with_every_part_gives_sealed_with_the_results_counted_and_claims_the_keys() {
+    // The count comes from the parts, not from the Staged record (a format-1 running count, here 9, is ignored).
+    let step = run(Some(&staged(1, 9)), &seal_counted(3, &[0, 1, 2], 4)).unwrap();
     assert_eq!(step.next, rec(CheckpointState::Sealed, 1, 3, 4));
     assert_eq!(step.effect, Effect::ClaimKeys);
 }
@@ -277,7 +279,7 @@ fn staged_seal_with_unexpected_parts_names_them() {
 #[test]
 fn staged_seal_with_a_key_owned_elsewhere_names_both_ids() {
     let conflict = Some(("s3://in/0017.csv".to_string(), other()));
-    let event = Event::Seal { parts: 1, present: &[0], key_conflict: conflict };
+    let event = Event::Seal { parts: 1, present: &[0], key_conflict: conflict, results: 1 };
     let err = run(Some(&staged(1, 1)), &event).unwrap_err();
     assert_eq!(err, TransitionError::KeyConflict { key: "s3://in/0017.csv".into(), id: id(), owner: other() });
     assert!(err.to_string().contains("input-0017") && err.to_string().contains("input-0042"), "{err}");
@@ -285,7 +287,7 @@ fn staged_seal_with_a_key_owned_elsewhere_names_both_ids() {
 
 #[test]
 fn staged_seal_reports_missing_parts_before_a_key_conflict() {
-    let event = Event::Seal { parts: 2, present: &[0], key_conflict: Some(("k".into(), other())) };
+    let event = Event::Seal { parts: 2, present: &[0], key_conflict: Some(("k".into(), other())), results: 1 };
     let err = run(Some(&staged(1, 1)), &event).unwrap_err();
     assert!(matches!(err, TransitionError::MissingParts { count: 1, .. }), "{err:?}");
 }
@@ -318,7 +320,7 @@ fn aborted_abort_is_a_noop() {
 #[test]
 fn aborted_stage_and_seal_say_aborted() {
     let aborted = rec(CheckpointState::Aborted, 2, 0, 0);
-    for event in [stage(2, 0, PartMatch::Absent, 1), stage(3, 0, PartMatch::Absent, 1), seal(1, &[0])] {
+    for event in [stage(2, 0, PartMatch::Absent), stage(3, 0, PartMatch::Absent), seal(1, &[0])] {
         assert_eq!(run(Some(&aborted), &event).unwrap_err(), TransitionError::Aborted { id: id() }, "{event:?}");
     }
 }
@@ -348,7 +350,7 @@ fn sealed_and_later_stage_is_already_sealed_saying_whether_the_part_matches() {
             (PartMatch::Absent, Some(false)),
             (PartMatch::Released, None),
         ] {
-            let err = run(Some(&cur), &stage(1, 0, existing, 1)).unwrap_err();
+            let err = run(Some(&cur), &stage(1, 0, existing)).unwrap_err();
             assert_eq!(err, TransitionError::AlreadySealed { id: id(), state, part_matches }, "{state:?} {existing:?}");
         }
     }

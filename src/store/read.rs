@@ -12,9 +12,12 @@ use crate::state::{CheckpointRecord, CheckpointState};
 use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
 use crate::wal::record::decode_value;
 use crate::wal::tables::{
-    CHECKPOINTS, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, META, Meta, PARTS, PartValue, STATES,
-    read_checkpoint, read_commit, read_meta, read_parts, visit_stored_fresh_parts,
+    CHECKPOINTS, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, LOG, META, Meta, PARTS, PartValue, STATES,
+    read_checkpoint, read_commit, read_meta, read_parts, visit_parts, visit_stored_fresh_parts,
 };
+
+/// Write results of fresh parts, by (checkpoint, attempt).
+type FreshResults = std::collections::BTreeMap<(CheckpointId, u32), u64>;
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 /// One read transaction over a store's tables: every read [`crate::Store`] and [`crate::inspect::Inspector`]
@@ -31,18 +34,22 @@ impl Snapshot {
 
     /// The store's meta record.
     pub(crate) fn meta(&self) -> Result<Meta> {
-        read_meta(&self.txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))
+        read_meta(&self.txn.open_table(META)?, &self.txn.open_table(LOG)?)?
+            .ok_or_else(|| Error::corrupt("table meta is empty"))
     }
 
     /// One checkpoint, if it exists.
     pub(crate) fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
-        Ok(read_checkpoint(&self.txn.open_table(CHECKPOINTS)?, id)?.map(|r| CheckpointInfo::new(id.clone(), r)))
+        let Some(record) = read_checkpoint(&self.txn.open_table(CHECKPOINTS)?, id)? else { return Ok(None) };
+        let fresh = self.fresh_results(record.state == CheckpointState::Staged)?;
+        Ok(Some(self.info(id.clone(), record, &fresh)?))
     }
 
     /// Every checkpoint in a state, by id.
     pub(crate) fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
         let states = self.txn.open_table(STATES)?;
         let checkpoints = self.txn.open_table(CHECKPOINTS)?;
+        let fresh = self.fresh_results(filter == StateFilter::Staged)?;
         let code = filter.code();
         let mut out = Vec::new();
         for entry in states.range((code, "")..(code + 1, ""))? {
@@ -50,7 +57,38 @@ impl Snapshot {
             let id = stored_id(k.value().1)?;
             let record = read_checkpoint(&checkpoints, &id)?
                 .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
-            out.push(CheckpointInfo::new(id, record));
+            out.push(self.info(id, record, &fresh)?);
+        }
+        Ok(out)
+    }
+
+    /// A checkpoint's record as callers see it: a Staged record carries no count of its write results (a stage
+    /// does not rewrite it), so theirs are counted from its parts, stored (`parts`) and fresh (`fresh`, from
+    /// [`Snapshot::fresh_results`]).
+    fn info(&self, id: CheckpointId, mut record: CheckpointRecord, fresh: &FreshResults) -> Result<CheckpointInfo> {
+        if record.state == CheckpointState::Staged {
+            let mut count = fresh.get(&(id.clone(), record.attempt)).copied().unwrap_or(0);
+            visit_parts(&self.txn.open_table(PARTS)?, &id, record.attempt, |value| {
+                count += value.results.len() as u64;
+                Ok(None::<()>)
+            })?;
+            record.results = u32::try_from(count)
+                .map_err(|_| Error::corrupt(format!("checkpoint {id} holds {count} write results")))?;
+        }
+        Ok(CheckpointInfo::new(id, record))
+    }
+
+    /// The write results of every fresh part, by checkpoint and attempt: one pass over `fresh_parts` (at most
+    /// [`crate::limits::FRESH_PARTS_MAX`] rows), made only when a Staged checkpoint is `needed`.
+    fn fresh_results(&self, needed: bool) -> Result<FreshResults> {
+        let mut out = FreshResults::new();
+        if needed {
+            visit_stored_fresh_parts(&self.txn, |seq, fresh| {
+                let value: PartValue =
+                    decode_value(&fresh.value, &|| format!("table fresh_parts, seq {seq}: its part"))?;
+                *out.entry((fresh.id, fresh.attempt)).or_default() += value.results.len() as u64;
+                Ok(())
+            })?;
         }
         Ok(out)
     }

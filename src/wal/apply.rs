@@ -120,6 +120,13 @@ impl Carry {
     }
 }
 
+/// What a seal learns from the parts it seals ([`Tables::seal_facts`]).
+#[derive(Default)]
+struct SealFacts {
+    key_conflict: Option<(String, CheckpointId)>,
+    results: u32,
+}
+
 /// Where a stage writes its new part: to `fresh_parts` (the rule), or straight to its `parts` row when the same
 /// call seals the checkpoint next (`stage_and_seal`): the seal would move it there in the same transaction, so
 /// the fresh row would be written and removed for nothing. Either place is a legal state (invariant 11), so a
@@ -225,7 +232,7 @@ impl<'txn> Tables<'txn> {
     }
 
     pub(crate) fn read_meta(&self) -> Result<Option<Meta>, Error> {
-        crate::wal::tables::read_meta(&self.meta)
+        crate::wal::tables::read_meta(&self.meta, &self.log)
     }
 
     pub(crate) fn write_meta(&mut self, meta: &Meta) -> Result<(), Error> {
@@ -410,8 +417,12 @@ impl<'txn> Tables<'txn> {
     }
 
     /// The first source key of this attempt already owned by another checkpoint.
-    fn key_conflict(&self, id: &CheckpointId, attempt: u32) -> Result<Option<(String, CheckpointId)>, Error> {
-        visit_parts(&self.parts, id, attempt, |value| {
+    /// What a seal of `id`'s `attempt` needs from its parts, read in one pass: the first key another checkpoint
+    /// already owns (the pass stops there: the seal is refused) and the write results counted.
+    fn seal_facts(&self, id: &CheckpointId, attempt: u32) -> Result<SealFacts, Error> {
+        let mut results = 0u64;
+        let key_conflict = visit_parts(&self.parts, id, attempt, |value| {
+            results += value.results.len() as u64;
             for key in &value.keys {
                 if let Some(owner) = self.keys.get(key.as_slice())?
                     && owner.value() != id.as_str()
@@ -422,7 +433,11 @@ impl<'txn> Tables<'txn> {
                 }
             }
             Ok(None)
-        })
+        })?;
+        // The attempt's byte limit bounds its results far below u32::MAX; more would be damage.
+        let results = u32::try_from(results)
+            .map_err(|_| Error::corrupt(format!("checkpoint {id}, attempt {attempt}: {results} write results")))?;
+        Ok(SealFacts { key_conflict, results })
     }
 
     /// Validates one event on each of `ids` (all or none), then applies them all. Returns whether any of them
@@ -564,7 +579,6 @@ impl<'txn> Tables<'txn> {
                 // result of the call first.
                 let bytes = encode_value(&PartValueRef { keys, results })?;
                 let existing = self.part_match(id, cur.as_ref(), *attempt, *part, &bytes)?;
-                let results_count = u32::try_from(results.len()).map_err(|_| Error::bug("result count"))?;
                 // Only a new part of the current attempt can grow it: the sum is skipped for every other call.
                 // `known`: whether `size` is the attempt's true size (a new checkpoint has no parts).
                 let empty = AttemptSize { attempt: *attempt, bytes: 0, parts: 0 };
@@ -583,7 +597,6 @@ impl<'txn> Tables<'txn> {
                     attempt: *attempt,
                     part: *part,
                     existing,
-                    results: results_count,
                     bytes: StageBytes { part: bytes.len() as u64, attempt: size.bytes, max: checkpoint_bytes_max },
                 };
                 match transition(id, cur.as_ref(), epoch, &event) {
@@ -609,13 +622,18 @@ impl<'txn> Tables<'txn> {
             }
             Record::Seal { id, parts } => {
                 let cur = read_checkpoint(&self.checkpoints, id)?;
-                let (present, conflict) = match &cur {
+                let (present, facts) = match &cur {
                     Some(c) if c.state == CheckpointState::Staged => {
-                        (read_part_numbers(&self.parts, id, c.attempt)?, self.key_conflict(id, c.attempt)?)
+                        (read_part_numbers(&self.parts, id, c.attempt)?, self.seal_facts(id, c.attempt)?)
                     }
-                    _ => (Vec::new(), None),
+                    _ => (Vec::new(), SealFacts::default()),
                 };
-                let event = Event::Seal { parts: *parts, present: &present, key_conflict: conflict };
+                let event = Event::Seal {
+                    parts: *parts,
+                    present: &present,
+                    key_conflict: facts.key_conflict,
+                    results: facts.results,
+                };
                 self.single(id, cur, epoch, &event)?
             }
             Record::Restart { id } => {

@@ -41,14 +41,17 @@ pub(crate) const GARBAGE: TableDefinition<(u64, u32), &[u8]> = TableDefinition::
 pub(crate) const META_KEY: &str = "meta";
 
 /// The version of the local format as a whole, which a writer's open stamps on the store. Format 2 added table
-/// `fresh_parts`; a format-1 file is format 2 with that table empty, so it is opened and stamped 2, and a
-/// format-1 binary refuses a format-2 file (it would not see the fresh parts).
+/// `fresh_parts`, leaves a Staged record's result count at 0 (readers count its parts) and lets the stored
+/// `Meta::next_seq` lag the log (see [`read_meta`]); a format-1 file is a format-2 file with no fresh part, exact
+/// counts and an exact next seq, so it is opened and stamped 2, and a format-1 binary refuses a format-2 file
+/// (it would not see the fresh parts, and would number records from a lagging next seq).
 pub(crate) const STORE_FORMAT_VERSION: u32 = 2;
 
 /// The oldest local format this version opens.
 pub(crate) const STORE_FORMAT_VERSION_OLDEST: u32 = 1;
 
-/// The store's metadata: one value, rewritten by every write transaction.
+/// The store's metadata: one value, rewritten by a write transaction that changes anything in it but `next_seq`
+/// (see [`read_meta`]).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
 pub(crate) struct Meta {
     pub format_version: u32,
@@ -58,7 +61,8 @@ pub(crate) struct Meta {
     pub epoch: Epoch,
     /// That writer's unique tag.
     pub writer_tag: u128,
-    /// The sequence number the next record gets.
+    /// The sequence number the next record gets. Stored, it may lag: the log's last frame says it exactly
+    /// (see [`read_meta`]).
     pub next_seq: u64,
     /// The lowest sequence number still in the log table.
     pub log_start: u64,
@@ -226,10 +230,37 @@ impl CommitValue {
     }
 }
 
-pub(crate) fn read_meta(table: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Option<Meta>, Error> {
-    match table.get(META_KEY)? {
-        None => Ok(None),
-        Some(v) => decode_value(v.value(), &|| "table meta".into()).map(Some),
+/// The store's meta as it stands. A transaction that only appends records (a stage, a seal) does not rewrite
+/// the meta: its stored `next_seq` is then a lower bound, and the log's last frame, whose key is the last
+/// sequence number given, says the next one. Every transaction that empties the log (a truncation to its end)
+/// changes `log_start` and so writes the meta, so an empty log means the stored value is exact. A log that ends
+/// below the stored value lost frames: `Corrupt`.
+pub(crate) fn read_meta(
+    meta_table: &impl ReadableTable<&'static str, &'static [u8]>,
+    log: &impl ReadableTable<u64, &'static [u8]>,
+) -> Result<Option<Meta>, Error> {
+    let Some(bytes) = meta_table.get(META_KEY)? else { return Ok(None) };
+    let mut meta: Meta = decode_value(bytes.value(), &|| "table meta".into())?;
+    if let Some((last, _)) = log.last()? {
+        let next_seq = last.value().saturating_add(1);
+        if next_seq < meta.next_seq || last.value() < meta.log_start {
+            return Err(Error::corrupt(format!(
+                "table log ends at seq {}, but table meta says the log holds seqs {}.. and the next is at least {}",
+                last.value(),
+                meta.log_start,
+                meta.next_seq
+            )));
+        }
+        meta.next_seq = next_seq;
+    }
+    Ok(Some(meta))
+}
+
+impl Meta {
+    /// Whether `self` must be written over `stored` (the value last written or read): anything but
+    /// `next_seq` changed. See [`read_meta`].
+    pub(crate) fn must_overwrite(&self, stored: &Meta) -> bool {
+        *self != Meta { next_seq: self.next_seq, ..stored.clone() }
     }
 }
 
@@ -337,6 +368,51 @@ mod tests {
         assert_eq!((back.keys, back.results), (keys, results));
         let empty = encode_value(&PartValueRef { keys: &[], results: &[] }).unwrap();
         assert_eq!(empty, encode_value(&PartValue { keys: Vec::new(), results: Vec::new() }).unwrap());
+    }
+
+    /// A database whose meta says `next_seq` and whose log holds `frames` seqs (their bytes do not matter here).
+    fn meta_and_log(next_seq: u64, log_start: u64, frames: std::ops::Range<u64>) -> redb::Database {
+        let db = redb::Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).unwrap();
+        let txn = db.begin_write().unwrap();
+        create_all(&txn).unwrap();
+        {
+            let identity = Identity {
+                job: crate::JobId::new("j").unwrap(),
+                target: crate::TargetIdentity::new("t").unwrap(),
+                create_if_missing: true,
+            };
+            let meta = Meta { next_seq, log_start, ..identity.new_meta(1) };
+            txn.open_table(META).unwrap().insert(META_KEY, encode_meta(&meta).unwrap().as_slice()).unwrap();
+            let mut log = txn.open_table(LOG).unwrap();
+            for seq in frames {
+                log.insert(seq, [0u8].as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+        db
+    }
+
+    fn read(db: &redb::Database) -> Result<Option<Meta>, Error> {
+        use redb::ReadableDatabase as _;
+        let txn = db.begin_read().unwrap();
+        read_meta(&txn.open_table(META).unwrap(), &txn.open_table(LOG).unwrap())
+    }
+
+    #[test]
+    fn the_next_seq_is_the_logs_when_the_stored_one_lags() {
+        assert_eq!(read(&meta_and_log(4, 2, 2..9)).unwrap().unwrap().next_seq, 9);
+        // Exact already, and an empty log (truncated to its end, which wrote the meta): the stored value.
+        assert_eq!(read(&meta_and_log(9, 2, 2..9)).unwrap().unwrap().next_seq, 9);
+        assert_eq!(read(&meta_and_log(9, 9, 0..0)).unwrap().unwrap().next_seq, 9);
+    }
+
+    #[test]
+    fn a_log_that_ends_below_the_stored_next_seq_is_corrupt() {
+        let err = read(&meta_and_log(9, 2, 2..6)).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt, "{err}");
+        assert!(err.to_string().contains("table log ends at seq 5"), "{err}");
+        // A log whose last frame is below its own start.
+        assert_eq!(read(&meta_and_log(1, 3, 0..2)).unwrap_err().kind(), crate::ErrorKind::Corrupt);
     }
 
     #[test]

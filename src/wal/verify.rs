@@ -17,7 +17,8 @@ use crate::wal::tables::{LOG, META, read_meta};
 /// Verifies every frame of the local log; returns how many there are, or a [`crate::ErrorKind::Corrupt`]
 /// error naming the first bad sequence number.
 pub(crate) fn verify_log(txn: &ReadTransaction) -> Result<u64, Error> {
-    let meta = read_meta(&txn.open_table(META)?)?.ok_or_else(|| Error::corrupt("table meta is empty"))?;
+    let meta = read_meta(&txn.open_table(META)?, &txn.open_table(LOG)?)?
+        .ok_or_else(|| Error::corrupt("table meta is empty"))?;
     let log = txn.open_table(LOG)?;
     let mut expected = meta.log_start;
     let mut epoch = 0;
@@ -103,8 +104,12 @@ mod tests {
 
     #[test]
     fn a_lost_tail_is_named() {
+        // The meta's next seq, 8, is a lower bound (`tables::read_meta`): a log that ends below it lost frames.
         let err = verify(&db(&[(5, 1), (6, 1)], 5, 8)).unwrap_err();
-        assert!(err.to_string().contains("ends before seq 7"), "{err}");
+        assert!(err.to_string().contains("table log ends at seq 6"), "{err}");
+        // An empty log means the meta was written with it: the log must end just before its next seq.
+        let err = verify(&db(&[], 5, 8)).unwrap_err();
+        assert!(err.to_string().contains("ends before seq 5"), "{err}");
     }
 
     #[test]

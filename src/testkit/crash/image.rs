@@ -81,7 +81,9 @@ impl Image {
             Err(TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(e) => return Err(fail(e)),
         };
-        let Some(meta) = read_meta(&meta_table).map_err(fail)? else { return Ok(None) };
+        let Some(meta) = read_meta(&meta_table, &txn.open_table(LOG).map_err(fail)?).map_err(fail)? else {
+            return Ok(None);
+        };
         let mut image = Image {
             meta,
             log: BTreeMap::new(),
@@ -129,6 +131,19 @@ impl Image {
             let (k, v) = entry.map_err(fail)?;
             let value = decode_value(v.value(), &|| format!("commits {}", k.value())).map_err(fail)?;
             image.commits.insert(k.value(), value);
+        }
+        // A Staged record carries no count of its write results (a stage does not rewrite it): the image counts
+        // its current attempt's parts, as the store's reads do, so images of the same state compare equal.
+        let counted: BTreeMap<String, u32> = image
+            .checkpoints
+            .iter()
+            .filter(|(_, r)| r.state == CheckpointState::Staged)
+            .map(|(id, r)| (id.clone(), image.results_of(id, r).len() as u32))
+            .collect();
+        for (id, record) in &mut image.checkpoints {
+            if let Some(results) = counted.get(id) {
+                record.results = *results;
+            }
         }
         Ok(Some(image))
     }
