@@ -360,7 +360,9 @@ impl Store {
         Ok(self.snapshot()?.meta()?.seq.in_flight)
     }
 
-    /// One checkpoint, if it exists.
+    /// One checkpoint, if it exists. A Staged checkpoint's result count is counted from its parts (its record
+    /// carries none), so its `get` also reads the store's parts not yet settled: at most
+    /// [`crate::limits::FRESH_PARTS_MAX`] small rows, decoding only its own.
     pub fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
         self.snapshot()?.get(id)
     }

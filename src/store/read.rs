@@ -41,7 +41,9 @@ impl Snapshot {
     /// One checkpoint, if it exists.
     pub(crate) fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
         let Some(record) = read_checkpoint(&self.txn.open_table(CHECKPOINTS)?, id)? else { return Ok(None) };
-        let fresh = self.fresh_results(record.state == CheckpointState::Staged)?;
+        // Only a Staged checkpoint needs its fresh parts counted.
+        let fresh =
+            if record.state == CheckpointState::Staged { self.fresh_results(Some(id))? } else { FreshResults::new() };
         Ok(Some(self.info(id.clone(), record, &fresh)?))
     }
 
@@ -49,7 +51,7 @@ impl Snapshot {
     pub(crate) fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
         let states = self.txn.open_table(STATES)?;
         let checkpoints = self.txn.open_table(CHECKPOINTS)?;
-        let fresh = self.fresh_results(filter == StateFilter::Staged)?;
+        let fresh = if filter == StateFilter::Staged { self.fresh_results(None)? } else { FreshResults::new() };
         let code = filter.code();
         let mut out = Vec::new();
         for entry in states.range((code, "")..(code + 1, ""))? {
@@ -78,18 +80,19 @@ impl Snapshot {
         Ok(CheckpointInfo::new(id, record))
     }
 
-    /// The write results of every fresh part, by checkpoint and attempt: one pass over `fresh_parts` (at most
-    /// [`crate::limits::FRESH_PARTS_MAX`] rows), made only when a Staged checkpoint is `needed`.
-    fn fresh_results(&self, needed: bool) -> Result<FreshResults> {
+    /// The write results of the fresh parts of checkpoint `only` (of every checkpoint with `None`), by
+    /// checkpoint and attempt: one pass over `fresh_parts` (at most [`crate::limits::FRESH_PARTS_MAX`] rows),
+    /// decoding the parts counted.
+    fn fresh_results(&self, only: Option<&CheckpointId>) -> Result<FreshResults> {
         let mut out = FreshResults::new();
-        if needed {
-            visit_stored_fresh_parts(&self.txn, |seq, fresh| {
-                let value: PartValue =
-                    decode_value(&fresh.value, &|| format!("table fresh_parts, seq {seq}: its part"))?;
-                *out.entry((fresh.id, fresh.attempt)).or_default() += value.results.len() as u64;
-                Ok(())
-            })?;
-        }
+        visit_stored_fresh_parts(&self.txn, |seq, fresh| {
+            if only.is_some_and(|id| *id != fresh.id) {
+                return Ok(());
+            }
+            let value: PartValue = decode_value(&fresh.value, &|| format!("table fresh_parts, seq {seq}: its part"))?;
+            *out.entry((fresh.id, fresh.attempt)).or_default() += value.results.len() as u64;
+            Ok(())
+        })?;
         Ok(out)
     }
 
