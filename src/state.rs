@@ -162,41 +162,21 @@ pub(crate) struct StageBytes {
     pub max: u64,
 }
 
-/// One event offered to a checkpoint, with the facts the store gathered for it.
+/// One event offered to a checkpoint, with the facts the store gathered for it. A seal's `results` is the write
+/// results of the parts present, counted (it only means something when they are complete).
 #[derive(Clone, Debug)]
 pub(crate) enum Event<'a> {
-    Stage {
-        attempt: u32,
-        part: u32,
-        existing: PartMatch,
-        bytes: StageBytes,
-    },
-    /// `results`: the write results of the parts present, counted (only meaningful when they are complete).
-    Seal {
-        parts: u32,
-        present: &'a [u32],
-        key_conflict: Option<(String, CheckpointId)>,
-        results: u32,
-    },
+    Stage { attempt: u32, part: u32, existing: PartMatch, bytes: StageBytes },
+    Seal { parts: u32, present: &'a [u32], key_conflict: Option<(String, CheckpointId)>, results: u32 },
     Restart,
     Abort,
     ForceAbort,
-    BeginCommit {
-        key: u64,
-    },
+    BeginCommit { key: u64 },
     CommitEmpty,
-    MarkCommitted {
-        key: u64,
-    },
-    MarkUnknown {
-        key: u64,
-    },
-    MarkNotCommitted {
-        key: u64,
-    },
-    Unbind {
-        key: u64,
-    },
+    MarkCommitted { key: u64 },
+    MarkUnknown { key: u64 },
+    MarkNotCommitted { key: u64 },
+    Unbind { key: u64 },
 }
 
 /// What applying an event does to the stored state, beyond replacing the checkpoint's record.
