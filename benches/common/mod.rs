@@ -117,6 +117,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 impl Rounds {
+    /// These rounds and `other`'s (pairs measured in separate calls of [`paired_rounds`], with their own round
+    /// counts).
+    pub fn merge(mut self, other: Rounds) -> Rounds {
+        for (pair, v) in other.pairs {
+            self.pairs.entry(pair).or_default().extend(v);
+        }
+        self
+    }
+
     /// The per-round ratios of `a` over `b` (time per element), from the pair measured either way round.
     fn ratios(&self, a: &str, b: &str) -> Option<Vec<f64>> {
         if let Some(v) = self.pairs.iter().find(|((x, y), _)| *x == a && *y == b).map(|(_, v)| v) {
