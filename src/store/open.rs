@@ -205,12 +205,15 @@ mod tests {
         txn.commit().unwrap();
     }
 
-    fn stored(store: &Store) -> (u32, u64) {
+    /// The meta as stored (not as read: `tables::read_meta` completes its next seq from the log).
+    fn stored_meta(store: &Store) -> Meta {
         let txn = store.database().begin_read().unwrap();
-        let meta: Meta =
-            decode_value(txn.open_table(META).unwrap().get(META_KEY).unwrap().unwrap().value(), &|| "meta".into())
-                .unwrap();
-        (meta.format_version, txn.open_table(FRESH_PARTS).unwrap().len().unwrap())
+        decode_value(txn.open_table(META).unwrap().get(META_KEY).unwrap().unwrap().value(), &|| "meta".into()).unwrap()
+    }
+
+    fn stored(store: &Store) -> (u32, u64) {
+        let fresh = store.database().begin_read().unwrap().open_table(FRESH_PARTS).unwrap().len().unwrap();
+        (stored_meta(store).format_version, fresh)
     }
 
     #[tokio::test]
@@ -233,27 +236,18 @@ mod tests {
         store.close_async().await;
     }
 
-    /// The stored meta's next seq, as written (not as read: `tables::read_meta` corrects it from the log).
-    fn stored_next_seq(store: &Store) -> u64 {
-        let txn = store.database().begin_read().unwrap();
-        let meta: Meta =
-            decode_value(txn.open_table(META).unwrap().get(META_KEY).unwrap().unwrap().value(), &|| "meta".into())
-                .unwrap();
-        meta.next_seq
-    }
-
     #[tokio::test]
     async fn a_stage_leaves_the_stored_meta_and_a_reopened_store_numbers_its_records_after_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb");
         let (a, b) = (CheckpointId::new("a").unwrap(), CheckpointId::new("b").unwrap());
         let store = open(&path).await.unwrap();
-        let after_open = stored_next_seq(&store);
+        let after_open = stored_meta(&store).next_seq;
         for part in 0..3 {
             store.stage(&a, StagePart::new(Attempt::FIRST, Part::new(part))).await.unwrap();
         }
         // Three records appended, the meta not rewritten: the log's last frame says the next seq.
-        assert_eq!(stored_next_seq(&store), after_open, "a stage rewrote the meta");
+        assert_eq!(stored_meta(&store).next_seq, after_open, "a stage rewrote the meta");
         assert_eq!(store.verify_log().unwrap(), after_open + 3);
         store.close_async().await;
         // Reopened, the `Open` record and the next stage take the seqs after the log's last frame, not the stored

@@ -44,13 +44,14 @@ impl Snapshot {
         // Only a Staged checkpoint needs its fresh parts counted.
         let fresh =
             if record.state == CheckpointState::Staged { self.fresh_results(Some(id))? } else { FreshResults::new() };
-        Ok(Some(self.info(id.clone(), record, &fresh)?))
+        Ok(Some(staged_info(&self.txn.open_table(PARTS)?, id.clone(), record, &fresh)?))
     }
 
     /// Every checkpoint in a state, by id.
     pub(crate) fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
         let states = self.txn.open_table(STATES)?;
         let checkpoints = self.txn.open_table(CHECKPOINTS)?;
+        let parts = self.txn.open_table(PARTS)?;
         let fresh = if filter == StateFilter::Staged { self.fresh_results(None)? } else { FreshResults::new() };
         let code = filter.code();
         let mut out = Vec::new();
@@ -59,25 +60,9 @@ impl Snapshot {
             let id = stored_id(k.value().1)?;
             let record = read_checkpoint(&checkpoints, &id)?
                 .ok_or_else(|| Error::corrupt(format!("table states names {id}, which table checkpoints lacks")))?;
-            out.push(self.info(id, record, &fresh)?);
+            out.push(staged_info(&parts, id, record, &fresh)?);
         }
         Ok(out)
-    }
-
-    /// A checkpoint's record as callers see it: a Staged record carries no count of its write results (a stage
-    /// does not rewrite it), so theirs are counted from its parts, stored (`parts`) and fresh (`fresh`, from
-    /// [`Snapshot::fresh_results`]).
-    fn info(&self, id: CheckpointId, mut record: CheckpointRecord, fresh: &FreshResults) -> Result<CheckpointInfo> {
-        if record.state == CheckpointState::Staged {
-            let mut count = fresh.get(&(id.clone(), record.attempt)).copied().unwrap_or(0);
-            visit_parts(&self.txn.open_table(PARTS)?, &id, record.attempt, |value| {
-                count += value.results.len() as u64;
-                Ok(None::<()>)
-            })?;
-            record.results = u32::try_from(count)
-                .map_err(|_| Error::corrupt(format!("checkpoint {id} holds {count} write results")))?;
-        }
-        Ok(CheckpointInfo::new(id, record))
     }
 
     /// The write results of the fresh parts of checkpoint `only` (of every checkpoint with `None`), by
@@ -292,6 +277,27 @@ impl Snapshot {
         }
         Ok(page)
     }
+}
+
+/// A checkpoint's record as callers see it: a Staged record carries no count of its write results (a stage does
+/// not rewrite it), so theirs are counted from its parts, stored (`parts`) and fresh (`fresh`, from
+/// [`Snapshot::fresh_results`]).
+fn staged_info(
+    parts: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+    id: CheckpointId,
+    mut record: CheckpointRecord,
+    fresh: &FreshResults,
+) -> Result<CheckpointInfo> {
+    if record.state == CheckpointState::Staged {
+        let mut count = fresh.get(&(id.clone(), record.attempt)).copied().unwrap_or(0);
+        visit_parts(parts, &id, record.attempt, |value| {
+            count += value.results.len() as u64;
+            Ok(None::<()>)
+        })?;
+        record.results =
+            u32::try_from(count).map_err(|_| Error::corrupt(format!("checkpoint {id} holds {count} write results")))?;
+    }
+    Ok(CheckpointInfo::new(id, record))
 }
 
 /// One commit's worth of Sealed checkpoints ([`Snapshot::sealed_page`]).

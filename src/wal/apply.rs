@@ -10,14 +10,14 @@ use crate::state::{
     CheckpointRecord, CheckpointState, CommitEvent, CommitSequence, CommitStep, Effect, Event, PartMatch, StageBytes,
     Step, commit_transition, transition,
 };
-use crate::types::{CheckpointId, Epoch, WriteResult};
+use crate::types::{CheckpointId, Epoch, SourceKey, WriteResult};
 use crate::wal::frame;
 use crate::wal::fresh::{FreshEntry, FreshParts};
 use crate::wal::record::{Record, Resolution, decode_value, encode_value};
 use crate::wal::tables::{
     CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, FRESH_PARTS, FreshPart, FreshPartRef, GARBAGE,
     GarbageValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValue, PartValueRef, STATES, decode_fresh_part,
-    encode_meta, read_checkpoint, read_commit, read_part_numbers, visit_parts,
+    encode_meta, read_checkpoint, read_commit, visit_parts,
 };
 
 /// What an accepted record did.
@@ -123,6 +123,8 @@ impl Carry {
 /// What a seal learns from the parts it seals ([`Tables::seal_facts`]).
 #[derive(Default)]
 struct SealFacts {
+    /// The part numbers present, in order.
+    present: Vec<u32>,
     key_conflict: Option<(String, CheckpointId)>,
     results: u32,
 }
@@ -416,28 +418,41 @@ impl<'txn> Tables<'txn> {
         })
     }
 
-    /// The first source key of this attempt already owned by another checkpoint.
-    /// What a seal of `id`'s `attempt` needs from its parts, read in one pass: the first key another checkpoint
-    /// already owns (the pass stops there: the seal is refused) and the write results counted.
+    /// What a seal of `id`'s `attempt` needs from its parts, read in one pass over their rows: the part numbers
+    /// present, the first source key another checkpoint already owns (once found, the rest are only numbered:
+    /// the seal is refused) and the write results counted.
     fn seal_facts(&self, id: &CheckpointId, attempt: u32) -> Result<SealFacts, Error> {
+        let mut facts = SealFacts::default();
         let mut results = 0u64;
-        let key_conflict = visit_parts(&self.parts, id, attempt, |value| {
-            results += value.results.len() as u64;
-            for key in &value.keys {
-                if let Some(owner) = self.keys.get(key.as_slice())?
-                    && owner.value() != id.as_str()
-                {
-                    let owner = CheckpointId::new(owner.value())
-                        .map_err(|_| Error::corrupt(format!("table keys: invalid owner {:?}", owner.value())))?;
-                    return Ok(Some((String::from_utf8_lossy(key).into_owned(), owner)));
-                }
+        for entry in self.parts.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
+            let (k, v) = entry?;
+            let part = k.value().2;
+            facts.present.push(part);
+            if facts.key_conflict.is_some() {
+                continue;
             }
-            Ok(None)
-        })?;
+            let value: PartValue = decode_value(v.value(), &|| format!("table parts, ({id}, {attempt}, {part})"))?;
+            results += value.results.len() as u64;
+            facts.key_conflict = self.owned_elsewhere(id, &value.keys)?;
+        }
         // The attempt's byte limit bounds its results far below u32::MAX; more would be damage.
-        let results = u32::try_from(results)
+        facts.results = u32::try_from(results)
             .map_err(|_| Error::corrupt(format!("checkpoint {id}, attempt {attempt}: {results} write results")))?;
-        Ok(SealFacts { key_conflict, results })
+        Ok(facts)
+    }
+
+    /// The first of `keys` that a checkpoint other than `id` owns, with its owner.
+    fn owned_elsewhere(&self, id: &CheckpointId, keys: &[SourceKey]) -> Result<Option<(String, CheckpointId)>, Error> {
+        for key in keys {
+            if let Some(owner) = self.keys.get(key.as_slice())?
+                && owner.value() != id.as_str()
+            {
+                let owner = CheckpointId::new(owner.value())
+                    .map_err(|_| Error::corrupt(format!("table keys: invalid owner {:?}", owner.value())))?;
+                return Ok(Some((String::from_utf8_lossy(key).into_owned(), owner)));
+            }
+        }
+        Ok(None)
     }
 
     /// Validates one event on each of `ids` (all or none), then applies them all. Returns whether any of them
@@ -622,15 +637,13 @@ impl<'txn> Tables<'txn> {
             }
             Record::Seal { id, parts } => {
                 let cur = read_checkpoint(&self.checkpoints, id)?;
-                let (present, facts) = match &cur {
-                    Some(c) if c.state == CheckpointState::Staged => {
-                        (read_part_numbers(&self.parts, id, c.attempt)?, self.seal_facts(id, c.attempt)?)
-                    }
-                    _ => (Vec::new(), SealFacts::default()),
+                let facts = match &cur {
+                    Some(c) if c.state == CheckpointState::Staged => self.seal_facts(id, c.attempt)?,
+                    _ => SealFacts::default(),
                 };
                 let event = Event::Seal {
                     parts: *parts,
-                    present: &present,
+                    present: &facts.present,
                     key_conflict: facts.key_conflict,
                     results: facts.results,
                 };

@@ -318,19 +318,6 @@ pub(crate) fn visit_parts<T>(
     Ok(None)
 }
 
-/// The part numbers present for one attempt, in order, without decoding them.
-pub(crate) fn read_part_numbers(
-    table: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
-    id: &CheckpointId,
-    attempt: u32,
-) -> Result<Vec<u32>, Error> {
-    let mut out = Vec::new();
-    for entry in table.range((id.as_str(), attempt, 0)..=(id.as_str(), attempt, u32::MAX))? {
-        out.push(entry?.0.value().2);
-    }
-    Ok(out)
-}
-
 pub(crate) fn encode_meta(meta: &Meta) -> Result<Vec<u8>, Error> {
     encode_value(meta)
 }
