@@ -50,12 +50,20 @@ const SHAPED_IDS: u64 = 128;
 /// Its single-call twin, the layout's part of row 1: one call a commit, into one checkpoint (as the durable
 /// stage row stages into one checkpoint).
 const SHAPED_SINGLE: Shaped =
-    Shaped { name: "redb-stage-shaped-1-call-a-commit", calls_a_commit: 1, ids: 1, layout: PartLayout::Fresh };
+    Shaped { name: "redb-stage-shaped-1-call-a-commit", calls_a_commit: 1, ids: 1, layout: PartLayout::LogOnly };
 const SHAPED_GROUPED: Shaped = Shaped {
     name: "redb-stage-shaped-64-calls-a-commit",
     calls_a_commit: SHAPED_CALLS_A_COMMIT,
     ids: SHAPED_IDS,
-    layout: PartLayout::Fresh,
+    layout: PartLayout::LogOnly,
+};
+/// The same two as format 2's first cut wrote them: the part appended to a table of fresh parts too.
+const SHAPED_SINGLE_FRESH_TABLE: Shaped =
+    Shaped { name: "redb-stage-shaped-fresh-table-1-call-a-commit", layout: PartLayout::FreshTable, ..SHAPED_SINGLE };
+const SHAPED_GROUPED_FRESH_TABLE: Shaped = Shaped {
+    name: "redb-stage-shaped-fresh-table-64-calls-a-commit",
+    layout: PartLayout::FreshTable,
+    ..SHAPED_GROUPED
 };
 /// The same two as store format 1 wrote them: the part's row at the end of its checkpoint's range.
 const SHAPED_SINGLE_ROWS: Shaped =
@@ -71,8 +79,10 @@ const SHAPED_GROUPED_REWRITING: Shaped = Shaped {
     ..SHAPED_GROUPED
 };
 /// Every single-call shape, then every grouped one: the store's layout first.
-const SHAPED_SINGLES: [Shaped; 3] = [SHAPED_SINGLE, SHAPED_SINGLE_ROWS, SHAPED_SINGLE_REWRITING];
-const SHAPED_GROUPS: [Shaped; 3] = [SHAPED_GROUPED, SHAPED_GROUPED_ROWS, SHAPED_GROUPED_REWRITING];
+const SHAPED_SINGLES: [Shaped; 4] =
+    [SHAPED_SINGLE, SHAPED_SINGLE_FRESH_TABLE, SHAPED_SINGLE_ROWS, SHAPED_SINGLE_REWRITING];
+const SHAPED_GROUPS: [Shaped; 4] =
+    [SHAPED_GROUPED, SHAPED_GROUPED_FRESH_TABLE, SHAPED_GROUPED_ROWS, SHAPED_GROUPED_REWRITING];
 const SHAPED_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const SHAPED_PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
 const SHAPED_FRESH: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
@@ -437,9 +447,12 @@ struct Shaped {
 /// Where a stage call's part goes, besides its log frame, and what else it rewrites.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PartLayout {
-    /// A row appended to `fresh_parts` under the record's sequence number, and nothing else (a checkpoint's
-    /// record is written when it is created): store format 2, as stored.
-    Fresh,
+    /// Nothing but the log frame (a checkpoint's record is written when it is created): store format 2, as
+    /// stored, the part kept in its stage record.
+    LogOnly,
+    /// A row appended to a table of fresh parts under the record's sequence number, and nothing else: format 2's
+    /// first cut (Dec 5, before the part was kept in its record alone).
+    FreshTable,
     /// The same fresh row, with the checkpoint's record (its result count) and the meta (its next seq)
     /// rewritten by every call: fresh parts as first built (Dec 5, before the record and meta stopped being
     /// rewritten).
@@ -452,7 +465,8 @@ impl Shaped {
     /// How the row names the shape's layout.
     fn layout(self) -> &'static str {
         match self.layout {
-            PartLayout::Fresh => "as stored (the part appended to fresh_parts, nothing rewritten)",
+            PartLayout::LogOnly => "as stored (the stage record alone, nothing rewritten)",
+            PartLayout::FreshTable => "as first cut (the part appended to a fresh-parts table too)",
             PartLayout::FreshRewriting => "as first built (the fresh row, the record and meta rewritten)",
             PartLayout::Rows => "as format 1 stored them (the part's row in parts, the record and meta rewritten)",
         }
@@ -490,17 +504,18 @@ fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
                             std::hint::black_box(there);
                             parts.insert((id.as_str(), 0, part), part_value.as_slice()).expect("raw insert");
                         }
-                        PartLayout::Fresh | PartLayout::FreshRewriting => {
+                        PartLayout::FreshTable | PartLayout::FreshRewriting => {
                             drop(fresh.insert(next, fresh_value.as_slice()).expect("raw insert"));
                         }
+                        PartLayout::LogOnly => {}
                     }
-                    if created || shape.layout != PartLayout::Fresh {
+                    if created || rewriting_meta(shape.layout) {
                         checkpoints.insert(id.as_str(), &part_value[..30]).expect("raw insert");
                     }
                     log.insert(next, frame.as_slice()).expect("raw insert");
                     next += 1;
                 }
-                if shape.layout != PartLayout::Fresh {
+                if rewriting_meta(shape.layout) {
                     meta.insert("meta", &part_value[..60]).expect("raw insert");
                 }
             }
@@ -508,6 +523,11 @@ fn raw_shaped_op(db: &Database, shape: Shaped) -> Op<'_> {
         }
         start.elapsed()
     })
+}
+
+/// Whether a layout rewrites the meta in every commit (the checkpoint's record likewise).
+fn rewriting_meta(layout: PartLayout) -> bool {
+    matches!(layout, PartLayout::Rows | PartLayout::FreshRewriting)
 }
 
 /// A store with `keys` processed keys, staged `BUILD_KEYS_PER_STAGE` to a call.

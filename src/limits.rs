@@ -60,12 +60,16 @@ pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:
 /// at least this many and fewer than twice this many, for it is truncated in steps of this many.
 pub const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
-/// Staged parts held in the store's `fresh_parts` table at most before they are all moved to their
-/// checkpoints' rows in one transaction (each checkpoint's are moved anyway before anything else reads them).
-/// Also bounds the writer's index of them and the scan that rebuilds it.
+/// Fresh parts (staged parts kept in their stage records alone, see `wal::fresh`) held at most before they are
+/// all written to their checkpoints' `parts` rows in one transaction (each checkpoint's are anyway before
+/// anything else reads them). Also bounds the writer's index of them.
 pub const FRESH_PARTS_MAX: usize = 4096;
-/// Bytes of staged parts held in `fresh_parts` at most, with the same effect as [`FRESH_PARTS_MAX`].
+/// Bytes of fresh parts (their `parts` rows' lengths) held at most, with the same effect as [`FRESH_PARTS_MAX`].
 pub const FRESH_PART_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// How far behind the log's end a fresh part's stage record may fall, in records, before its checkpoint is
+/// settled: it bounds the log every reader of fresh parts scans (an open's rebuild of the index, `get` of a
+/// Staged checkpoint, snapshots), which with a mirror is kept until the next snapshot.
+pub const FRESH_PART_LOG_RECORDS_MAX: u64 = 8192;
 /// The most garbage-ledger entries one `ForgetGarbage` record removes (a collection forgets more in several).
 pub const GARBAGE_FORGET_ENTRIES_MAX: usize = 4096;
 /// The most garbage-ledger entries the data-file collector judges at once (each a stat and maybe a delete).

@@ -180,16 +180,16 @@ pub(super) fn stored_id(s: &str) -> Result<CheckpointId> {
 #[cfg(test)]
 mod tests {
     use crate::wal::record::{decode_value, encode_value};
-    use crate::wal::tables::{FRESH_PARTS, META, META_KEY, Meta, STORE_FORMAT_VERSION};
+    use crate::wal::tables::{META, META_KEY, Meta, STORE_FORMAT_VERSION};
     use crate::{Attempt, CheckpointId, ErrorKind, JobId, Part, StagePart, Store, TargetIdentity};
-    use redb::{ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _};
+    use redb::{ReadableDatabase as _, ReadableTable as _};
 
     async fn open(path: &std::path::Path) -> crate::Result<Store> {
         Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap()).path(path).open().await
     }
 
-    /// Rewrites the file's meta to say `version`, and drops table `fresh_parts` when `without_fresh`.
-    fn rewrite(path: &std::path::Path, version: u32, without_fresh: bool) {
+    /// Rewrites the file's meta to say `version`.
+    fn rewrite(path: &std::path::Path, version: u32) {
         let db = redb::Database::create(path).unwrap();
         let txn = db.begin_write().unwrap();
         {
@@ -198,9 +198,6 @@ mod tests {
                 decode_value(table.get(META_KEY).unwrap().unwrap().value(), &|| "meta".into()).unwrap();
             meta.format_version = version;
             table.insert(META_KEY, encode_value(&meta).unwrap().as_slice()).unwrap();
-        }
-        if without_fresh {
-            assert!(txn.delete_table(FRESH_PARTS).unwrap());
         }
         txn.commit().unwrap();
     }
@@ -212,7 +209,12 @@ mod tests {
     }
 
     fn stored(store: &Store) -> (u32, u64) {
-        let fresh = store.database().begin_read().unwrap().open_table(FRESH_PARTS).unwrap().len().unwrap();
+        let mut fresh = 0;
+        crate::wal::fresh::visit_stored(&store.database().begin_read().unwrap(), None, |_, _| {
+            fresh += 1;
+            Ok(())
+        })
+        .unwrap();
         (stored_meta(store).format_version, fresh)
     }
 
@@ -225,8 +227,8 @@ mod tests {
         store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST)).await.unwrap();
         store.seal(&id, 1).await.unwrap();
         store.close_async().await;
-        // What 0.1 wrote: format 1, no table fresh_parts (the part above is settled, as 0.1 kept every part).
-        rewrite(&path, 1, true);
+        // What 0.1 wrote: format 1, every part in table parts (the part above is settled by its seal).
+        rewrite(&path, 1);
         let store = open(&path).await.unwrap();
         assert_eq!(stored(&store), (STORE_FORMAT_VERSION, 0));
         assert_eq!(store.get(&id).unwrap().unwrap().results, 0);
@@ -265,7 +267,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb");
         open(&path).await.unwrap().close_async().await;
-        rewrite(&path, STORE_FORMAT_VERSION + 1, false);
+        rewrite(&path, STORE_FORMAT_VERSION + 1);
         let err = open(&path).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
         assert!(err.to_string().contains("open it with the sinkpoint release that wrote it"), "{err}");

@@ -10,10 +10,11 @@ use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX, KEY_PAGE_KEYS_MA
 use crate::state::StateFilter;
 use crate::state::{CheckpointRecord, CheckpointState};
 use crate::types::{Attempt, CheckpointId, Epoch, WriteResult};
+use crate::wal::fresh;
 use crate::wal::record::decode_value;
 use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, LOG, META, Meta, PARTS, PartValue, STATES,
-    read_checkpoint, read_commit, read_meta, read_parts, visit_parts, visit_stored_fresh_parts,
+    read_checkpoint, read_commit, read_meta, read_parts, visit_parts,
 };
 
 /// Write results of fresh parts, by (checkpoint, attempt).
@@ -66,15 +67,12 @@ impl Snapshot {
     }
 
     /// The write results of the fresh parts of checkpoint `only` (of every checkpoint with `None`), by
-    /// checkpoint and attempt: one pass over `fresh_parts` (at most [`crate::limits::FRESH_PARTS_MAX`] rows),
-    /// decoding the parts counted.
+    /// checkpoint and attempt: one pass over the log's fresh window (at most
+    /// [`crate::limits::FRESH_PART_LOG_RECORDS_MAX`] records, decoding only the stage records).
     fn fresh_results(&self, only: Option<&CheckpointId>) -> Result<FreshResults> {
         let mut out = FreshResults::new();
-        visit_stored_fresh_parts(&self.txn, |seq, fresh| {
-            if only.is_some_and(|id| *id != fresh.id) {
-                return Ok(());
-            }
-            let value: PartValue = decode_value(&fresh.value, &|| format!("table fresh_parts, seq {seq}: its part"))?;
+        fresh::visit_stored(&self.txn, only, |seq, fresh| {
+            let value: PartValue = decode_value(&fresh.value, &|| format!("table log, seq {seq}: its part"))?;
             *out.entry((fresh.id, fresh.attempt)).or_default() += value.results.len() as u64;
             Ok(())
         })?;
@@ -166,41 +164,40 @@ impl Snapshot {
                 each(result)?;
             }
         }
-        visit_stored_fresh_parts(&self.txn, |seq, fresh| {
-            let value: PartValue = decode_value(&fresh.value, &|| format!("table fresh_parts, seq {seq}: its part"))?;
+        fresh::visit_stored(&self.txn, None, |seq, fresh| {
+            let value: PartValue = decode_value(&fresh.value, &|| format!("table log, seq {seq}: its part"))?;
             value.results.iter().try_for_each(&mut each)
         })
     }
 
-    /// Checks every fresh part (see [`crate::wal::fresh`]): it decodes, its checkpoint is Staged at its attempt,
-    /// and neither `parts` nor another fresh row holds it too. Returns how many there are.
+    /// Checks the fresh parts (see [`crate::wal::fresh`]) against the whole kept log: no stage record behind the
+    /// fresh window is of a part that is still fresh by the rule (the writer settles a part before its record
+    /// leaves the window, or readers would lose it), and no part has two such records. Returns how many fresh
+    /// parts there are.
     pub(crate) fn verify_fresh_parts(&self) -> Result<u64> {
-        let checkpoints = self.txn.open_table(CHECKPOINTS)?;
-        let parts = self.txn.open_table(PARTS)?;
-        let mut count = 0;
-        let mut seen = std::collections::BTreeSet::new();
-        visit_stored_fresh_parts(&self.txn, |seq, fresh| {
-            let (id, attempt, part) = (&fresh.id, fresh.attempt, fresh.part);
-            let place = || format!("table fresh_parts, seq {seq}: part ({id}, {attempt}, {part})");
-            let _: PartValue = decode_value(&fresh.value, &place)?;
-            let record = read_checkpoint(&checkpoints, id)?;
-            if !record.as_ref().is_some_and(|r| r.state == CheckpointState::Staged && r.attempt == attempt) {
+        let log = self.txn.open_table(LOG)?;
+        let Some(meta) = read_meta(&self.txn.open_table(META)?, &log)? else { return Ok(0) };
+        let (checkpoints, parts) = (self.txn.open_table(CHECKPOINTS)?, self.txn.open_table(PARTS)?);
+        let window = fresh::window(meta.log_start, meta.next_seq);
+        let mut seen = std::collections::BTreeMap::new();
+        fresh::visit(&log, &checkpoints, &parts, meta.log_start..meta.next_seq, None, |seq, part| {
+            let place = || {
+                format!("table log, seq {seq}: the stage record of part ({}, {}, {})", part.id, part.attempt, part.part)
+            };
+            if seq < window.start {
                 return Err(Error::corrupt(format!(
-                    "{}, but its checkpoint is {:?} (a fresh part belongs to a Staged checkpoint's attempt)",
+                    "{}, which is Staged and not in table parts, but behind the fresh parts' window (from seq {}): \
+                     it should have been settled",
                     place(),
-                    record.map(|r| (r.state, r.attempt))
+                    window.start
                 )));
             }
-            if parts.get((id.as_str(), attempt, part))?.is_some() {
-                return Err(Error::corrupt(format!("{}, which table parts holds too", place())));
+            if let Some(first) = seen.insert((part.id.clone(), part.attempt, part.part), seq) {
+                return Err(Error::corrupt(format!("{}, which the record at seq {first} stages too", place())));
             }
-            if !seen.insert((id.clone(), attempt, part)) {
-                return Err(Error::corrupt(format!("{}, which an earlier fresh row holds too", place())));
-            }
-            count += 1;
             Ok(())
         })?;
-        Ok(count)
+        Ok(seen.len() as u64)
     }
 
     /// See [`crate::Store::retention_watermark`].

@@ -12,12 +12,11 @@ use crate::state::{
 };
 use crate::types::{CheckpointId, Epoch, SourceKey, WriteResult};
 use crate::wal::frame;
-use crate::wal::fresh::{FreshEntry, FreshParts};
+use crate::wal::fresh::{self, FreshEntry, FreshParts};
 use crate::wal::record::{Record, Resolution, decode_value, encode_value};
 use crate::wal::tables::{
-    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, FRESH_PARTS, FreshPart, FreshPartRef, GARBAGE,
-    GarbageValue, KEYS, LOG, META, META_KEY, Meta, PARTS, PartValue, PartValueRef, STATES, decode_fresh_part,
-    encode_meta, read_checkpoint, read_commit, visit_parts,
+    CHECKPOINTS, COMMIT_AWAITS_RECOMMIT, COMMITS, CommitValue, GARBAGE, GarbageValue, KEYS, LOG, META, META_KEY, Meta,
+    PARTS, PartValue, PartValueRef, STATES, encode_meta, read_checkpoint, read_commit, visit_parts,
 };
 
 /// What an accepted record did.
@@ -129,9 +128,9 @@ struct SealFacts {
     results: u32,
 }
 
-/// Where a stage writes its new part: to `fresh_parts` (the rule), or straight to its `parts` row when the same
-/// call seals the checkpoint next (`stage_and_seal`): the seal would move it there in the same transaction, so
-/// the fresh row would be written and removed for nothing. Either place is a legal state (invariant 11), so a
+/// Where a stage keeps its new part: in its stage record alone, fresh (the rule), or in its `parts` row at once
+/// when the same call seals the checkpoint next (`stage_and_seal`): the seal would settle it in the same
+/// transaction anyway. Either place is a legal state (invariant 11), so a
 /// replay, which places every part fresh, ends the transaction in the same state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Placement {
@@ -154,7 +153,7 @@ struct NewPart<'a> {
     bytes: &'a [u8],
     attempt: u32,
     part: u32,
-    /// The sequence number of the stage record (its key in `fresh_parts`).
+    /// The sequence number of the stage record (where a fresh part is kept).
     seq: u64,
     placement: Placement,
 }
@@ -164,14 +163,13 @@ pub(crate) struct Tables<'txn> {
     log: Table<'txn, u64, &'static [u8]>,
     checkpoints: Table<'txn, &'static str, &'static [u8]>,
     parts: Table<'txn, (&'static str, u32, u32), &'static [u8]>,
-    fresh_rows: Table<'txn, u64, &'static [u8]>,
     keys: Table<'txn, &'static [u8], &'static str>,
     states: Table<'txn, (u8, &'static str), ()>,
     commits: Table<'txn, u64, &'static [u8]>,
     garbage: Table<'txn, (u64, u32), &'static [u8]>,
     meta: Table<'txn, &'static str, &'static [u8]>,
     sizes: AttemptSizes,
-    /// The index of `fresh_parts`, always equal to what the table holds in this transaction.
+    /// The index of the fresh parts, always equal to what [`crate::wal::fresh::visit`] finds in this transaction.
     fresh: FreshParts,
 }
 
@@ -182,21 +180,26 @@ impl<'txn> Tables<'txn> {
 
     /// The tables, with what an earlier committed transaction of this writer left (see [`Tables::into_carry`]).
     pub(crate) fn open_with(txn: &'txn WriteTransaction, carry: Carry) -> Result<Self, Error> {
-        let fresh_rows = txn.open_table(FRESH_PARTS)?;
-        let fresh = match carry.fresh {
-            Some(fresh) => fresh,
-            None => FreshParts::scan(&fresh_rows)?,
+        let (log, meta) = (txn.open_table(LOG)?, txn.open_table(META)?);
+        let (checkpoints, parts) = (txn.open_table(CHECKPOINTS)?, txn.open_table(PARTS)?);
+        let fresh = match (carry.fresh, crate::wal::tables::read_meta(&meta, &log)?) {
+            (Some(fresh), _) => fresh,
+            (None, None) => FreshParts::default(),
+            (None, Some(m)) => {
+                let window = fresh::window(m.log_start, m.next_seq);
+                FreshParts::scan(&log, &checkpoints, &parts, window.clone())
+                    .map_err(|e| fresh::in_window(e, &window))?
+            }
         };
         Ok(Self {
-            log: txn.open_table(LOG)?,
-            checkpoints: txn.open_table(CHECKPOINTS)?,
-            parts: txn.open_table(PARTS)?,
-            fresh_rows,
+            log,
+            checkpoints,
+            parts,
             keys: txn.open_table(KEYS)?,
             states: txn.open_table(STATES)?,
             commits: txn.open_table(COMMITS)?,
             garbage: txn.open_table(GARBAGE)?,
-            meta: txn.open_table(META)?,
+            meta,
             sizes: carry.sizes,
             fresh,
         })
@@ -242,34 +245,63 @@ impl<'txn> Tables<'txn> {
         Ok(())
     }
 
-    /// Appends one frame to the log and returns its bytes (for the mirror).
+    /// Appends one frame to the log and returns its bytes (for the mirror). Then settles the fresh parts that
+    /// are over a limit or whose records the log's end left behind its window ([`crate::wal::fresh`]): after
+    /// every append, each fresh part is one [`crate::wal::fresh::visit`] finds.
     pub(crate) fn append(&mut self, meta: &mut Meta, epoch: Epoch, record: &Record) -> Result<Vec<u8>, Error> {
         let seq = meta.next_seq;
         let bytes = frame::encode(seq, epoch, &record.to_payload()?)?;
         self.log.insert(seq, bytes.as_slice())?;
         meta.next_seq = seq + 1;
+        if self.fresh.over_limit() {
+            self.settle_all()?;
+        }
+        self.settle_below(fresh::window(meta.log_start, meta.next_seq).start)?;
         Ok(bytes)
     }
 
-    /// Drops log records below `keep_from` (they are reflected in the tables, and mirrored if there is a mirror).
+    /// Drops log records below `keep_from` (they are reflected in the tables, and mirrored if there is a mirror),
+    /// after settling the fresh parts whose records it drops.
     pub(crate) fn truncate_log(&mut self, meta: &mut Meta, keep_from: u64) -> Result<(), Error> {
         let keep_from = keep_from.min(meta.next_seq);
         if keep_from > meta.log_start {
+            self.settle_below(keep_from)?;
             self.log.retain_in(meta.log_start..keep_from, |_, _| false)?;
             meta.log_start = keep_from;
         }
         Ok(())
     }
 
-    /// Moves every fresh part of `id` to its row in `parts` (see [`crate::wal::fresh`]).
+    /// Writes every fresh part of `id` to its row in `parts` (see [`crate::wal::fresh`]).
     fn settle(&mut self, id: &CheckpointId) -> Result<(), Error> {
         for ((attempt, part), entry) in self.fresh.take(id) {
-            let row = self.fresh_rows.remove(entry.seq)?;
-            let fresh = indexed_fresh_part((id, attempt, part), entry.seq, row.as_ref().map(|r| r.value()))?;
-            drop(row);
-            self.parts.insert((id.as_str(), attempt, part), fresh.value.as_slice())?;
+            let value = self.fresh_value((id, attempt, part), entry.seq)?;
+            self.parts.insert((id.as_str(), attempt, part), value.as_slice())?;
         }
         Ok(())
+    }
+
+    /// Settles every checkpoint with a fresh part whose stage record's seq is below `seq`.
+    fn settle_below(&mut self, seq: u64) -> Result<(), Error> {
+        for id in self.fresh.ids_below(seq) {
+            self.settle(&id)?;
+        }
+        Ok(())
+    }
+
+    /// The `parts` row of fresh part `key`, from its stage record at `seq`, where the index says it is: a log
+    /// without it there is damaged.
+    fn fresh_value(&self, key: (&CheckpointId, u32, u32), seq: u64) -> Result<Vec<u8>, Error> {
+        let (id, attempt, part) = key;
+        let lacks = || {
+            let what = format!("part ({id}, {attempt}, {part}), which the fresh parts' index puts there");
+            Error::corrupt(format!("table log, seq {seq}: no stage record of {what}"))
+        };
+        let frame = self.log.get(seq)?.ok_or_else(lacks)?;
+        match fresh::stage_part(seq, frame.value())? {
+            Some(found) if (&found.id, found.attempt, found.part) == key => Ok(found.value),
+            _ => Err(lacks()),
+        }
     }
 
     /// Settles every checkpoint with a fresh part, in id order (so each one's rows share their leaves).
@@ -293,12 +325,8 @@ impl<'txn> Tables<'txn> {
         }
     }
 
-    /// Writes a stage call's new part to `fresh_parts`.
+    /// Indexes a stage call's new part as fresh: its stage record, appended next, is all that is written.
     fn insert_fresh(&mut self, id: &CheckpointId, new: &NewPart<'_>) -> Result<(), Error> {
-        let row = FreshPartRef { id, attempt: new.attempt, part: new.part, value: new.bytes };
-        if self.fresh_rows.insert(new.seq, encode_value(&row)?.as_slice())?.is_some() {
-            return Err(Error::bug(format!("table fresh_parts already holds seq {}", new.seq)));
-        }
         let entry = FreshEntry { seq: new.seq, bytes: new.bytes.len() as u64 };
         if self.fresh.insert(id, new.attempt, new.part, entry).is_some() {
             return Err(Error::bug(format!("part ({id}, {}, {}) staged fresh twice", new.attempt, new.part)));
@@ -407,9 +435,8 @@ impl<'txn> Tables<'txn> {
             return Ok(PartMatch::Different);
         }
         if let Some(entry) = self.fresh.get(id, attempt, part) {
-            let row = self.fresh_rows.get(entry.seq)?;
-            let fresh = indexed_fresh_part((id, attempt, part), entry.seq, row.as_ref().map(|r| r.value()))?;
-            return Ok(if fresh.value == offered { PartMatch::Same } else { PartMatch::Different });
+            let stored = self.fresh_value((id, attempt, part), entry.seq)?;
+            return Ok(if stored == offered { PartMatch::Same } else { PartMatch::Different });
         }
         Ok(match self.parts.get((id.as_str(), attempt, part))? {
             None => PartMatch::Absent,
@@ -621,9 +648,6 @@ impl<'txn> Tables<'txn> {
                         let seq = meta.next_seq;
                         let new = NewPart { bytes: &bytes, attempt: *attempt, part: *part, seq, placement };
                         self.apply_step(id, cur.as_ref(), &step, Some(&new))?;
-                        if self.fresh.over_limit() {
-                            self.settle_all()?;
-                        }
                         if known && existing == PartMatch::Absent {
                             let grown =
                                 AttemptSize { bytes: size.bytes + bytes.len() as u64, parts: size.parts + 1, ..size };
@@ -835,23 +859,6 @@ impl<'txn> Tables<'txn> {
             }
         }
     }
-}
-
-/// Decodes the row the fresh parts' index says holds part `key` at `seq` (`None`: the table lacks it), and checks
-/// it is that part: the index and the table disagreeing is damage.
-fn indexed_fresh_part(key: (&CheckpointId, u32, u32), seq: u64, row: Option<&[u8]>) -> Result<FreshPart, Error> {
-    let (id, attempt, part) = key;
-    let row = row.ok_or_else(|| {
-        Error::corrupt(format!("table fresh_parts lacks seq {seq}, where part ({id}, {attempt}, {part}) is"))
-    })?;
-    let fresh = decode_fresh_part(seq, row)?;
-    if (&fresh.id, fresh.attempt, fresh.part) != key {
-        return Err(Error::corrupt(format!(
-            "table fresh_parts, seq {seq}: holds part ({}, {}, {}), not ({id}, {attempt}, {part})",
-            fresh.id, fresh.attempt, fresh.part
-        )));
-    }
-    Ok(fresh)
 }
 
 fn written(changed: bool) -> Applied {

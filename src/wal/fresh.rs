@@ -1,56 +1,171 @@
-//! Fresh parts: a stage call's part is first written to table `fresh_parts`, keyed by its stage record's
-//! sequence number, and moved to its row in table `parts` (keyed by checkpoint, attempt and part) when its
-//! checkpoint is *settled*.
+//! Fresh parts: a stage call's part is first kept in its stage record alone (its log frame), and written to its
+//! row in table `parts` (keyed by checkpoint, attempt and part) only when its checkpoint is *settled*.
 //!
 //! Why: a `parts` row lands at the end of its own checkpoint's key range, so a group commit of stage calls into
-//! 32 checkpoints dirtied (wrote and fsynced) a leaf per checkpoint; `fresh_parts` rows of one group commit are
-//! appended together, on the table's last leaf, like the log's frames (docs/ARCHITECTURE.md, "Fresh parts").
+//! 32 checkpoints dirtied (wrote and fsynced) a leaf per checkpoint, and even a table of its own keyed by the
+//! stage's seq (format 2's first cut, `fresh_parts`) was a second b-tree in every stage's commit. The log already
+//! holds every byte of the part, appended on its last leaf (docs/ARCHITECTURE.md, "Fresh parts").
 //!
-//! The rule that keeps every reader of `parts` unchanged: a checkpoint is settled (every fresh part of it moved
-//! to `parts`, in the same write transaction) before any record other than a stage that names it is applied,
-//! and every fresh part is settled once there are more than [`FRESH_PARTS_MAX`] or [`FRESH_PART_BYTES_MAX`].
-//! A stage itself reads the fresh parts through [`FreshParts`] (its same-bytes check and its attempt's size).
-//! Readers outside the writer (snapshots, the collector's live results, the crash images, `verify`) read both
-//! tables. A part is in exactly one of them, always.
+//! A part is **fresh** exactly when its stage record is in the [`window`] of the log, its checkpoint is Staged at
+//! the record's attempt, and table `parts` lacks its row. That is a fact of the committed tables, not a
+//! promise: a Staged attempt's parts are only ever added to (every record that drops parts also leaves the
+//! attempt or the state), a part is logged once per attempt (a same-bytes re-stage is a no-op, other bytes
+//! are refused), and the writer keeps every fresh part's record inside the window:
+//! - a checkpoint is settled (every fresh part of it written to `parts`, in the same write transaction) before
+//!   any record other than a stage that names it is applied;
+//! - every fresh part is settled once there are more than [`FRESH_PARTS_MAX`] or [`FRESH_PART_BYTES_MAX`];
+//! - a part whose record falls out of the window, at the tail ([`FRESH_PART_LOG_RECORDS_MAX`] behind the log's
+//!   end) or cut by a truncation, is settled first (with its checkpoint's other fresh parts).
 //!
-//! [`FreshParts`] is the writer's index of the table, carried from one transaction to the next like
-//! [`super::apply::AttemptSizes`], and rebuilt by a scan of the table (bounded by the limits above) whenever a
-//! transaction did not commit or the tables are opened afresh.
+//! [`FreshParts`] is the writer's index of them, carried from one transaction to the next like
+//! [`super::apply::AttemptSizes`], and rebuilt by a [`visit`] of the window whenever a transaction did not
+//! commit or the tables are opened afresh. Readers outside the writer (snapshots, `get` and `list` of Staged
+//! checkpoints, the collector's live results, the crash images, `verify`) visit the window too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
 
 use redb::ReadableTable;
 
 use crate::error::Error;
-use crate::limits::{FRESH_PART_BYTES_MAX, FRESH_PARTS_MAX};
+use crate::limits::{FRESH_PART_BYTES_MAX, FRESH_PART_LOG_RECORDS_MAX, FRESH_PARTS_MAX};
+use crate::state::CheckpointState;
 use crate::types::CheckpointId;
-use crate::wal::tables::visit_fresh_parts;
+use crate::wal::frame;
+use crate::wal::record::{Record, encode_value};
+use crate::wal::tables::{CHECKPOINTS, FreshPart, LOG, META, PARTS, PartValueRef, read_checkpoint, read_meta};
 
-/// Where one fresh part is: its row's key in `fresh_parts` and the length of its `parts` row.
+/// The sequence numbers a fresh part's stage record can have, in a log kept from `log_start` whose next record
+/// is `next_seq`: at most [`FRESH_PART_LOG_RECORDS_MAX`] records, the log's last.
+pub(crate) fn window(log_start: u64, next_seq: u64) -> Range<u64> {
+    log_start.max(next_seq.saturating_sub(FRESH_PART_LOG_RECORDS_MAX))..next_seq
+}
+
+/// The part a log frame's stage record carries, with its `parts` row encoded; `None` for any other record.
+/// Damage is `Corrupt`, naming `seq`.
+pub(crate) fn stage_part(seq: u64, frame_bytes: &[u8]) -> Result<Option<FreshPart>, Error> {
+    let place = format!("table log, seq {seq}");
+    let frame = frame::decode_exact(frame_bytes, &place)?;
+    if frame.seq != seq {
+        return Err(Error::corrupt(format!("{place}: holds the frame of seq {}", frame.seq)));
+    }
+    // The variant index comes first in a postcard enum (frozen: `Record`'s variants are only appended), so the
+    // records that are not stages are passed over without being decoded.
+    if frame.payload.first() != Some(&Record::STAGE_VARIANT_INDEX) {
+        return Ok(None);
+    }
+    match Record::from_payload(frame.payload, &place)? {
+        Record::Stage { id, attempt, part, keys, results } => {
+            let value = encode_value(&PartValueRef { keys: &keys, results: &results })?;
+            Ok(Some(FreshPart { id, attempt, part, value }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Hands every fresh part (of checkpoint `only`, or of every one with `None`) to `visit` with its record's seq,
+/// in seq order: each stage record in `window` whose checkpoint is Staged at its attempt and whose row `parts`
+/// lacks (see the module's doc).
+pub(crate) fn visit(
+    log: &impl ReadableTable<u64, &'static [u8]>,
+    checkpoints: &impl ReadableTable<&'static str, &'static [u8]>,
+    parts: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+    window: Range<u64>,
+    only: Option<&CheckpointId>,
+    mut visit: impl FnMut(u64, FreshPart) -> Result<(), Error>,
+) -> Result<(), Error> {
+    // The state and attempt of each checkpoint met, decoded once.
+    let mut staged_at: HashMap<CheckpointId, Option<u32>> = HashMap::new();
+    // The window is dense: a frame missing from it may have held a fresh part.
+    let mut expected = window.start;
+    let end = window.end;
+    for entry in log.range(window)? {
+        let (k, v) = entry?;
+        let seq = k.value();
+        if seq != expected {
+            return Err(Error::corrupt(format!("table log, seq {expected} is missing")));
+        }
+        expected += 1;
+        let Some(part) = stage_part(seq, v.value())? else { continue };
+        if only.is_some_and(|id| *id != part.id) {
+            continue;
+        }
+        let attempt = match staged_at.get(&part.id) {
+            Some(attempt) => *attempt,
+            None => {
+                let record = read_checkpoint(checkpoints, &part.id)?;
+                let attempt = record.filter(|r| r.state == CheckpointState::Staged).map(|r| r.attempt);
+                staged_at.insert(part.id.clone(), attempt);
+                attempt
+            }
+        };
+        if attempt != Some(part.attempt) || parts.get((part.id.as_str(), part.attempt, part.part))?.is_some() {
+            continue;
+        }
+        visit(seq, part)?;
+    }
+    if expected != end {
+        return Err(Error::corrupt(format!("table log, seq {expected} is missing")));
+    }
+    Ok(())
+}
+
+/// `e`, met reading the fresh window `window`, with what damage there means and what to do about it.
+pub(crate) fn in_window(e: Error, window: &Range<u64>) -> Error {
+    if e.kind() != crate::ErrorKind::Corrupt {
+        return e;
+    }
+    Error::corrupt(format!(
+        "{e} (in the log's fresh window, seqs {}..{}, whose stage records hold the staged parts not yet in table \
+         parts: restore the store from its mirror, or restart the tasks of its Staged checkpoints)",
+        window.start, window.end
+    ))
+}
+
+/// [`visit`] over a read transaction's view of the store (none in an empty one).
+pub(crate) fn visit_stored(
+    txn: &redb::ReadTransaction,
+    only: Option<&CheckpointId>,
+    each: impl FnMut(u64, FreshPart) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let log = txn.open_table(LOG)?;
+    let Some(meta) = read_meta(&txn.open_table(META)?, &log)? else { return Ok(()) };
+    let (checkpoints, parts) = (txn.open_table(CHECKPOINTS)?, txn.open_table(PARTS)?);
+    visit(&log, &checkpoints, &parts, window(meta.log_start, meta.next_seq), only, each)
+}
+
+/// Where one fresh part is: its stage record's seq and the length of its `parts` row.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct FreshEntry {
     pub seq: u64,
     pub bytes: u64,
 }
 
-/// The writer's index of table `fresh_parts`: per checkpoint, `(attempt, part) → entry`.
+/// The writer's index of the fresh parts: per checkpoint, `(attempt, part) → entry`, and the checkpoint of
+/// each by seq (to find the parts a window's move leaves behind).
 #[derive(Default, Debug, PartialEq, Eq)]
 pub(crate) struct FreshParts {
     by_id: HashMap<CheckpointId, BTreeMap<(u32, u32), FreshEntry>>,
+    by_seq: BTreeMap<u64, CheckpointId>,
     count: usize,
     bytes: u64,
 }
 
 impl FreshParts {
-    /// Reads the index back from the table. A part named twice is `Corrupt`.
-    pub(crate) fn scan(table: &impl ReadableTable<u64, &'static [u8]>) -> Result<Self, Error> {
+    /// Reads the index back from the tables (see [`visit`]). A part found twice is `Corrupt`.
+    pub(crate) fn scan(
+        log: &impl ReadableTable<u64, &'static [u8]>,
+        checkpoints: &impl ReadableTable<&'static str, &'static [u8]>,
+        parts: &impl ReadableTable<(&'static str, u32, u32), &'static [u8]>,
+        window: Range<u64>,
+    ) -> Result<Self, Error> {
         let mut index = Self::default();
-        visit_fresh_parts(table, |seq, part| {
+        visit(log, checkpoints, parts, window, None, |seq, part| {
             let entry = FreshEntry { seq, bytes: part.value.len() as u64 };
             match index.insert(&part.id, part.attempt, part.part, entry) {
                 None => Ok(()),
                 Some(other) => Err(Error::corrupt(format!(
-                    "table fresh_parts holds part ({}, {}, {}) at seq {} and at seq {seq}",
+                    "table log holds stage records of part ({}, {}, {}) at seq {} and at seq {seq}",
                     part.id, part.attempt, part.part, other.seq
                 ))),
             }
@@ -94,9 +209,11 @@ impl FreshParts {
         let replaced = parts.insert((attempt, part), entry);
         self.count += 1;
         self.bytes += entry.bytes;
+        self.by_seq.insert(entry.seq, id.clone());
         if let Some(old) = replaced {
             self.count -= 1;
             self.bytes -= old.bytes;
+            self.by_seq.remove(&old.seq);
         }
         replaced
     }
@@ -106,6 +223,9 @@ impl FreshParts {
         let Some(parts) = self.by_id.remove(id) else { return Vec::new() };
         self.count -= parts.len();
         self.bytes -= parts.values().map(|e| e.bytes).sum::<u64>();
+        for entry in parts.values() {
+            self.by_seq.remove(&entry.seq);
+        }
         parts.into_iter().collect()
     }
 
@@ -114,6 +234,12 @@ impl FreshParts {
         let mut ids: Vec<CheckpointId> = self.by_id.keys().cloned().collect();
         ids.sort();
         ids
+    }
+
+    /// Every checkpoint with a fresh part whose stage record's seq is below `seq`, in id order.
+    pub(crate) fn ids_below(&self, seq: u64) -> Vec<CheckpointId> {
+        let ids: BTreeSet<&CheckpointId> = self.by_seq.range(..seq).map(|(_, id)| id).collect();
+        ids.into_iter().cloned().collect()
     }
 }
 
@@ -124,7 +250,7 @@ mod tests {
     use crate::types::{Format, JobId, TargetIdentity, WriteResult};
     use crate::wal::apply::{Carry, Placement, Tables};
     use crate::wal::record::Record;
-    use crate::wal::tables::{FRESH_PARTS, GARBAGE, Identity, Meta, PARTS, create_all};
+    use crate::wal::tables::{GARBAGE, Identity, Meta, PARTS, create_all};
     use redb::{Database, ReadableDatabase as _, ReadableTableMetadata as _};
 
     fn id(s: &str) -> CheckpointId {
@@ -179,15 +305,29 @@ mod tests {
         carry
     }
 
-    /// Rows in (`parts`, `fresh_parts`).
+    /// Rows in `parts`, and fresh parts.
     fn rows(db: &Database) -> (u64, u64) {
         let txn = db.begin_read().unwrap();
-        (txn.open_table(PARTS).unwrap().len().unwrap(), txn.open_table(FRESH_PARTS).unwrap().len().unwrap())
+        let mut fresh = 0;
+        visit_stored(&txn, None, |_, _| {
+            fresh += 1;
+            Ok(())
+        })
+        .unwrap();
+        (txn.open_table(PARTS).unwrap().len().unwrap(), fresh)
     }
 
-    /// The index a scan of the table rebuilds.
+    /// The index a scan of the tables rebuilds.
+    fn scan_of(db: &Database) -> Result<FreshParts, Error> {
+        let txn = db.begin_read().unwrap();
+        let log = txn.open_table(LOG).unwrap();
+        let meta = read_meta(&txn.open_table(META).unwrap(), &log).unwrap().unwrap();
+        let (checkpoints, parts) = (txn.open_table(CHECKPOINTS).unwrap(), txn.open_table(PARTS).unwrap());
+        FreshParts::scan(&log, &checkpoints, &parts, window(meta.log_start, meta.next_seq))
+    }
+
     fn scanned(db: &Database) -> FreshParts {
-        FreshParts::scan(&db.begin_read().unwrap().open_table(FRESH_PARTS).unwrap()).unwrap()
+        scan_of(db).unwrap()
     }
 
     #[test]
@@ -268,13 +408,12 @@ mod tests {
         assert_eq!(rows(&db), (2, 0));
     }
 
-    /// Writes a fresh row by hand, as damage would.
-    fn damage(db: &Database, seq: u64, name: &str, part: u32) {
+    /// Appends `record` to the log by hand, as a writer would not: nothing else is applied.
+    fn append_raw(db: &Database, meta: &mut Meta, record: &Record) {
         let txn = db.begin_write().unwrap();
-        let value = crate::wal::record::encode_value(&crate::wal::tables::PartValue { keys: vec![], results: vec![] });
-        let row = crate::wal::tables::FreshPart { id: id(name), attempt: 0, part, value: value.unwrap() };
-        let bytes = crate::wal::record::encode_value(&row).unwrap();
-        txn.open_table(FRESH_PARTS).unwrap().insert(seq, bytes.as_slice()).unwrap();
+        let bytes = frame::encode(meta.next_seq, meta.epoch, &record.to_payload().unwrap()).unwrap();
+        txn.open_table(LOG).unwrap().insert(meta.next_seq, bytes.as_slice()).unwrap();
+        meta.next_seq += 1;
         txn.commit().unwrap();
     }
 
@@ -283,25 +422,77 @@ mod tests {
     }
 
     #[test]
-    fn verify_names_a_fresh_part_that_is_not_a_staged_attempts_alone() {
+    fn a_part_is_fresh_while_its_checkpoint_is_staged_at_its_attempt_and_parts_lacks_it() {
         let (db, mut meta) = created();
         let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0"), stage("b", 0, 0, "b0")]);
-        run(&db, &mut meta, carry, &[Record::Seal { id: id("a"), parts: 1 }]);
+        let carry = run(&db, &mut meta, carry, &[stage("c", 0, 0, "c0"), Record::Seal { id: id("a"), parts: 1 }]);
+        let carry = run(&db, &mut meta, carry, &[Record::Restart { id: id("b") }, stage("b", 1, 0, "b1")]);
+        run(&db, &mut meta, carry, &[Record::Abort { id: id("c") }]);
+        // a's record is Sealed, b's attempt-0 record is of an attempt that ended, c is Aborted: b's attempt 1 is
+        // the only fresh part left.
+        assert_eq!(rows(&db), (1, 1));
+        let index = scanned(&db);
+        assert_eq!(index.ids(), vec![id("b")]);
+        assert_eq!(index.get(&id("b"), 1, 0).map(|e| e.seq), Some(7));
         assert_eq!(verify(&db).unwrap(), 1);
-        damage(&db, 1000, "a", 1);
+    }
+
+    #[test]
+    fn a_part_whose_record_leaves_the_window_is_settled_first() {
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("old", 0, 0, "o0")]);
+        // Other checkpoints staged and sealed (each settled by its seal) push the log's end on, one transaction.
+        let pushed: Vec<Record> = (0..FRESH_PART_LOG_RECORDS_MAX / 2)
+            .flat_map(|n| [stage(&format!("x{n}"), 0, 0, "x"), Record::Seal { id: id(&format!("x{n}")), parts: 1 }])
+            .collect();
+        let carry = run(&db, &mut meta, carry, &pushed);
+        assert!(window(meta.log_start, meta.next_seq).start > 2, "the old part's record is behind the window");
+        assert!(carry.into_fresh().unwrap().is_empty());
+        assert_eq!(rows(&db).1, 0);
+        let snapshot = crate::store::TableSnapshot::begin(&db).unwrap();
+        assert_eq!(snapshot.get(&id("old")).unwrap().unwrap().results, 1, "the part is in table parts, counted");
+        assert_eq!(verify(&db).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_truncation_settles_the_fresh_parts_whose_records_it_cuts() {
+        let (db, mut meta) = created();
+        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0"), stage("b", 0, 0, "b0")]);
+        let txn = db.begin_write().unwrap();
+        let carry = {
+            let mut tables = Tables::open_with(&txn, carry).unwrap();
+            tables.truncate_log(&mut meta, 3).unwrap();
+            tables.write_meta(&meta).unwrap();
+            tables.into_carry()
+        };
+        txn.commit().unwrap();
+        assert_eq!(rows(&db), (1, 1), "a's record (seq 2) was cut: a is settled; b's (seq 3) stays fresh");
+        assert_eq!(carry.into_fresh().unwrap(), scanned(&db));
+        assert_eq!(verify(&db).unwrap(), 1);
+    }
+
+    #[test]
+    fn verify_and_a_scan_refuse_a_part_staged_twice_or_left_behind_the_window() {
+        let (db, mut meta) = created();
+        run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0")]);
+        append_raw(&db, &mut meta, &stage("a", 0, 0, "a0"));
         let err = verify(&db).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
-        assert!(err.to_string().contains("seq 1000: part (a, 0, 1), but its checkpoint is Some((Sealed, 0))"), "{err}");
+        assert!(
+            err.to_string().contains("seq 3: the stage record of part (a, 0, 0), which the record at seq 2"),
+            "{err}"
+        );
+        assert_eq!(scan_of(&db).unwrap_err().kind(), crate::ErrorKind::Corrupt);
+
         let (db, mut meta) = created();
-        let carry = run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0")]);
-        run(&db, &mut meta, carry, &[Record::Seal { id: id("a"), parts: 1 }]);
-        assert_eq!(verify(&db).unwrap(), 0);
-        let (db, mut meta) = created();
-        run(&db, &mut meta, Carry::default(), &[stage("b", 0, 0, "b0")]);
-        damage(&db, 1000, "b", 0);
+        run(&db, &mut meta, Carry::default(), &[stage("a", 0, 0, "a0")]);
+        // Records no writer applied push a's record out of the window: nothing settled it.
+        for _ in 0..FRESH_PART_LOG_RECORDS_MAX {
+            append_raw(&db, &mut meta, &Record::Finish);
+        }
         let err = verify(&db).unwrap_err();
-        assert!(err.to_string().contains("seq 1000: part (b, 0, 0), which an earlier fresh row holds too"), "{err}");
-        assert!(FreshParts::scan(&db.begin_read().unwrap().open_table(FRESH_PARTS).unwrap()).is_err());
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
+        assert!(err.to_string().contains("seq 2: the stage record of part (a, 0, 0), which is Staged"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! | `log`         | seq `u64`                    | one frame (see [`super::frame`])        |
 //! | `checkpoints` | id `&str`                    | [`CheckpointRecord`]                    |
 //! | `parts`       | `(id, attempt, part)`        | [`PartValue`]                           |
-//! | `fresh_parts` | seq `u64` of the stage record | [`FreshPart`]: a part not yet in `parts` |
 //! | `keys`        | source key `&[u8]`           | owning checkpoint id `&str`             |
 //! | `states`      | `(state code u8, id)`        | `()`: the index behind `list` and `pending` |
 //! | `commits`     | key number `u64`             | [`CommitValue`]                         |
@@ -27,9 +26,6 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 pub(crate) const CHECKPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoints");
 pub(crate) const PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
-/// Parts staged since their checkpoint was last settled, keyed by their stage record's sequence number, so the
-/// parts of one group commit share the table's last leaf (see [`crate::wal::fresh`]). Store format 2.
-pub(crate) const FRESH_PARTS: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
 pub(crate) const KEYS: TableDefinition<&[u8], &str> = TableDefinition::new("keys");
 pub(crate) const STATES: TableDefinition<(u8, &str), ()> = TableDefinition::new("states");
 pub(crate) const COMMITS: TableDefinition<u64, &[u8]> = TableDefinition::new("commits");
@@ -40,8 +36,8 @@ pub(crate) const GARBAGE: TableDefinition<(u64, u32), &[u8]> = TableDefinition::
 
 pub(crate) const META_KEY: &str = "meta";
 
-/// The version of the local format as a whole, which a writer's open stamps on the store. Format 2 added table
-/// `fresh_parts`, leaves a Staged record's result count at 0 (readers count its parts) and lets the stored
+/// The version of the local format as a whole, which a writer's open stamps on the store. Format 2 keeps a
+/// Staged attempt's new parts in their stage records until settled (fresh parts, [`crate::wal::fresh`]), leaves a Staged record's result count at 0 (readers count its parts) and lets the stored
 /// `Meta::next_seq` lag the log (see [`read_meta`]); a format-1 file is a format-2 file with no fresh part, exact
 /// counts and an exact next seq, so it is opened and stamped 2, and a format-1 binary refuses a format-2 file
 /// (it would not see the fresh parts, and would number records from a lagging next seq).
@@ -143,54 +139,15 @@ pub(crate) struct PartValueRef<'a> {
     pub results: &'a [WriteResult],
 }
 
-/// One row of table `fresh_parts`: a staged part and the key it takes in table `parts` once settled.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+/// A fresh part (see [`crate::wal::fresh`]), read from its stage record: the key it takes in table `parts` once
+/// settled, and its row there.
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub(crate) struct FreshPart {
     pub id: CheckpointId,
     pub attempt: u32,
     pub part: u32,
     /// The part's row in `parts`, exactly: an encoded [`PartValue`].
-    #[serde(with = "crate::codec::byte_string")]
     pub value: Vec<u8>,
-}
-
-/// A [`FreshPart`] by reference, for encoding only (the same bytes).
-#[derive(Serialize)]
-pub(crate) struct FreshPartRef<'a> {
-    pub id: &'a CheckpointId,
-    pub attempt: u32,
-    pub part: u32,
-    #[serde(serialize_with = "crate::codec::byte_string::serialize")]
-    pub value: &'a [u8],
-}
-
-/// Decodes one row of table `fresh_parts`.
-pub(crate) fn decode_fresh_part(seq: u64, bytes: &[u8]) -> Result<FreshPart, Error> {
-    decode_value(bytes, &|| format!("table fresh_parts, seq {seq}"))
-}
-
-/// Decodes every row of table `fresh_parts`, in sequence order, and hands each to `visit` with its seq.
-pub(crate) fn visit_fresh_parts(
-    table: &impl ReadableTable<u64, &'static [u8]>,
-    mut visit: impl FnMut(u64, FreshPart) -> Result<(), Error>,
-) -> Result<(), Error> {
-    for entry in table.iter()? {
-        let (k, v) = entry?;
-        visit(k.value(), decode_fresh_part(k.value(), v.value())?)?;
-    }
-    Ok(())
-}
-
-/// [`visit_fresh_parts`] over a read transaction's view; a format-1 file, which never had the table, has none.
-pub(crate) fn visit_stored_fresh_parts(
-    txn: &redb::ReadTransaction,
-    visit: impl FnMut(u64, FreshPart) -> Result<(), Error>,
-) -> Result<(), Error> {
-    match txn.open_table(FRESH_PARTS) {
-        Ok(table) => visit_fresh_parts(&table, visit),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// One row of the garbage ledger: a write result of a dropped attempt, with whose it was.
@@ -322,13 +279,35 @@ pub(crate) fn encode_meta(meta: &Meta) -> Result<Vec<u8>, Error> {
     encode_value(meta)
 }
 
+/// Table `fresh_parts`, which development builds of format 2 wrote (December 2026, never released) before a
+/// fresh part came to be kept in its stage record alone ([`crate::wal::fresh`]).
+const DEV_FRESH_PARTS: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
+
+/// Refuses a file whose table `fresh_parts` (see [`DEV_FRESH_PARTS`]) holds parts: this build would not see
+/// them, and their checkpoints would lose them. An empty one is dropped.
+fn refuse_dev_fresh_parts(txn: &redb::WriteTransaction) -> Result<(), Error> {
+    use redb::TableHandle as _;
+    if !txn.list_tables()?.any(|t| t.name() == DEV_FRESH_PARTS.name()) {
+        return Ok(());
+    }
+    let held = redb::ReadableTableMetadata::len(&txn.open_table(DEV_FRESH_PARTS)?)?;
+    if held > 0 {
+        return Err(Error::wrong_store(format!(
+            "table fresh_parts holds {held} staged parts, written by a development build of sinkpoint that this \
+             build does not read: open the store with that build and seal or abort its Staged checkpoints first"
+        )));
+    }
+    txn.delete_table(DEV_FRESH_PARTS)?;
+    Ok(())
+}
+
 /// Creates every table, so readers never meet a missing one.
 pub(crate) fn create_all(txn: &redb::WriteTransaction) -> Result<(), Error> {
+    refuse_dev_fresh_parts(txn)?;
     txn.open_table(META)?;
     txn.open_table(LOG)?;
     txn.open_table(CHECKPOINTS)?;
     txn.open_table(PARTS)?;
-    txn.open_table(FRESH_PARTS)?;
     txn.open_table(KEYS)?;
     txn.open_table(STATES)?;
     txn.open_table(COMMITS)?;
@@ -403,14 +382,18 @@ mod tests {
     }
 
     #[test]
-    fn fresh_part_ref_encodes_as_fresh_part_and_its_bytes_are_frozen() {
-        let id = CheckpointId::new("a").unwrap();
-        let owned = FreshPart { id: id.clone(), attempt: 1, part: 2, value: vec![5, 6] };
-        let borrowed = encode_value(&FreshPartRef { id: &id, attempt: 1, part: 2, value: &[5, 6] }).unwrap();
-        assert_eq!(encode_value(&owned).unwrap(), borrowed);
-        // Version 1, then postcard: id "a", attempt 1, part 2, value [5, 6]; then the CRC32.
-        let body = &borrowed[..borrowed.len() - 4];
-        assert_eq!(body.iter().map(|b| format!("{b:02x}")).collect::<String>(), "0101610102020506");
-        assert_eq!(decode_fresh_part(9, &borrowed).unwrap(), owned);
+    fn a_development_builds_fresh_parts_table_is_refused_when_it_holds_parts_and_dropped_when_empty() {
+        let db = redb::Builder::new().create_with_backend(redb::backends::InMemoryBackend::new()).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(DEV_FRESH_PARTS).unwrap().insert(7, b"part".as_slice()).unwrap();
+        txn.commit().unwrap();
+        let txn = db.begin_write().unwrap();
+        let err = create_all(&txn).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::WrongStore, "{err}");
+        assert!(err.to_string().contains("holds 1 staged parts, written by a development build"), "{err}");
+        txn.open_table(DEV_FRESH_PARTS).unwrap().remove(7).unwrap();
+        create_all(&txn).unwrap();
+        use redb::TableHandle as _;
+        assert!(!txn.list_tables().unwrap().any(|t| t.name() == "fresh_parts"), "the empty table is dropped");
     }
 }

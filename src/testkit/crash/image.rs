@@ -16,7 +16,6 @@ use crate::wal::frame;
 use crate::wal::record::{Record, decode_value};
 use crate::wal::tables::{
     CHECKPOINTS, COMMITS, CommitValue, KEYS, LOG, META, Meta, PARTS, PartValue, STATES, read_meta,
-    visit_stored_fresh_parts,
 };
 use crate::{CheckpointId, StateFilter};
 
@@ -109,7 +108,7 @@ impl Image {
             image.parts.insert((id.to_owned(), attempt, part), value);
         }
         // A fresh part is the same part as the row it becomes: images compare parts wherever they are stored.
-        visit_stored_fresh_parts(&txn, |_, fresh| {
+        crate::wal::fresh::visit_stored(&txn, None, |_, fresh| {
             let value = decode_value(&fresh.value, &|| format!("fresh part {}", fresh.id))?;
             let key = (fresh.id.as_str().to_owned(), fresh.attempt, fresh.part);
             match image.parts.insert(key.clone(), value) {
