@@ -36,6 +36,13 @@ const ROUNDS: usize = 15;
 /// disk, and 15 rounds cannot tell a 0.1 change of the median apart (Dec 5).
 const GOAL_ROUNDS: usize = 61;
 const BURST: Duration = Duration::from_millis(40);
+/// Calls each stager makes in one run of its op, between the spawn and the join of the stagers: they run freely
+/// within a run. With one call a run (the bench until Dec 5, evening), a paired round's run of 32 stagers was 32
+/// calls in lock-step — spawn, one call each, join — whose time was as much the spawns and the barrier as the
+/// commits; that shape stays as a context row (`LOCKSTEP_NAME`).
+const STAGER_CALLS_A_RUN: u64 = 16;
+/// The lock-step shape of the goal's stager count: one call each a run.
+const LOCKSTEP_NAME: &str = "sinkpoint-32-stagers-lockstep";
 /// Parts per checkpoint id before a stager moves to a fresh id (well below the seal limit).
 const PARTS_PER_ID: u64 = 50_000;
 /// The concurrency levels of the group-commit row.
@@ -129,7 +136,9 @@ fn main() {
         raw_single_op("redb-single-insert-nondurable", &raw_one_nd, redb::Durability::None),
     ];
     durable.extend(raw_singles.iter().zip(SHAPED_SINGLES).map(|(db, shape)| raw_shaped_op(db, shape)));
-    let mut grouped: Vec<Op<'_>> = STAGERS.iter().map(|&n| stagers_op(n, &rt, &group)).collect();
+    let mut grouped: Vec<Op<'_>> =
+        STAGERS.iter().map(|&n| stagers_op(stagers_name(n), n, STAGER_CALLS_A_RUN, &rt, &group)).collect();
+    grouped.push(stagers_op(LOCKSTEP_NAME, GOAL_STAGERS, 1, &rt, &group));
     grouped.push(raw_batch_op(&raw_batch));
     grouped.extend(raw_groups.iter().zip(SHAPED_GROUPS).map(|(db, shape)| raw_shaped_op(db, shape)));
     let mut lookups = vec![
@@ -159,6 +168,7 @@ fn main() {
         ("sinkpoint-stage-nondurable", "redb-single-insert-nondurable"),
         ("sinkpoint-is-processed", "redb-get-a-read-txn-each"),
         ("sinkpoint-is-processed", "redb-get-one-held-read-txn"),
+        (LOCKSTEP_NAME, "redb-single-insert"),
     ];
     pairs.extend(SHAPED_SINGLES.map(|shaped| (shaped.name, "redb-single-insert")));
     pairs.extend(SHAPED_GROUPS.map(|shaped| ("redb-single-insert", shaped.name)));
@@ -292,6 +302,14 @@ fn report_rows(report: &Report, r: &common::Rounds) {
             );
         }
     }
+    if let Some(ratio) = r.ratio("redb-single-insert", LOCKSTEP_NAME) {
+        report.add(
+            "32 stagers in lock-step, one call each between spawn and join (row 2 as measured until Dec 5, evening) / serial raw redb durable commits (calls per second)",
+            ratio,
+            Goal::Info,
+            format!("{} vs {}", rate(LOCKSTEP_NAME), rate("redb-single-insert")),
+        );
+    }
     if let Some(ratio) = r.ratio("redb-get-a-read-txn-each", "sinkpoint-is-processed") {
         report.add(
             "is_processed / raw redb point get, a read transaction each (lookups per second)",
@@ -376,16 +394,23 @@ fn stagers_name(n: usize) -> &'static str {
     }
 }
 
-/// `n` concurrent stagers; one iteration is one durable call of each, running freely (not in lock-step).
-fn stagers_op<'a>(n: usize, rt: &'a tokio::runtime::Runtime, store: &'a Arc<Store>) -> Op<'a> {
+/// `n` concurrent stagers; one iteration is one durable call of each, running freely (not in lock-step) within
+/// a run of `calls_a_run` iterations (criterion's own runs take as many as it likes).
+fn stagers_op<'a>(
+    name: &'static str,
+    n: usize,
+    calls_a_run: u64,
+    rt: &'a tokio::runtime::Runtime,
+    store: &'a Arc<Store>,
+) -> Op<'a> {
     let counters: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
-    Op::new(stagers_name(n), n as u64, 1, move |iters| {
+    Op::new(name, n as u64, calls_a_run, move |iters| {
         let start = Instant::now();
         rt.block_on(async {
             let tasks: Vec<_> = (0..n)
                 .map(|t| {
                     let (store, counters) = (store.clone(), counters.clone());
-                    tokio::spawn(async move { stager(&store, n, t, &counters[t], iters).await })
+                    tokio::spawn(async move { stager(&store, name, n, t, &counters[t], iters).await })
                 })
                 .collect();
             for task in tasks {
@@ -396,13 +421,14 @@ fn stagers_op<'a>(n: usize, rt: &'a tokio::runtime::Runtime, store: &'a Arc<Stor
     })
 }
 
-async fn stager(store: &Store, n: usize, t: usize, counter: &AtomicU64, calls: u64) {
-    let prefix = format!("g{n}-{t}");
+async fn stager(store: &Store, op: &str, n: usize, t: usize, counter: &AtomicU64, calls: u64) {
+    let prefix = format!("{op}-{t}");
+    let lockstep = u64::from(op == LOCKSTEP_NAME);
     for _ in 0..calls {
         let i = counter.fetch_add(1, Ordering::Relaxed);
         let (id, part) = id_part(&prefix, i);
         // Keys and results differ per stager so that no call is a no-op retry.
-        let unique = (t as u64) << 40 | (n as u64) << 32 | i;
+        let unique = lockstep << 48 | (t as u64) << 40 | (n as u64) << 32 | i;
         store
             .stage(
                 &id,

@@ -39,6 +39,11 @@ pub const COMMIT_RESULTS_MAX: usize = 100_000;
 pub const REASON_BYTES_MAX: usize = 1024;
 /// The most calls folded into one group commit (one redb write transaction, one fsync).
 pub const GROUP_COMMIT_CALLS_MAX: usize = 256;
+/// How long the writer waits, at most, for the callers its last group commit answered to send their next calls
+/// before it begins a durable group commit (see `wal::writer::linger`), in microseconds.
+pub const GROUP_COMMIT_LINGER_MAX_US: u64 = 200;
+/// The writer stops waiting when no call has come for this long, in microseconds.
+pub const GROUP_COMMIT_LINGER_GAP_US: u64 = 20;
 /// The most calls waiting for the writer before callers are made to wait for room.
 pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
 /// The most seals one [`crate::SealWindow`] keeps queued and unacknowledged: a group commit's worth

@@ -238,6 +238,10 @@ impl FreshParts {
 
     /// Every checkpoint with a fresh part whose stage record's seq is below `seq`, in id order.
     pub(crate) fn ids_below(&self, seq: u64) -> Vec<CheckpointId> {
+        // Asked after every append: most often nothing is that old, and nothing is gathered.
+        if self.by_seq.first_key_value().is_none_or(|(oldest, _)| *oldest >= seq) {
+            return Vec::new();
+        }
         let ids: BTreeSet<&CheckpointId> = self.by_seq.range(..seq).map(|(_, id)| id).collect();
         ids.into_iter().cloned().collect()
     }
