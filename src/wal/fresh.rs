@@ -44,6 +44,21 @@ pub(crate) fn window(log_start: u64, next_seq: u64) -> Range<u64> {
 /// The part a log frame's stage record carries, with its `parts` row encoded; `None` for any other record.
 /// Damage is `Corrupt`, naming `seq`.
 pub(crate) fn stage_part(seq: u64, frame_bytes: &[u8]) -> Result<Option<FreshPart>, Error> {
+    stage_part_with(seq, frame_bytes, &[Record::STAGE_VARIANT_INDEX])
+}
+
+/// The first bytes of the payload of every stage record of checkpoint `id`: the variant index, then the id as
+/// postcard encodes it (its length, then its bytes; frozen by the records' golden encodings).
+fn stage_prefix(id: &CheckpointId) -> Result<Vec<u8>, Error> {
+    let mut prefix = vec![Record::STAGE_VARIANT_INDEX];
+    let id = postcard::to_allocvec(id).map_err(|e| Error::bug(format!("encoding an id: {e}")))?;
+    prefix.extend_from_slice(&id);
+    Ok(prefix)
+}
+
+/// [`stage_part`] of the records whose payload begins with `prefix` (a stage's variant index, and perhaps its
+/// id), read from a frame whose checksum held: the others are passed over without being decoded.
+fn stage_part_with(seq: u64, frame_bytes: &[u8], prefix: &[u8]) -> Result<Option<FreshPart>, Error> {
     let place = format!("table log, seq {seq}");
     let frame = frame::decode_exact(frame_bytes, &place)?;
     if frame.seq != seq {
@@ -51,7 +66,7 @@ pub(crate) fn stage_part(seq: u64, frame_bytes: &[u8]) -> Result<Option<FreshPar
     }
     // The variant index comes first in a postcard enum (frozen: `Record`'s variants are only appended), so the
     // records that are not stages are passed over without being decoded.
-    if frame.payload.first() != Some(&Record::STAGE_VARIANT_INDEX) {
+    if !frame.payload.starts_with(prefix) {
         return Ok(None);
     }
     match Record::from_payload(frame.payload, &place)? {
@@ -76,6 +91,10 @@ pub(crate) fn visit(
 ) -> Result<(), Error> {
     // The state and attempt of each checkpoint met, decoded once.
     let mut staged_at: HashMap<CheckpointId, Option<u32>> = HashMap::new();
+    let prefix = match only {
+        Some(id) => stage_prefix(id)?,
+        None => vec![Record::STAGE_VARIANT_INDEX],
+    };
     // The window is dense: a frame missing from it may have held a fresh part.
     let mut expected = window.start;
     let end = window.end;
@@ -86,7 +105,7 @@ pub(crate) fn visit(
             return Err(Error::corrupt(format!("table log, seq {expected} is missing")));
         }
         expected += 1;
-        let Some(part) = stage_part(seq, v.value())? else { continue };
+        let Some(part) = stage_part_with(seq, v.value(), &prefix)? else { continue };
         if only.is_some_and(|id| *id != part.id) {
             continue;
         }
@@ -456,6 +475,25 @@ mod tests {
         let snapshot = crate::store::TableSnapshot::begin(&db).unwrap();
         assert_eq!(snapshot.get(&id("old")).unwrap().unwrap().results, 1, "the part is in table parts, counted");
         assert_eq!(verify(&db).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_visit_of_one_checkpoint_finds_its_parts_alone_whatever_ids_share_its_prefix() {
+        let (db, mut meta) = created();
+        let long = "p".repeat(127);
+        let names = ["a", "ab", "b", &long, &format!("{long}x")];
+        let records: Vec<Record> = names.iter().map(|n| stage(n, 0, 0, "r")).collect();
+        run(&db, &mut meta, Carry::default(), &records);
+        let txn = db.begin_read().unwrap();
+        for name in names {
+            let mut found = Vec::new();
+            visit_stored(&txn, Some(&id(name)), |_, part| {
+                found.push(part.id);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(found, vec![id(name)], "{name}");
+        }
     }
 
     #[test]
