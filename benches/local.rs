@@ -64,32 +64,28 @@ const SHAPED_GROUPED: Shaped = Shaped {
     ids: SHAPED_IDS,
     layout: PartLayout::LogOnly,
 };
+/// The single-call and grouped twins of `SHAPED_SINGLE` and `SHAPED_GROUPED` in another layout, named `names`.
+const fn twins(names: [&'static str; 2], layout: PartLayout) -> [Shaped; 2] {
+    [Shaped { name: names[0], layout, ..SHAPED_SINGLE }, Shaped { name: names[1], layout, ..SHAPED_GROUPED }]
+}
 /// The same two as format 2's first cut wrote them: the part appended to a table of fresh parts too.
-const SHAPED_SINGLE_FRESH_TABLE: Shaped =
-    Shaped { name: "redb-stage-shaped-fresh-table-1-call-a-commit", layout: PartLayout::FreshTable, ..SHAPED_SINGLE };
-const SHAPED_GROUPED_FRESH_TABLE: Shaped = Shaped {
-    name: "redb-stage-shaped-fresh-table-64-calls-a-commit",
-    layout: PartLayout::FreshTable,
-    ..SHAPED_GROUPED
-};
-/// The same two as store format 1 wrote them: the part's row at the end of its checkpoint's range.
-const SHAPED_SINGLE_ROWS: Shaped =
-    Shaped { name: "redb-stage-shaped-format-1-1-call-a-commit", layout: PartLayout::Rows, ..SHAPED_SINGLE };
-const SHAPED_GROUPED_ROWS: Shaped =
-    Shaped { name: "redb-stage-shaped-format-1-64-calls-a-commit", layout: PartLayout::Rows, ..SHAPED_GROUPED };
+const SHAPED_FRESH_TABLE: [Shaped; 2] = twins(
+    ["redb-stage-shaped-fresh-table-1-call-a-commit", "redb-stage-shaped-fresh-table-64-calls-a-commit"],
+    PartLayout::FreshTable,
+);
+/// As store format 1 wrote them: the part's row at the end of its checkpoint's range.
+const SHAPED_ROWS: [Shaped; 2] = twins(
+    ["redb-stage-shaped-format-1-1-call-a-commit", "redb-stage-shaped-format-1-64-calls-a-commit"],
+    PartLayout::Rows,
+);
 /// And as fresh parts were first built: the fresh row, with the checkpoint's record and the meta rewritten.
-const SHAPED_SINGLE_REWRITING: Shaped =
-    Shaped { name: "redb-stage-shaped-rewriting-1-call-a-commit", layout: PartLayout::FreshRewriting, ..SHAPED_SINGLE };
-const SHAPED_GROUPED_REWRITING: Shaped = Shaped {
-    name: "redb-stage-shaped-rewriting-64-calls-a-commit",
-    layout: PartLayout::FreshRewriting,
-    ..SHAPED_GROUPED
-};
+const SHAPED_REWRITING: [Shaped; 2] = twins(
+    ["redb-stage-shaped-rewriting-1-call-a-commit", "redb-stage-shaped-rewriting-64-calls-a-commit"],
+    PartLayout::FreshRewriting,
+);
 /// Every single-call shape, then every grouped one: the store's layout first.
-const SHAPED_SINGLES: [Shaped; 4] =
-    [SHAPED_SINGLE, SHAPED_SINGLE_FRESH_TABLE, SHAPED_SINGLE_ROWS, SHAPED_SINGLE_REWRITING];
-const SHAPED_GROUPS: [Shaped; 4] =
-    [SHAPED_GROUPED, SHAPED_GROUPED_FRESH_TABLE, SHAPED_GROUPED_ROWS, SHAPED_GROUPED_REWRITING];
+const SHAPED_SINGLES: [Shaped; 4] = [SHAPED_SINGLE, SHAPED_FRESH_TABLE[0], SHAPED_ROWS[0], SHAPED_REWRITING[0]];
+const SHAPED_GROUPS: [Shaped; 4] = [SHAPED_GROUPED, SHAPED_FRESH_TABLE[1], SHAPED_ROWS[1], SHAPED_REWRITING[1]];
 const SHAPED_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const SHAPED_PARTS: TableDefinition<(&str, u32, u32), &[u8]> = TableDefinition::new("parts");
 const SHAPED_FRESH: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
