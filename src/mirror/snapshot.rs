@@ -44,7 +44,7 @@ pub(crate) fn build(
     // A fresh part is written out as the `parts` row it becomes when settled: a snapshot holds no fresh part, so
     // its format (and what a restore from it holds) does not depend on when a checkpoint was last settled.
     crate::wal::fresh::visit_stored(txn, None, |_, part| {
-        out.push(&SnapshotEntry::Part(part.id.as_str().to_owned(), part.attempt, part.part, part.value))
+        out.push(&SnapshotEntry::Part(part.id.as_str().to_owned(), part.attempt, part.part, part.row()?))
     })?;
     for entry in txn.open_table(KEYS)?.iter()? {
         let (k, v) = entry?;
@@ -171,7 +171,7 @@ mod tests {
         let mut out = rows(db, PARTS);
         crate::wal::fresh::visit_stored(&db.begin_read().unwrap(), None, |_, part| {
             let key = (part.id.as_str(), part.attempt, part.part);
-            out.push((<(&str, u32, u32) as redb::Value>::as_bytes(&key).to_vec(), part.value));
+            out.push((<(&str, u32, u32) as redb::Value>::as_bytes(&key).to_vec(), part.row()?));
             Ok(())
         })
         .unwrap();

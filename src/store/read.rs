@@ -71,9 +71,8 @@ impl Snapshot {
     /// [`crate::limits::FRESH_PART_LOG_RECORDS_MAX`] records, decoding only the stage records).
     fn fresh_results(&self, only: Option<&CheckpointId>) -> Result<FreshResults> {
         let mut out = FreshResults::new();
-        fresh::visit_stored(&self.txn, only, |seq, fresh| {
-            let value: PartValue = decode_value(&fresh.value, &|| format!("table log, seq {seq}: its part"))?;
-            *out.entry((fresh.id, fresh.attempt)).or_default() += value.results.len() as u64;
+        fresh::visit_stored(&self.txn, only, |_, fresh| {
+            *out.entry((fresh.id, fresh.attempt)).or_default() += fresh.value.results.len() as u64;
             Ok(())
         })?;
         Ok(out)
@@ -164,10 +163,7 @@ impl Snapshot {
                 each(result)?;
             }
         }
-        fresh::visit_stored(&self.txn, None, |seq, fresh| {
-            let value: PartValue = decode_value(&fresh.value, &|| format!("table log, seq {seq}: its part"))?;
-            value.results.iter().try_for_each(&mut each)
-        })
+        fresh::visit_stored(&self.txn, None, |_, fresh| fresh.value.results.iter().try_for_each(&mut each))
     }
 
     /// Checks the fresh parts (see [`crate::wal::fresh`]) against the whole kept log: no stage record behind the

@@ -182,14 +182,17 @@ impl<'txn> Tables<'txn> {
     pub(crate) fn open_with(txn: &'txn WriteTransaction, carry: Carry) -> Result<Self, Error> {
         let (log, meta) = (txn.open_table(LOG)?, txn.open_table(META)?);
         let (checkpoints, parts) = (txn.open_table(CHECKPOINTS)?, txn.open_table(PARTS)?);
-        let fresh = match (carry.fresh, crate::wal::tables::read_meta(&meta, &log)?) {
-            (Some(fresh), _) => fresh,
-            (None, None) => FreshParts::default(),
-            (None, Some(m)) => {
-                let window = fresh::window(m.log_start, m.next_seq);
-                FreshParts::scan(&log, &checkpoints, &parts, window.clone())
-                    .map_err(|e| fresh::in_window(e, &window))?
-            }
+        // The carried index is the common case: the meta is read (and the window scanned) only without one.
+        let fresh = match carry.fresh {
+            Some(fresh) => fresh,
+            None => match crate::wal::tables::read_meta(&meta, &log)? {
+                None => FreshParts::default(),
+                Some(m) => {
+                    let window = fresh::window(m.log_start, m.next_seq);
+                    FreshParts::scan(&log, &checkpoints, &parts, window.clone())
+                        .map_err(|e| fresh::in_window(e, &window))?
+                }
+            },
         };
         Ok(Self {
             log,
@@ -299,7 +302,7 @@ impl<'txn> Tables<'txn> {
         };
         let frame = self.log.get(seq)?.ok_or_else(lacks)?;
         match fresh::stage_part(seq, frame.value())? {
-            Some(found) if (&found.id, found.attempt, found.part) == key => Ok(found.value),
+            Some(found) if (&found.id, found.attempt, found.part) == key => found.row(),
             _ => Err(lacks()),
         }
     }

@@ -32,8 +32,8 @@ use crate::limits::{FRESH_PART_BYTES_MAX, FRESH_PART_LOG_RECORDS_MAX, FRESH_PART
 use crate::state::CheckpointState;
 use crate::types::CheckpointId;
 use crate::wal::frame;
-use crate::wal::record::{Record, encode_value};
-use crate::wal::tables::{CHECKPOINTS, FreshPart, LOG, META, PARTS, PartValueRef, read_checkpoint, read_meta};
+use crate::wal::record::Record;
+use crate::wal::tables::{CHECKPOINTS, FreshPart, LOG, META, PARTS, PartValue, read_checkpoint, read_meta};
 
 /// The sequence numbers a fresh part's stage record can have, in a log kept from `log_start` whose next record
 /// is `next_seq`: at most [`FRESH_PART_LOG_RECORDS_MAX`] records, the log's last.
@@ -41,7 +41,7 @@ pub(crate) fn window(log_start: u64, next_seq: u64) -> Range<u64> {
     log_start.max(next_seq.saturating_sub(FRESH_PART_LOG_RECORDS_MAX))..next_seq
 }
 
-/// The part a log frame's stage record carries, with its `parts` row encoded; `None` for any other record.
+/// The part a log frame's stage record carries; `None` for any other record.
 /// Damage is `Corrupt`, naming `seq`.
 pub(crate) fn stage_part(seq: u64, frame_bytes: &[u8]) -> Result<Option<FreshPart>, Error> {
     stage_part_with(seq, frame_bytes, &[Record::STAGE_VARIANT_INDEX])
@@ -71,8 +71,7 @@ fn stage_part_with(seq: u64, frame_bytes: &[u8], prefix: &[u8]) -> Result<Option
     }
     match Record::from_payload(frame.payload, &place)? {
         Record::Stage { id, attempt, part, keys, results } => {
-            let value = encode_value(&PartValueRef { keys: &keys, results: &results })?;
-            Ok(Some(FreshPart { id, attempt, part, value }))
+            Ok(Some(FreshPart { id, attempt, part, value: PartValue { keys, results } }))
         }
         _ => Ok(None),
     }
@@ -180,7 +179,7 @@ impl FreshParts {
     ) -> Result<Self, Error> {
         let mut index = Self::default();
         visit(log, checkpoints, parts, window, None, |seq, part| {
-            let entry = FreshEntry { seq, bytes: part.value.len() as u64 };
+            let entry = FreshEntry { seq, bytes: part.row()?.len() as u64 };
             match index.insert(&part.id, part.attempt, part.part, entry) {
                 None => Ok(()),
                 Some(other) => Err(Error::corrupt(format!(

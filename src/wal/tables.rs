@@ -140,14 +140,20 @@ pub(crate) struct PartValueRef<'a> {
 }
 
 /// A fresh part (see [`crate::wal::fresh`]), read from its stage record: the key it takes in table `parts` once
-/// settled, and its row there.
+/// settled, and what its row there holds (decoded: a reader that counts results needs no row encoded).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub(crate) struct FreshPart {
     pub id: CheckpointId,
     pub attempt: u32,
     pub part: u32,
-    /// The part's row in `parts`, exactly: an encoded [`PartValue`].
-    pub value: Vec<u8>,
+    pub value: PartValue,
+}
+
+impl FreshPart {
+    /// The part's row in `parts`, exactly as a stage writes it.
+    pub(crate) fn row(&self) -> Result<Vec<u8>, Error> {
+        encode_value(&PartValueRef { keys: &self.value.keys, results: &self.value.results })
+    }
 }
 
 /// One row of the garbage ledger: a write result of a dropped attempt, with whose it was.

@@ -109,9 +109,8 @@ impl Image {
         }
         // A fresh part is the same part as the row it becomes: images compare parts wherever they are stored.
         crate::wal::fresh::visit_stored(&txn, None, |_, fresh| {
-            let value = decode_value(&fresh.value, &|| format!("fresh part {}", fresh.id))?;
             let key = (fresh.id.as_str().to_owned(), fresh.attempt, fresh.part);
-            match image.parts.insert(key.clone(), value) {
+            match image.parts.insert(key.clone(), fresh.value) {
                 None => Ok(()),
                 Some(_) => Err(crate::Error::corrupt(format!("part {key:?} is both in table parts and fresh"))),
             }
