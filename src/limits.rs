@@ -102,6 +102,14 @@ const _: () = assert!(16 * CHECKPOINT_BYTES_MAX <= (COMMIT_RESULTS_MAX * WRITE_R
 // Stage calls refuse parts at or past SEAL_PARTS_MAX, so a checkpoint's result count always fits its u32.
 const _: () = assert!((SEAL_PARTS_MAX as u64) * (STAGE_RESULTS_MAX as u64) <= u32::MAX as u64);
 
+/// The most WAL slots one writer has in flight: it puts slot `s` only once every slot below
+/// `s + 1 - MIRROR_SLOTS_IN_FLIGHT_MAX` landed (acknowledging them in slot order), so a 20 ms object store does
+/// not serialise a job whose calls each wait for their own put. **Part of the mirror's format**: a writer that
+/// stopped can leave present slots up to `MIRROR_SLOTS_IN_FLIGHT_MAX - 1` past the first absent one (a torn tail,
+/// never acknowledged), and a takeover's first slots may meet them as voids; readers accept exactly that much
+/// (ARCHITECTURE, "Several puts in flight"). Raising it is a format change.
+pub const MIRROR_SLOTS_IN_FLIGHT_MAX: u64 = 4;
+const _: () = assert!(MIRROR_SLOTS_IN_FLIGHT_MAX >= 1);
 /// The most slots a takeover tries while racing an older writer for the fence slot, before it gives up.
 pub const MIRROR_FENCE_ATTEMPTS_MAX: u32 = 1024;
 /// The most epochs a writer tries to claim (each lost race to a concurrent claim moves to the next).

@@ -8,6 +8,7 @@ use crate::mirror_support;
 
 use mirror_support::*;
 use sinkpoint::ErrorKind;
+use sinkpoint::limits::MIRROR_SLOTS_IN_FLIGHT_MAX;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::testkit::whitebox::Record;
@@ -101,28 +102,71 @@ async fn every_object_a_restore_reads_is_checked() {
     }
 }
 
+/// Seals enough checkpoints, one slot each, that a slot can be missing with more than a writer's puts in flight
+/// after it; returns the WAL keys in slot order.
+async fn long_log(bucket: &Bucket, file: &std::path::Path, clock: &ManualClock) -> Vec<String> {
+    // No snapshot, so every slot is referenced.
+    let store = builder(bucket, file, sync_settings(), clock).open().await.unwrap();
+    for n in 0..(2 * MIRROR_SLOTS_IN_FLIGHT_MAX as u32 + 2) {
+        seal(&store, n).await;
+    }
+    store.close();
+    std::fs::remove_file(file).unwrap();
+    let mut wal: Vec<String> = bucket.keys().await.into_iter().filter(|k| k.starts_with("wal/")).collect();
+    wal.sort_by_key(|k| slot_of(k));
+    wal
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gap_in_the_slots_is_refused_naming_the_missing_slot() {
     for kind in kinds() {
         let bucket = Bucket::new(kind, "gap");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);
-        // No snapshot, so every slot is referenced.
-        let file = dir.path().join("a.redb");
-        let store = builder(&bucket, &file, sync_settings(), &clock).open().await.unwrap();
-        for n in 0..3 {
-            seal(&store, n).await;
-        }
-        store.close();
-        std::fs::remove_file(&file).unwrap();
-        let keys = bucket.keys().await;
-        let wal: Vec<&String> = keys.iter().filter(|k| k.starts_with("wal/")).collect();
-        let missing = wal[wal.len() / 2];
+        let wal = long_log(&bucket, &dir.path().join("a.redb"), &clock).await;
+        // As many slots follow it as a writer can have in flight: no stopped writer leaves that.
+        let missing = &wal[wal.len() - 1 - MIRROR_SLOTS_IN_FLIGHT_MAX as usize];
         bucket.delete(missing).await;
         let err = builder(&bucket, &dir.path().join("r.redb"), sync_settings(), &clock).open().await.err().unwrap();
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{kind:?}: {err}");
         let message = err.to_string();
         assert!(message.contains("gap") && message.contains(missing.as_str()), "{kind:?}: {message}");
+    }
+}
+
+/// A slot missing with fewer slots after it than a writer's puts in flight is a stopped writer's torn tail: the
+/// restore stops before it, as if the log ended there, and the writer that restores it puts its next segments
+/// past the tail's (voids, below its epoch), so the mirror reads as that writer's log from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_tail_is_ignored_and_later_skipped_as_voids() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "torn");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let wal = long_log(&bucket, &dir.path().join("a.redb"), &clock).await;
+        let sealed = 2 * MIRROR_SLOTS_IN_FLIGHT_MAX as u32 + 2;
+        // Each checkpoint took two slots (its durable stage, its seal): the last checkpoint's stage is missing,
+        // its seal torn.
+        let missing = &wal[wal.len() - 2];
+        bucket.delete(missing).await;
+        let store = builder(&bucket, &dir.path().join("r.redb"), sync_settings(), &clock).open().await.unwrap();
+        assert!(store.is_processed(&key(sealed - 2)).unwrap(), "{kind:?}: the slots before the gap are restored");
+        assert!(!store.is_processed(&key(sealed - 1)).unwrap(), "{kind:?}: the last seal is past the gap");
+        // The restored writer fenced the missing slot; the torn slot after it is a void it puts past.
+        for n in [sealed - 1, sealed] {
+            seal(&store, n).await;
+        }
+        let written = digest(&store);
+        store.close();
+        let keys = bucket.keys().await;
+        assert!(keys.contains(missing), "{kind:?}: the restored writer fenced the missing slot: {keys:?}");
+        let view = sinkpoint::mirror::MirrorView::open(bucket.store(), bucket.prefix.clone()).await.unwrap();
+        for n in 0..=sealed {
+            assert!(view.is_processed(&key(n)).unwrap(), "{kind:?}: the view reads seal {n} past the void");
+        }
+        let again = builder(&bucket, &dir.path().join("again.redb"), sync_settings(), &clock).open().await.unwrap();
+        assert_eq!(digest(&again), written, "{kind:?}: a restore past the void is the writer's state");
+        again.close();
     }
 }
 

@@ -169,3 +169,91 @@ async fn writers_opening_at_once_leave_exactly_one_that_can_write() {
         newest.close();
     }
 }
+
+/// Several puts in flight, and the writer stops mid-way: a zombie's slot `s` is held at the gate while its next
+/// calls' slots land after it (a torn tail, nothing of it acknowledged). A takeover fences `s`, puts its own
+/// segments past the zombie's (voids, below its epoch), and the zombie, released, loses `s` and is fenced: its
+/// unacknowledged calls fail, nothing it acked is lost, and every reader skips the voids. InMemory only: the
+/// zombie and the takeover race for real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_zombie_with_puts_in_flight_leaves_voids_the_takeover_skips() {
+    let bucket = Bucket::new(Kind::Memory, "pipeline-zombie");
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let zombie = Arc::new(builder(&bucket, &dir.path().join("a.redb"), sync_settings(), &clock).open().await.unwrap());
+    for n in 0..2 {
+        seal(&zombie, n).await;
+    }
+    let wal = |keys: Vec<String>| keys.into_iter().filter(|k| k.starts_with("wal/")).collect::<Vec<_>>();
+    let before = wal(bucket.keys().await);
+    let last = before.iter().max().unwrap().clone();
+    // Slot names are zero-padded, so the next slot's name is the last one's, plus one, at the same width.
+    let width = last.len() - "wal/".len();
+    let slot_name = |s: u64| format!("wal/{s:0width$}");
+    let held: u64 = last["wal/".len()..].parse::<u64>().unwrap() + 1;
+    bucket.faults.hold_puts_under(&slot_name(held));
+
+    // Three durable calls, one after another's put began: the first is held, the two after it land.
+    let mut calls = Vec::new();
+    for (n, landed) in [(10u32, None), (11, Some(held + 1)), (12, Some(held + 2))] {
+        let z = zombie.clone();
+        calls.push(tokio::spawn(async move {
+            z.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)]).results(vec![result(n)]))
+                .await
+        }));
+        for _ in 0..500 {
+            let there = match landed {
+                None => bucket.faults.held_puts() == 1,
+                Some(slot) => bucket.keys().await.contains(&slot_name(slot)),
+            };
+            if there {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let keys = bucket.keys().await;
+    assert!(keys.contains(&slot_name(held + 2)) && !keys.contains(&slot_name(held)), "no torn tail: {keys:?}");
+    assert!(calls.iter().all(|c| !c.is_finished()), "a call was acked before the slot below its own landed");
+
+    // The takeover (past the gate) restores up to the held slot, fences it, and writes past the voids.
+    let taker = Store::builder(job(), target())
+        .path(dir.path().join("b.redb"))
+        .mirror(bucket.raw.clone(), bucket.prefix.clone(), sync_settings())
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(taker.epoch(), 2);
+    for n in [20, 21] {
+        seal(&taker, n).await;
+    }
+    bucket.faults.hold_puts(false);
+    for call in calls {
+        let err = call.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    }
+    let zombie = Arc::into_inner(zombie).unwrap();
+    zombie.close();
+
+    for n in [0, 1, 20, 21] {
+        assert!(taker.is_processed(&key(n)).unwrap(), "seal {n} lost");
+    }
+    for n in [10, 11, 12] {
+        assert!(taker.get(&id(n)).unwrap().is_none(), "the zombie's unacknowledged stage {n} is in the taker");
+    }
+    let state = digest(&taker);
+    taker.close();
+    let epochs = slot_epochs(&bucket).await;
+    let fence = epochs.iter().position(|e| *e == 2).unwrap();
+    assert_eq!(&epochs[fence..fence + 3], &[2, 1, 1], "the fence, then the zombie's two voids: {epochs:?}");
+    assert!(epochs[fence + 3..].iter().all(|e| *e == 2), "{epochs:?}");
+    let view = sinkpoint::mirror::MirrorView::open(bucket.store(), bucket.prefix.clone()).await.unwrap();
+    for n in [0, 1, 20, 21] {
+        assert!(view.is_processed(&key(n)).unwrap(), "the view lost seal {n}");
+    }
+    assert!(!view.is_processed(&key(10)).unwrap(), "the view replayed a void");
+    let restored = builder(&bucket, &dir.path().join("c.redb"), sync_settings(), &clock).open().await.unwrap();
+    assert_eq!(digest(&restored), state);
+    restored.close();
+}

@@ -20,7 +20,7 @@ use crate::mirror::format::{
 };
 use crate::mirror::layout::ManifestName;
 use crate::mirror::read::{
-    for_each_segment, list_manifest_names, opens_in, read_manifests, read_newest, read_snapshot,
+    EpochFloor, for_each_segment, list_manifest_names, opens_in, read_manifests, read_newest, read_snapshot,
 };
 use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart};
@@ -52,6 +52,8 @@ struct Reconciled {
     has_snapshot: bool,
     /// The first absent slot of the log.
     next_slot: u64,
+    /// The void rule's floor there: a later slot holding a lower epoch is a stopped writer's void.
+    slot_floor: EpochFloor,
     /// The bytes of the log's frames from the base (what snapshots are paced by).
     frame_bytes: u64,
     /// Every opening up to the log's end.
@@ -89,6 +91,7 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
     txn.commit()?;
     tracing::info!(epoch, fence_slot, created, mirror = %location, "sinkpoint mirror fenced");
 
+    let voids_end = read.slot_floor.voids_end();
     let Reconciled { has_snapshot, frame_bytes, history, start_seq, local_tail, .. } = read;
     let (shipper, progress) = MirrorShipper::start(ShipperStart {
         remote,
@@ -101,6 +104,7 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
         target: identity.target.clone(),
         history,
         fence_slot,
+        voids_end,
         records_since_snapshot: meta.next_seq - start_seq,
         bytes_since_snapshot: frame_bytes + local_tail.iter().map(|f| f.len() as u64).sum::<u64>(),
         claim,
@@ -143,8 +147,9 @@ struct Fenced {
 }
 
 /// Fences the log for `epoch`: re-ships the local tail the mirror lacks, then puts this writer's `Open` in the
-/// next free slot. A lower-epoch segment that wins a slot first is replayed (or must equal the tail it races);
-/// an equal or higher one fences this writer.
+/// next free slot. A lower-epoch segment that wins a slot first is replayed (or must equal the tail it races),
+/// unless it is a void (below an epoch already in the log, this writer's own once one of its segments landed),
+/// which is skipped; an equal or higher one fences this writer.
 fn fence(
     tables: &mut Tables<'_>,
     identity: &Identity,
@@ -164,6 +169,7 @@ fn fence(
         let place = remote.describe(&path);
         match remote.put_settled(&path, &bytes)? {
             Settled::Landed if kind == SegmentKind::Fence => {
+                read.slot_floor.admit(&header, &place)?;
                 for f in &frames {
                     tables.replay(&mut read.meta, f, &place)?;
                 }
@@ -172,7 +178,10 @@ fn fence(
                 let meta = read.meta.take().ok_or_else(|| Error::bug("no meta after the fence"))?;
                 return Ok(Fenced { slot, created: frames.len() == 2, meta });
             }
-            Settled::Landed => shipped += frames.len() as u64,
+            Settled::Landed => {
+                read.slot_floor.admit(&header, &place)?;
+                shipped += frames.len() as u64;
+            }
             Settled::Taken(found) => {
                 shipped = absorb_older_segment(tables, read, &found, slot, shipped, epoch, &place)?
             }
@@ -236,6 +245,10 @@ fn absorb_older_segment(
             "{place} was taken by epoch {} while this writer (epoch {epoch}) was opening",
             other.header.epoch
         )));
+    }
+    if !read.slot_floor.admit(&other.header, place)? {
+        tracing::info!(slot, epoch = other.header.epoch, "sinkpoint mirror: skipped a stopped writer's void");
+        return Ok(shipped);
     }
     if other.header.first_seq != shipped {
         return Err(Error::corrupt(format!(
@@ -336,9 +349,10 @@ fn read_and_reconcile(
     };
     // Each segment is compared and replayed as it arrives, so an open holds a window of the log, not all of it
     // (red-team 14).
-    let next_slot = for_each_segment(remote, first_slot, |segment| stream.segment(&segment))?;
+    let base_floor = EpochFloor::at_base(prior_body.as_ref().map_or(&[], |p| &p.history), first_slot);
+    let (next_slot, slot_floor) = for_each_segment(remote, first_slot, base_floor, |segment| stream.segment(&segment))?;
     let streamed = stream.finish(location)?;
-    Ok(Reconciled { prior, floor, has_snapshot, next_slot, ..streamed })
+    Ok(Reconciled { prior, floor, has_snapshot, next_slot, slot_floor, ..streamed })
 }
 
 /// The state of a streamed read of the mirror's log into the open's transaction. Errors that an earlier,
@@ -483,6 +497,7 @@ impl<'t> Stream<'t> {
             floor: 0,
             has_snapshot: self.has_snapshot,
             next_slot: 0,
+            slot_floor: EpochFloor::default(),
             frame_bytes: self.frame_bytes,
             history: self.history,
             start_seq: started.start_seq,

@@ -1,14 +1,16 @@
 //! Reading the mirror: the newest manifest (checked), the dense run of slots from a first slot up to the first
-//! absent one (each checked, and a slot present beyond that gap is corruption), and a snapshot.
+//! absent one (each checked; a segment of an epoch below one already read is a void and skipped; a slot present
+//! further beyond that gap than a writer's puts in flight reach is corruption), and a snapshot.
 
 use crate::error::{Error, Result};
-use crate::limits::{MIRROR_READ_WINDOW_BYTES_MAX, MIRROR_READS_CONCURRENT_MAX};
+use crate::limits::{MIRROR_READ_WINDOW_BYTES_MAX, MIRROR_READS_CONCURRENT_MAX, MIRROR_SLOTS_IN_FLIGHT_MAX};
 use crate::mirror::format::{
-    EpochOpen, ManifestBody, Segment, SnapshotEntry, SnapshotHeader, check_snapshot_entries, decode_manifest,
-    decode_segment, decode_snapshot_chunk,
+    EpochOpen, ManifestBody, Segment, SegmentHeader, SnapshotEntry, SnapshotHeader, check_snapshot_entries,
+    decode_manifest, decode_segment, decode_snapshot_chunk,
 };
 use crate::mirror::layout::ManifestName;
 use crate::mirror::remote::Remote;
+use crate::types::Epoch;
 
 /// The newest manifest under the prefix (an empty vector if there is none), with the names of all of them
 /// checked. Only the newest is read: a restore needs nothing else, so a damaged superseded manifest is ignored like
@@ -64,16 +66,75 @@ pub(crate) fn list_manifest_names(remote: &Remote) -> Result<Vec<ManifestName>> 
     Ok(names)
 }
 
+/// The rule that lets a writer keep several puts in flight: a segment whose epoch is below the highest epoch
+/// of a segment in an earlier slot is a **void**, skipped by every reader. A writer whose puts were in flight
+/// when it stopped (crashed, or was fenced) can land slots past one that never landed; a takeover fences that
+/// first absent slot, and the dead writer's later slots are then voids. None of them was acknowledged (a writer
+/// acknowledges in slot order), so skipping them loses nothing.
+///
+/// The bound that keeps a void from hiding damage: a writer puts slot `s` only once every slot up to
+/// `s - MIRROR_SLOTS_IN_FLIGHT_MAX` landed, and every slot below the first one a newer epoch took was filled
+/// before it, so a void lies fewer than [`MIRROR_SLOTS_IN_FLIGHT_MAX`] slots past the first segment of the epoch
+/// that made it one. A lower epoch further on is an altered mirror: `Corrupt`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) struct EpochFloor {
+    /// The highest segment epoch read so far.
+    epoch: Epoch,
+    /// The slot where it was first seen (an upper bound on it for a base).
+    since_slot: u64,
+}
+
+impl EpochFloor {
+    /// The floor of a reader starting at `first_slot` of a manifest with `history`: the newest epoch opened
+    /// below it. A base is a snapshot made after its writer's segment before it landed, so no higher epoch's
+    /// segment lies below it.
+    pub(crate) fn at_base(history: &[EpochOpen], first_slot: u64) -> Self {
+        history
+            .iter()
+            .filter(|open| open.slot < first_slot)
+            .max_by_key(|open| (open.epoch, open.slot))
+            .map_or_else(Self::default, |open| Self { epoch: open.epoch, since_slot: open.slot })
+    }
+
+    /// The first slot past every void the current floor allows: a stopped writer's puts in flight cannot reach
+    /// it, so a lower epoch there is an altered mirror.
+    pub(crate) fn voids_end(&self) -> u64 {
+        self.since_slot.saturating_add(MIRROR_SLOTS_IN_FLIGHT_MAX)
+    }
+
+    /// Whether the segment with `header` counts (and raises the floor to its epoch), or is a void; `Corrupt` if
+    /// it is of a lower epoch where no put in flight could have landed it.
+    pub(crate) fn admit(&mut self, header: &SegmentHeader, place: &str) -> Result<bool> {
+        if header.epoch >= self.epoch {
+            if header.epoch > self.epoch {
+                *self = Self { epoch: header.epoch, since_slot: header.slot };
+            }
+            return Ok(true);
+        }
+        if header.slot >= self.voids_end() {
+            return Err(Error::corrupt(format!(
+                "{place}: a segment of epoch {} after epoch {} began at slot {}: a writer's puts in flight reach \
+                 {} slots, so no writer put it there; the mirror was altered",
+                header.epoch, self.epoch, self.since_slot, MIRROR_SLOTS_IN_FLIGHT_MAX
+            )));
+        }
+        Ok(false)
+    }
+}
+
 /// Reads `wal/{first_slot}`, `wal/{first_slot + 1}`… up to the first absent slot, checking each segment and
-/// that each continues the previous one's sequence numbers, handing each to `each` in slot order as it arrives,
-/// and returns the first absent slot. At most a window of segments is held at once (fetched, not yet handed
-/// over): [`MIRROR_READS_CONCURRENT_MAX`] of them, and no more than [`MIRROR_READ_WINDOW_BYTES_MAX`] by the
-/// listing's sizes unless one segment alone is larger. An error of `each` stops the reading.
+/// that each continues the previous one's sequence numbers, handing each to `each` in slot order as it arrives
+/// (voids, by `floor`, are checked and skipped), and returns the first absent slot and the floor there. At most
+/// a window of segments is held at once (fetched, not yet handed over): [`MIRROR_READS_CONCURRENT_MAX`] of them,
+/// and no more than [`MIRROR_READ_WINDOW_BYTES_MAX`] by the listing's sizes unless one segment alone is larger.
+/// Slots present past the first absent one (a stopped writer's torn tail) are ignored within
+/// [`MIRROR_SLOTS_IN_FLIGHT_MAX`] of it and are corruption beyond. An error of `each` stops the reading.
 pub(crate) fn for_each_segment(
     remote: &Remote,
     first_slot: u64,
+    mut floor: EpochFloor,
     mut each: impl FnMut(Segment) -> Result<()>,
-) -> Result<u64> {
+) -> Result<(u64, EpochFloor)> {
     let mut listed = std::collections::BTreeMap::new();
     for meta in remote.list("wal")? {
         let slot = remote.layout.parse_slot(&meta.location, "wal").ok_or_else(|| {
@@ -96,6 +157,10 @@ pub(crate) fn for_each_segment(
             let place = remote.describe(path);
             let segment = decode_segment(&bytes, slot, &place)?;
             drop(bytes);
+            slot += 1;
+            if !floor.admit(&segment.header, &place)? {
+                continue;
+            }
             if let Some(prev) = end_seq
                 && segment.header.first_seq != prev
             {
@@ -106,17 +171,16 @@ pub(crate) fn for_each_segment(
             }
             end_seq = Some(segment.end_seq());
             each(segment)?;
-            slot += 1;
         }
     }
-    if let Some((beyond, _)) = listed.range(slot + 1..).next() {
+    if let Some((beyond, _)) = listed.range(slot + MIRROR_SLOTS_IN_FLIGHT_MAX..).next() {
         return Err(Error::corrupt(format!(
-            "{} is missing while {} exists: a gap in the mirror's log",
+            "{} is missing while {} exists: a gap in the mirror's log wider than a writer's puts in flight",
             remote.describe(&remote.layout.wal(slot)),
             remote.describe(&remote.layout.wal(*beyond))
         )));
     }
-    Ok(slot)
+    Ok((slot, floor))
 }
 
 /// The end (exclusive) of the window of slots to fetch from `slot`: the listed slots from there, up to

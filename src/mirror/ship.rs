@@ -1,9 +1,11 @@
 //! Shipping: the writer thread's side of the mirror. The writer hands each committed group to an uploader thread with
-//! a ticket (its group number); the uploader puts one segment at a time, in slot order, and a segment holds every
-//! group queued when its put began (the groups committed while the previous put was in flight), so a slow object
-//! store costs fewer, larger puts rather than one put per group. The writer waits for its group when the mode or a
-//! commit intent (any protocol record but a mark) says so, and for room when the asynchronous lag bound is reached. A
-//! maintenance thread makes snapshots (a group after which a snapshot is due ends its segment, so the snapshot names
+//! a ticket (its group number); the uploader assigns slots in order and keeps up to
+//! [`MIRROR_SLOTS_IN_FLIGHT_MAX`] segments in flight when somebody waits for them (one otherwise), acknowledging
+//! them in slot order; a segment holds every group queued when its put began, so a slow object store costs fewer,
+//! larger puts rather than one put per group, and a call waiting for its own put does not wait for another's. A
+//! batch's acknowledgement waits for its group when the mode or a commit intent (any protocol record but a mark)
+//! says so (the writer hands its replies to [`Progress`] and goes on); the writer itself waits only for room when
+//! the asynchronous lag bound is reached. A maintenance thread makes snapshots (a group after which a snapshot is due ends its segment, so the snapshot names
 //! the next slot), writes the manifest update that references each, and, after the minimum age, deletes what the
 //! newest manifest no longer references.
 
@@ -20,8 +22,8 @@ use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
 use crate::limits::{
-    MIRROR_LINGER_MS, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX,
-    MIRROR_UNSYNCED_GROUPS_MAX,
+    MIRROR_LINGER_MS, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
+    MIRROR_TAIL_SEGMENT_BYTES_MAX, MIRROR_UNSYNCED_GROUPS_MAX,
 };
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
@@ -34,7 +36,7 @@ use crate::mirror::remote::{Remote, Settled};
 use crate::mirror::{MirrorLag, MirrorMode, MirrorSettings, snapshot};
 use crate::types::{Epoch, JobId, TargetIdentity};
 use crate::wal::tables::Meta;
-use crate::wal::writer::{GroupKind, Shared, Shipper};
+use crate::wal::writer::{GroupKind, Mirrored, Shared, Shipped, Shipper};
 
 /// Why the mirror stopped taking segments.
 #[derive(Clone, Debug)]
@@ -90,6 +92,22 @@ struct ProgressState {
     failure: Option<Failure>,
     /// The lowest sequence number the local log must keep.
     keep_from: u64,
+    /// The lowest slot of this writer's that has not landed: segments are acknowledged in slot order.
+    ack_slot: u64,
+    /// Segments that landed above `ack_slot`, by slot, until the ones below them land.
+    landed_ahead: BTreeMap<u64, Landing>,
+    /// The writer's batches waiting to be acked, by the ticket each waits for (in ticket order).
+    deferred: VecDeque<(u64, Mirrored)>,
+    /// A durable barrier waits for every group up to this ticket, unsynced ones included: until they are in the
+    /// mirror, the uploader does not linger on them.
+    hurry_until: u64,
+}
+
+/// A segment that landed: the last group it holds, and whether that group was cut.
+#[derive(Clone, Copy, Debug)]
+struct Landing {
+    ticket: u64,
+    cut: bool,
 }
 
 /// The upload progress, shared by the writer thread, the uploader, the maintenance thread and the store's
@@ -126,7 +144,8 @@ impl Drop for Waiting<'_> {
 
 impl Progress {
     fn new(start: &ShipperStart) -> Self {
-        let state = ProgressState { keep_from: start.keep_from, ..ProgressState::default() };
+        let state =
+            ProgressState { keep_from: start.keep_from, ack_slot: start.fence_slot + 1, ..ProgressState::default() };
         Self {
             state: Mutex::new(state),
             changed: Condvar::new(),
@@ -242,31 +261,101 @@ impl Progress {
         self.lock().queued.push_back(Queued { ticket, records, at_ms });
     }
 
-    /// Waits until the group `ticket` is in the mirror (or the mirror failed).
-    fn wait_mirrored(&self, ticket: u64) -> Result<()> {
+    /// Runs `done` once the group `ticket` is in the mirror, or with the failure that stopped it.
+    fn on_mirrored(&self, ticket: u64, done: Mirrored) {
         let mut state = self.lock();
-        loop {
-            Self::check(&state)?;
-            if state.mirrored >= ticket {
-                return Ok(());
+        let now = match &state.failure {
+            Some(failure) => Some(Err(failure.error())),
+            None if state.mirrored >= ticket => Some(Ok(())),
+            None => None,
+        };
+        match now {
+            Some(result) => {
+                drop(state);
+                done(result);
             }
-            state = self.wait(state);
+            None => {
+                debug_assert!(state.deferred.back().is_none_or(|(t, _)| *t <= ticket), "deferred out of order");
+                state.deferred.push_back((ticket, done));
+            }
         }
     }
 
-    /// The segment at `slot`, holding every group up to `ticket`, is in the mirror.
+    /// Takes the deferred acknowledgements that are due: those the mirror now holds, or all once it failed.
+    fn due(&self, state: &mut ProgressState) -> Vec<Mirrored> {
+        let mut due = Vec::new();
+        while let Some((ticket, _)) = state.deferred.front()
+            && (state.failure.is_some() || *ticket <= state.mirrored)
+        {
+            if let Some((_, done)) = state.deferred.pop_front() {
+                due.push(done);
+            }
+        }
+        due
+    }
+
+    /// A durable barrier acks once every group up to `ticket` is in the mirror: the uploader stops lingering on
+    /// them.
+    fn hurry(&self, ticket: u64) {
+        let mut state = self.lock();
+        state.hurry_until = state.hurry_until.max(ticket);
+    }
+
+    /// Whether somebody waits for everything handed over so far: a caller blocked on the uploader, or a barrier.
+    fn hurried(&self) -> bool {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        let state = self.lock();
+        state.hurry_until > state.mirrored
+    }
+
+    /// The segment at `slot`, holding every group up to `ticket`, is in the mirror. It is acknowledged once
+    /// every slot below it landed too: a group is in the mirror only when a reader, which stops at the first
+    /// absent slot, finds it.
     fn landed(&self, ticket: u64, slot: u64, cut: bool) {
         let mut state = self.lock();
-        debug_assert!(state.queued.front().is_some_and(|q| q.ticket <= ticket), "landed a group not queued");
-        while state.queued.front().is_some_and(|q| q.ticket <= ticket) {
-            state.queued.pop_front();
+        debug_assert!(slot >= state.ack_slot, "slot {slot} landed twice");
+        state.landed_ahead.insert(slot, Landing { ticket, cut });
+        loop {
+            let slot = state.ack_slot;
+            let Some(landing) = state.landed_ahead.remove(&slot) else { break };
+            debug_assert!(
+                state.queued.front().is_some_and(|q| q.ticket <= landing.ticket),
+                "landed a group not queued"
+            );
+            while state.queued.front().is_some_and(|q| q.ticket <= landing.ticket) {
+                state.queued.pop_front();
+            }
+            state.mirrored = landing.ticket;
+            if landing.cut {
+                state.cuts.insert(landing.ticket, slot);
+            }
+            state.ack_slot += 1;
         }
-        state.mirrored = ticket;
-        if cut {
-            state.cuts.insert(ticket, slot);
-        }
+        let due = self.due(&mut state);
+        // After a failure nothing more is acknowledged, even what landed: the store has stopped.
+        let result = state.failure.as_ref().map_or(Ok(()), |f| Err(f.error()));
         drop(state);
         self.changed.notify_all();
+        for done in due {
+            done(result.clone());
+        }
+    }
+
+    /// `slot` holds a stopped writer's void and none of this writer's segments: the next one is acknowledged
+    /// after it. Only while nothing of this writer's is in flight.
+    fn skip_void(&self, slot: u64) {
+        let mut state = self.lock();
+        debug_assert!(state.ack_slot == slot && state.landed_ahead.is_empty(), "a void skipped with puts in flight");
+        state.ack_slot = slot + 1;
+    }
+
+    /// Whether a segment may be put in `slot` with at most `depth` of this writer's slots in flight (true once
+    /// the mirror failed, so that nothing waits for room that will never come).
+    fn has_room(&self, slot: u64, depth: u64) -> bool {
+        let state = self.lock();
+        state.failure.is_some() || slot < state.ack_slot + depth
     }
 
     fn fail(&self, failure: Failure) {
@@ -282,8 +371,13 @@ impl Progress {
             }
             state.failure = Some(failure);
         }
+        let due = self.due(&mut state);
+        let error = state.failure.as_ref().map(Failure::error);
         drop(state);
         self.changed.notify_all();
+        for done in due {
+            done(Err(error.clone().unwrap_or_else(|| Error::bug("a failure without its error"))));
+        }
     }
 
     fn failed(&self) -> bool {
@@ -300,13 +394,34 @@ impl Progress {
     }
 }
 
-/// Puts one segment and says whether this writer may go on: a slot taken by an equal or higher epoch fences it.
-fn put_segment(remote: &Remote, slot: u64, bytes: &Bytes, epoch: Epoch) -> std::result::Result<(), Failure> {
+/// What a put of a segment found.
+#[derive(Debug, PartialEq, Eq)]
+enum Put {
+    Landed,
+    /// The slot holds a stopped writer's void (a lower epoch, where `voids` allows one): the segment goes in the
+    /// next slot.
+    Void,
+}
+
+/// Puts one segment and says whether this writer may go on: a slot taken by an equal or higher epoch fences it;
+/// one taken by a lower epoch is a void if `voids` (the slot is below the first one voids cannot reach) and an
+/// altered mirror otherwise.
+fn put_segment(
+    remote: &Remote,
+    slot: u64,
+    bytes: &Bytes,
+    epoch: Epoch,
+    voids: bool,
+) -> std::result::Result<Put, Failure> {
     let path = remote.layout.wal(slot);
     let place = remote.describe(&path);
     match remote.put_settled(&path, bytes) {
-        Ok(Settled::Landed) => Ok(()),
+        Ok(Settled::Landed) => Ok(Put::Landed),
         Ok(Settled::Taken(found)) => match decode_segment(&found, slot, &place) {
+            Ok(other) if other.header.epoch < epoch && voids => {
+                tracing::info!(slot, epoch = other.header.epoch, "sinkpoint mirror: skipped a stopped writer's void");
+                Ok(Put::Void)
+            }
             Ok(other) if other.header.epoch >= epoch => Err(Failure {
                 fenced: true,
                 message: format!(
@@ -343,19 +458,38 @@ enum Maintenance {
 /// everything.
 const LINGER_STEP_MS: u64 = 2;
 
-/// The uploader: one put in flight at a time, slots in order, each segment holding every group queued when its
-/// put began (up to a cut, [`MIRROR_TAIL_SEGMENT_BYTES_MAX`] and [`MIRROR_SEGMENT_FRAMES_MAX`]).
+/// How often the uploader looks again for room to put while every slot it may use is in flight, in
+/// milliseconds: a put takes tens of them, so the delay it adds is small, and groups keep joining the segment
+/// meanwhile.
+const ROOM_STEP_MS: u64 = 1;
+
+/// A segment handed to a putter: its slot, its frames from `first_seq`, and the last group it holds.
+struct SegmentPut {
+    slot: u64,
+    first_seq: u64,
+    frames: Vec<Vec<u8>>,
+    last_ticket: u64,
+    cut: bool,
+}
+
+/// The uploader: slots in order, each segment holding every group queued when its put began (up to a cut,
+/// [`MIRROR_TAIL_SEGMENT_BYTES_MAX`] and [`MIRROR_SEGMENT_FRAMES_MAX`]); up to [`MIRROR_SLOTS_IN_FLIGHT_MAX`]
+/// slots in flight, put by as many putter threads, when the segment holds a group somebody waits for, one
+/// otherwise (so what nobody waits for still folds into one put behind the one in flight).
 ///
-/// Why not several puts in flight: slot `s + 1` could land while slot `s` failed, and a takeover, which fences
-/// at the first free slot, would then meet this writer's `s + 1` beyond its fence — a lower epoch where only
-/// its own may be, indistinguishable from an altered mirror. One put at a time keeps the mirror a dense prefix
-/// of the log; folding the queue into that put gives the same throughput against a slow store.
+/// Several puts in flight mean slot `s + 1` can land while slot `s` never does (this writer stopped). Nothing in
+/// `s + 1` was acknowledged (acknowledgements go in slot order), a reader stops at `s`, and the takeover that
+/// fences `s` makes `s + 1` a *void*: a lower epoch after a higher one, skipped by readers (`read::EpochFloor`).
+/// A writer's first slots after its epoch began may therefore hold voids; it puts those one at a time and moves a
+/// segment that meets one to the next slot.
 struct Uploader {
     remote: Arc<Remote>,
     progress: Arc<Progress>,
     epoch: Epoch,
     writer_tag: u128,
     next_slot: u64,
+    /// The first slot a stopped writer's void cannot reach: below it, one put at a time.
+    voids_end: u64,
     /// A group taken from the queue that did not fit the last segment.
     carried: Option<Group>,
     /// How long a segment that ends with a group nobody waits for (an unsynced one, or any durable one under an
@@ -363,46 +497,113 @@ struct Uploader {
     /// arrives, and so does a caller blocked on the uploader (`flush`, a synchronous mirror's durable barrier, a
     /// writer at the lag bound): nobody waits for the linger itself.
     linger_ms: u64,
+    /// To the putter threads; `None` once the uploader is done.
+    puts: Option<mpsc::Sender<SegmentPut>>,
+    putters: Vec<JoinHandle<()>>,
 }
 
 impl Uploader {
+    /// Starts the putter threads.
+    fn start_putters(&mut self) -> Result<()> {
+        let (tx, rx) = mpsc::channel::<SegmentPut>();
+        let rx = Arc::new(Mutex::new(rx));
+        for n in 0..MIRROR_SLOTS_IN_FLIGHT_MAX {
+            let putter = Putter {
+                remote: self.remote.clone(),
+                progress: self.progress.clone(),
+                epoch: self.epoch,
+                writer_tag: self.writer_tag,
+            };
+            let rx = rx.clone();
+            let thread =
+                std::thread::Builder::new().name(format!("sinkpoint-mirror-put-{n}")).spawn(move || putter.run(&rx))?;
+            self.putters.push(thread);
+        }
+        self.puts = Some(tx);
+        Ok(())
+    }
+
     fn run(mut self, groups: &mpsc::Receiver<Group>) {
         while let Some(first) = self.carried.take().or_else(|| groups.recv().ok()) {
             let batch = self.fill(first, groups);
             if self.progress.failed() {
                 continue;
             }
-            let slot = self.next_slot;
-            let last = batch.last().map_or(0, |g| g.ticket);
-            let cut = batch.last().is_some_and(|g| g.cut);
-            match self.put(slot, batch) {
-                Ok(()) => {
-                    self.next_slot += 1;
-                    self.progress.landed(last, slot, cut);
+            let put = segment_put(self.next_slot, batch);
+            if put.slot < self.voids_end {
+                self.put_among_voids(put);
+            } else {
+                self.next_slot += 1;
+                if self.puts.as_ref().is_none_or(|tx| tx.send(put).is_err()) {
+                    self.progress.fail(Failure { fenced: false, message: "the mirror's putters stopped".into() });
                 }
-                Err(failure) => self.progress.fail(failure),
+            }
+        }
+        // The putters finish what they were handed.
+        self.puts = None;
+        for putter in self.putters.drain(..) {
+            let _ = putter.join();
+        }
+    }
+
+    /// Puts a segment below `voids_end`, where nothing else of this writer's is in flight: a void moves it to the
+    /// next slot.
+    fn put_among_voids(&mut self, mut put: SegmentPut) {
+        loop {
+            let voids = put.slot < self.voids_end;
+            match encode_put(&self.remote, &put, self.epoch, self.writer_tag, voids) {
+                Ok(Put::Landed) => {
+                    self.next_slot = put.slot + 1;
+                    self.progress.landed(put.last_ticket, put.slot, put.cut);
+                    return;
+                }
+                Ok(Put::Void) => {
+                    self.progress.skip_void(put.slot);
+                    put.slot += 1;
+                }
+                Err(failure) => return self.progress.fail(failure),
             }
         }
     }
 
-    /// `first` and every group queued behind it that fits one segment; if that ends with a group nobody waits
-    /// for, also the groups that arrive within the linger, up to the first one somebody waits for (a
-    /// `SealWindow`'s durable seal under a synchronous mirror, a commit intent under either): one put
-    /// for a window's seals, or for an asynchronous worker's stage calls and their commit, instead of one each.
+    /// Whether somebody waits for `batch` (or for the uploader): then it may go with others in flight, and not
+    /// linger.
+    fn urgent(&self, batch: &[Group]) -> bool {
+        batch.iter().any(|g| !g.lingers) || self.progress.hurried()
+    }
+
+    /// `first` and every group queued behind it that fits one segment; if nobody waits for them, also the groups
+    /// that arrive within the linger, up to the first one somebody waits for (a `SealWindow`'s durable seal under
+    /// a synchronous mirror, a commit intent under either): one put for a window's seals, or for an asynchronous
+    /// worker's stage calls and their commit, instead of one each. While the segment has no room to go (every slot
+    /// it may use is in flight), the groups arriving meanwhile join it too.
     fn fill(&mut self, first: Group, groups: &mpsc::Receiver<Group>) -> Vec<Group> {
         let (mut bytes, mut frames) = (first.bytes(), first.frames.len());
         let mut batch = vec![first];
         let deadline_ms = self.progress.clock.now_ms().saturating_add(self.linger_ms);
-        while let Some(last) = batch.last()
-            && !last.cut
-        {
+        // Cleared when the linger ends, whatever the clock says (a manual clock never advances).
+        let mut lingering = self.linger_ms > 0;
+        while batch.last().is_some_and(|last| !last.cut) {
             let next = match groups.try_recv() {
                 Ok(next) => next,
-                Err(_) if last.lingers => match self.linger(groups, deadline_ms) {
-                    Some(next) => next,
-                    None => break,
-                },
-                Err(_) => break,
+                Err(_) => {
+                    let urgent = self.urgent(&batch);
+                    let waited = if !urgent && lingering {
+                        let next = self.linger(groups, deadline_ms);
+                        lingering = next.is_some();
+                        next
+                    } else {
+                        let depth = if urgent { MIRROR_SLOTS_IN_FLIGHT_MAX } else { 1 };
+                        if self.progress.has_room(self.next_slot, depth) {
+                            break;
+                        }
+                        wait_step(groups)
+                    };
+                    match waited {
+                        Some(next) => next,
+                        None => continue,
+                    }
+                }
             };
             let fits = bytes + next.bytes() <= MIRROR_TAIL_SEGMENT_BYTES_MAX
                 && frames + next.frames.len() <= MIRROR_SEGMENT_FRAMES_MAX as usize;
@@ -423,29 +624,82 @@ impl Uploader {
     fn linger(&self, groups: &mpsc::Receiver<Group>, deadline_ms: u64) -> Option<Group> {
         for _ in 0..self.linger_ms.div_ceil(LINGER_STEP_MS) {
             let left_ms = deadline_ms.saturating_sub(self.progress.clock.now_ms());
-            if left_ms == 0 || self.progress.waiting.load(Ordering::Acquire) > 0 {
-                return None;
+            if left_ms == 0 || self.progress.hurried() {
+                break;
             }
             match groups.recv_timeout(Duration::from_millis(left_ms.min(LINGER_STEP_MS))) {
                 Ok(next) => return Some(next),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
         None
     }
+}
 
-    fn put(&self, slot: u64, batch: Vec<Group>) -> std::result::Result<(), Failure> {
-        let first_seq = batch.first().map_or(0, |g| g.first_seq);
-        let mut frames: Vec<Vec<u8>> = Vec::with_capacity(batch.iter().map(|g| g.frames.len()).sum());
-        for group in batch {
-            debug_assert_eq!(group.first_seq, first_seq + frames.len() as u64, "groups of a segment are dense");
-            frames.extend(group.frames);
+/// Waits one step for room, taking a group that arrives meanwhile.
+fn wait_step(groups: &mpsc::Receiver<Group>) -> Option<Group> {
+    match groups.recv_timeout(Duration::from_millis(ROOM_STEP_MS)) {
+        Ok(next) => Some(next),
+        Err(mpsc::RecvTimeoutError::Timeout) => None,
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            // The writer is gone (a close): nothing more will join, but the segment still waits for its room.
+            std::thread::sleep(Duration::from_millis(ROOM_STEP_MS));
+            None
         }
-        let header =
-            SegmentHeader { kind: SegmentKind::Group, slot, epoch: self.epoch, writer_tag: self.writer_tag, first_seq };
-        let bytes = encode_segment(&header, &frames).map_err(|e| Failure::from_error(&e))?;
-        put_segment(&self.remote, slot, &Bytes::from(bytes), self.epoch)
+    }
+}
+
+/// The segment of `batch` at `slot`.
+fn segment_put(slot: u64, batch: Vec<Group>) -> SegmentPut {
+    let first_seq = batch.first().map_or(0, |g| g.first_seq);
+    let last_ticket = batch.last().map_or(0, |g| g.ticket);
+    let cut = batch.last().is_some_and(|g| g.cut);
+    let mut frames: Vec<Vec<u8>> = Vec::with_capacity(batch.iter().map(|g| g.frames.len()).sum());
+    for group in batch {
+        debug_assert_eq!(group.first_seq, first_seq + frames.len() as u64, "groups of a segment are dense");
+        frames.extend(group.frames);
+    }
+    SegmentPut { slot, first_seq, frames, last_ticket, cut }
+}
+
+/// Encodes `put` for its slot and puts it.
+fn encode_put(
+    remote: &Remote,
+    put: &SegmentPut,
+    epoch: Epoch,
+    writer_tag: u128,
+    voids: bool,
+) -> std::result::Result<Put, Failure> {
+    let header =
+        SegmentHeader { kind: SegmentKind::Group, slot: put.slot, epoch, writer_tag, first_seq: put.first_seq };
+    let bytes = encode_segment(&header, &put.frames).map_err(|e| Failure::from_error(&e))?;
+    put_segment(remote, put.slot, &Bytes::from(bytes), epoch, voids)
+}
+
+/// A putter thread: puts the segments the uploader hands it, one at a time, and reports each landing (the
+/// progress acknowledges them in slot order).
+struct Putter {
+    remote: Arc<Remote>,
+    progress: Arc<Progress>,
+    epoch: Epoch,
+    writer_tag: u128,
+}
+
+impl Putter {
+    fn run(self, puts: &Mutex<mpsc::Receiver<SegmentPut>>) {
+        loop {
+            // One putter waits on the channel at a time; the others wait for the lock.
+            let next = puts.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            let Ok(put) = next else { return };
+            if self.progress.failed() {
+                continue;
+            }
+            match encode_put(&self.remote, &put, self.epoch, self.writer_tag, false) {
+                Ok(_) => self.progress.landed(put.last_ticket, put.slot, put.cut),
+                Err(failure) => self.progress.fail(failure),
+            }
+        }
     }
 }
 
@@ -463,6 +717,8 @@ pub(crate) struct ShipperStart {
     pub history: Vec<EpochOpen>,
     /// The slot of this writer's fence.
     pub fence_slot: u64,
+    /// The first slot a stopped writer's void cannot reach (`read::EpochFloor::voids_end`).
+    pub voids_end: u64,
     /// The records in the mirror since the snapshot the claim references.
     pub records_since_snapshot: u64,
     /// Their frames' bytes (those the open read back from the mirror or re-shipped).
@@ -496,15 +752,19 @@ impl MirrorShipper {
         let (upload_tx, upload_rx) = mpsc::channel::<Group>();
         let (maint_tx, maint_rx) = mpsc::channel::<Maintenance>();
         let mut threads = Vec::new();
-        let uploader = Uploader {
+        let mut uploader = Uploader {
             remote: start.remote.clone(),
             progress: progress.clone(),
             epoch: start.epoch,
             writer_tag: start.writer_tag,
             next_slot: start.fence_slot + 1,
+            voids_end: start.voids_end,
             carried: None,
             linger_ms: MIRROR_LINGER_MS,
+            puts: None,
+            putters: Vec::new(),
         };
+        uploader.start_putters()?;
         threads.push(
             std::thread::Builder::new()
                 .name("sinkpoint-mirror-upload".into())
@@ -563,7 +823,7 @@ impl MirrorShipper {
 }
 
 impl Shipper for MirrorShipper {
-    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<u64> {
+    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<Shipped> {
         Progress::check(&self.progress.lock())?;
         let ticket = self.next_ticket;
         let records = frames.len() as u64;
@@ -594,17 +854,21 @@ impl Shipper for MirrorShipper {
             };
             let _ = tx.send(job);
         }
-        if waits {
-            self.progress.wait_mirrored(ticket)?;
-        }
-        Ok(self.progress.keep_from())
+        Ok(Shipped { keep_from: self.progress.keep_from(), wait_for: waits.then_some(ticket) })
     }
 
-    fn settle(&mut self) -> Result<()> {
-        match self.mode {
-            MirrorMode::Synchronous => self.progress.wait_all(),
-            MirrorMode::Asynchronous { .. } => Progress::check(&self.progress.lock()),
+    fn settle(&mut self) -> Result<Option<u64>> {
+        Progress::check(&self.progress.lock())?;
+        let last = self.next_ticket - 1;
+        if self.mode != MirrorMode::Synchronous || last == 0 {
+            return Ok(None);
         }
+        self.progress.hurry(last);
+        Ok(Some(last))
+    }
+
+    fn when_mirrored(&mut self, ticket: u64, done: Mirrored) {
+        self.progress.on_mirrored(ticket, done);
     }
 }
 

@@ -10,7 +10,7 @@ use redb::{Database, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
 use crate::mirror::format::decode_segment;
-use crate::mirror::read::{for_each_segment, read_manifests, read_snapshot};
+use crate::mirror::read::{EpochFloor, for_each_segment, read_manifests, read_snapshot};
 use crate::mirror::remote::Remote;
 use crate::mirror::{MirrorSettings, snapshot};
 use crate::types::{Epoch, check_source_key};
@@ -47,6 +47,8 @@ pub struct MirrorView {
     remote: Arc<Remote>,
     db: Arc<Database>,
     next_slot: u64,
+    /// The void rule's floor at `next_slot`.
+    floor: EpochFloor,
     epoch: Epoch,
     next_seq: u64,
 }
@@ -54,6 +56,7 @@ pub struct MirrorView {
 struct Loaded {
     db: Database,
     next_slot: u64,
+    floor: EpochFloor,
     meta: Option<Meta>,
 }
 
@@ -73,7 +76,7 @@ impl MirrorView {
 
     fn from_loaded(remote: Arc<Remote>, loaded: Loaded) -> Self {
         let (epoch, next_seq) = loaded.meta.as_ref().map_or((0, 0), |m| (m.epoch, m.next_seq));
-        Self { remote, db: Arc::new(loaded.db), next_slot: loaded.next_slot, epoch, next_seq }
+        Self { remote, db: Arc::new(loaded.db), next_slot: loaded.next_slot, floor: loaded.floor, epoch, next_seq }
     }
 
     /// The restored tables, for a read-only [`crate::inspect::Inspector`].
@@ -86,9 +89,9 @@ impl MirrorView {
     pub async fn refresh(&mut self) -> Result<u64> {
         let remote = self.remote.clone();
         let db = self.db.clone();
-        let next_slot = self.next_slot;
-        let (applied, next_slot, meta, reloaded) =
-            tokio::task::spawn_blocking(move || refresh(&remote, &db, next_slot))
+        let (next_slot, floor) = (self.next_slot, self.floor);
+        let Refreshed { applied, next_slot, floor, meta, reloaded } =
+            tokio::task::spawn_blocking(move || refresh(&remote, &db, next_slot, floor))
                 .await
                 .map_err(|e| Error::bug(format!("view task: {e}")))??;
         if let Some(loaded) = reloaded {
@@ -96,6 +99,7 @@ impl MirrorView {
             return Ok(applied);
         }
         self.next_slot = next_slot;
+        self.floor = floor;
         if let Some(m) = meta {
             self.epoch = m.epoch;
             self.next_seq = m.next_seq;
@@ -147,11 +151,12 @@ fn load(remote: &Remote) -> Result<Loaded> {
         let (header, entries, place) = read_snapshot(remote, newest.first_slot)?;
         meta = Some(snapshot::load(&txn, &header, &entries, &place)?);
     }
-    let next_slot = {
+    let (next_slot, floor) = {
         let mut tables = Tables::open(&txn)?;
         // Each segment is replayed as it arrives and the log cut behind it: the view answers from the tables
         // and keeps no log, so a restore holds a window of segments, never the whole log.
-        let next_slot = for_each_segment(remote, newest.first_slot, |segment| {
+        let base_floor = EpochFloor::at_base(&newest.history, newest.first_slot);
+        let read = for_each_segment(remote, newest.first_slot, base_floor, |segment| {
             let place = remote.describe(&remote.layout.wal(segment.header.slot));
             for f in &segment.frames {
                 tables.replay(&mut meta, f, &place)?;
@@ -165,15 +170,22 @@ fn load(remote: &Remote) -> Result<Loaded> {
             tables.truncate_log(m, m.next_seq)?;
             tables.write_meta(m)?;
         }
-        next_slot
+        read
     };
     txn.commit()?;
-    Ok(Loaded { db, next_slot, meta })
+    Ok(Loaded { db, next_slot, floor, meta })
 }
 
-type Refreshed = (u64, u64, Option<Meta>, Option<Loaded>);
+/// What a refresh read: the records applied, where the next one starts, and the state (or a fresh restore).
+struct Refreshed {
+    applied: u64,
+    next_slot: u64,
+    floor: EpochFloor,
+    meta: Option<Meta>,
+    reloaded: Option<Loaded>,
+}
 
-fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
+fn refresh(remote: &Remote, db: &Database, mut slot: u64, mut floor: EpochFloor) -> Result<Refreshed> {
     let txn = db.begin_write()?;
     let mut meta = read_meta(&txn.open_table(META)?, &txn.open_table(LOG)?)?;
     let mut applied = 0u64;
@@ -184,6 +196,10 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
             let Some(bytes) = remote.get(&path)? else { break };
             let place = remote.describe(&path);
             let segment = decode_segment(&bytes, slot, &place)?;
+            slot += 1;
+            if !floor.admit(&segment.header, &place)? {
+                continue;
+            }
             for f in &segment.frames {
                 tables.replay(&mut meta, f, &place)?;
             }
@@ -192,7 +208,6 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
                 tables.truncate_log(m, m.next_seq)?;
             }
             applied += segment.frames.len() as u64;
-            slot += 1;
         }
         if let Some(m) = meta.as_mut() {
             tables.truncate_log(m, m.next_seq)?;
@@ -206,9 +221,10 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64) -> Result<Refreshed> {
     if manifests.last().is_some_and(|(_, m)| m.first_slot > slot) {
         let loaded = load(remote)?;
         let applied = loaded.meta.as_ref().map_or(0, |m| m.next_seq);
-        return Ok((applied, loaded.next_slot, None, Some(loaded)));
+        let (next_slot, floor) = (loaded.next_slot, loaded.floor);
+        return Ok(Refreshed { applied, next_slot, floor, meta: None, reloaded: Some(loaded) });
     }
-    Ok((applied, slot, meta, None))
+    Ok(Refreshed { applied, next_slot: slot, floor, meta, reloaded: None })
 }
 
 impl std::fmt::Debug for MirrorView {

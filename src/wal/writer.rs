@@ -25,20 +25,41 @@ use crate::wal::tables::Meta;
 
 /// The receiver of each committed batch's frames: the mirror.
 pub(crate) trait Shipper: Send {
-    /// Hands the frames of one committed batch (never empty) to the mirror; `meta` is the state after it. Returns
-    /// once the batch is in the mirror when it is [`GroupKind::Waited`] (it holds a commit intent or another protocol
-    /// record that must be there before any call of the batch is acked whatever the mode), or [`GroupKind::Durable`]
-    /// and the mirror is synchronous; else at once. Returns the lowest sequence number that must stay in the local
-    /// log (everything below is safely in the mirror's snapshot). An error of kind `Fenced` means a newer writer has
-    /// taken over.
+    /// Hands the frames of one committed batch (never empty) to the mirror; `meta` is the state after it. Says
+    /// which group must be in the mirror before the batch's calls are acked: this one when it is
+    /// [`GroupKind::Waited`] (it holds a commit intent or another protocol record that must be there whatever the
+    /// mode) or [`GroupKind::Durable`] under a synchronous mirror, none otherwise; and the lowest sequence number
+    /// that must stay in the local log (everything below is safely in the mirror's snapshot). It may block for
+    /// room under an asynchronous mirror's lag bounds. An error of kind `Fenced` means a newer writer has taken
+    /// over.
     ///
-    /// The wait is on this thread on purpose: while it waits, concurrent callers' calls queue and become the
-    /// next group, one commit and one object for all of them (docs/ARCHITECTURE.md, "Write path").
-    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<u64>;
+    /// The writer does not wait for the group itself: it hands the batch's replies to [`Shipper::when_mirrored`]
+    /// and commits the next batch while this one's put is in flight (docs/ARCHITECTURE.md, "Several puts in
+    /// flight").
+    fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<Shipped>;
 
     /// A durable commit without frames (a barrier) made [`GroupKind::Unsynced`] groups durable: in synchronous
-    /// mode, returns once every group handed over is in the mirror, so that what the barrier acks is there.
-    fn settle(&mut self) -> Result<()>;
+    /// mode, the last group handed over, which must be in the mirror before the barrier is acked.
+    fn settle(&mut self) -> Result<Option<u64>>;
+
+    /// Runs `done` once the group `ticket` is in the mirror (`Ok`), or once the mirror failed (its error), on
+    /// whichever thread learns it first — at once if it already did.
+    fn when_mirrored(&mut self, ticket: u64, done: Mirrored);
+}
+
+/// One call's answer: what each of its records did, or the transition it was refused.
+type CallResult = Result<Vec<Applied>, TransitionError>;
+
+/// What a shipped group's callers wait for before they are acked.
+pub(crate) type Mirrored = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// What [`Shipper::ship`] says about a group it took.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Shipped {
+    /// The lowest sequence number the local log must keep.
+    pub keep_from: u64,
+    /// The group (its ticket) that must be in the mirror before the batch is acked, if any.
+    pub wait_for: Option<u64>,
 }
 
 /// What a committed group promises, which decides who waits for its segment.
@@ -323,7 +344,19 @@ fn run(
         // Counted before the replies, so that a caller who has its answer sees its call counted.
         shared.counters.calls.fetch_add(batch.len() as u64, Ordering::AcqRel);
         match results {
-            Ok(results) => {
+            Ok((results, Some(ticket))) => {
+                let replies: Vec<_> = batch.drain(..).map(|call| call.reply).zip(results).collect();
+                let done: Mirrored = Box::new(move |mirrored: Result<()>| {
+                    for (reply, result) in replies {
+                        let _ = reply.send(mirrored.clone().map(|()| result));
+                    }
+                });
+                match shipper.as_deref_mut() {
+                    Some(shipper) => shipper.when_mirrored(ticket, done),
+                    None => done(Err(Error::bug("a group to wait for without a mirror"))),
+                }
+            }
+            Ok((results, None)) => {
                 for (call, result) in batch.drain(..).zip(results) {
                     let _ = call.reply.send(Ok(result));
                 }
@@ -399,7 +432,7 @@ fn commit_batch(
     batch: &[Call],
     shipper: Option<&mut (dyn Shipper + '_)>,
     shared: &Shared,
-) -> Result<Vec<Result<Vec<Applied>, TransitionError>>> {
+) -> Result<(Vec<CallResult>, Option<u64>)> {
     let Carried { meta, unsynced, keep_from, carry } = carried;
     let mut next = meta.clone();
     let mut txn = db.begin_write()?;
@@ -453,27 +486,26 @@ fn commit_batch(
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
         *carry = updated.after_abort();
-        return Ok(results);
+        return Ok((results, None));
     }
     txn.commit()?;
     *carry = updated;
     shared.counters.commits.fetch_add(1, Ordering::AcqRel);
     *unsynced = !durable;
     *meta = next;
-    if let Some(shipper) = shipper {
-        if frames.is_empty() {
-            // A durable barrier behind unsynced groups: what it acks must be in a synchronous mirror too.
-            shipper.settle()?;
-        } else {
-            let kind = match (must_wait, durable) {
-                (true, _) => GroupKind::Waited,
-                (false, true) => GroupKind::Durable,
-                (false, false) => GroupKind::Unsynced,
-            };
-            *keep_from = shipper.ship(meta, frames, kind)?;
-        }
+    let Some(shipper) = shipper else { return Ok((results, None)) };
+    if frames.is_empty() {
+        // A durable barrier behind unsynced groups: what it acks must be in a synchronous mirror too.
+        return Ok((results, shipper.settle()?));
     }
-    Ok(results)
+    let kind = match (must_wait, durable) {
+        (true, _) => GroupKind::Waited,
+        (false, true) => GroupKind::Durable,
+        (false, false) => GroupKind::Unsynced,
+    };
+    let shipped = shipper.ship(meta, frames, kind)?;
+    *keep_from = shipped.keep_from;
+    Ok((results, shipped.wait_for))
 }
 
 #[cfg(any(test, feature = "testkit"))]

@@ -18,8 +18,9 @@
 //! from which objects are present:
 //!
 //! - no manifest: `WrongStore` (a missing mirror is never taken for an empty one);
-//! - the newest present manifest (with the claim rule below) names a snapshot that is absent, or a slot is present past the first absent
-//!   one at or after the manifest's first slot (a gap): `Corrupt`;
+//! - the newest present manifest (with the claim rule below) names a snapshot that is absent, or a slot is present
+//!   [`MIRROR_SLOTS_IN_FLIGHT_MAX`] or more slots past the first absent one at or after the manifest's first slot
+//!   (a gap no writer's puts in flight leave): `Corrupt`; nearer ones are a stopped writer's torn tail, ignored;
 //! - the store (not the view) claims the epoch after the newest present manifest, so when the newest claims
 //!   were deleted but their slots are still there, its fence would repeat an epoch: `Corrupt`;
 //! - otherwise the state after the slots from the manifest's first slot up to the first absent one (a new,
@@ -41,6 +42,7 @@ use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 use tokio::runtime::Runtime;
 
 use crate::error::{Error, ErrorKind};
+use crate::limits::MIRROR_SLOTS_IN_FLIGHT_MAX;
 use crate::mirror::{Layout, MirrorMode, MirrorSettings, MirrorView, decode_manifest, decode_segment, decode_snapshot};
 use crate::store::Store;
 use crate::testkit::crash::{Image, Logical, runtime};
@@ -355,7 +357,8 @@ fn predict(base: &Base, objects: &BTreeMap<String, Option<Vec<u8>>>, store: bool
         epoch = epoch.max(base.slot_epochs.get(&end).copied().unwrap_or(0));
         end += 1;
     }
-    let gap = base.slot_epochs.keys().any(|s| *s > end && present(&layout.wal(*s).to_string()));
+    let gap =
+        base.slot_epochs.keys().any(|s| *s >= end + MIRROR_SLOTS_IN_FLIGHT_MAX && present(&layout.wal(*s).to_string()));
     if gap || (store && epoch > floor) {
         return refuse(ErrorKind::Corrupt, reads);
     }
@@ -482,7 +485,8 @@ pub fn restore_mirror(data: &[u8]) {
 }
 
 /// Small hand-made inputs for `restore_mirror`: nothing changed, on both bases; then on each base, a byte
-/// flipped in a slot the restore reads; the last slot deleted (a prefix); a slot it reads deleted (a gap); the
+/// flipped in a slot the restore reads; the last slot deleted (a prefix); the middle slot it reads deleted (a torn
+/// tail, when fewer than `MIRROR_SLOTS_IN_FLIGHT_MAX` slots follow); the first deleted (a gap, when more do); the
 /// newest manifest deleted (an older one is read); two slots swapped; the newest snapshot truncated; and on the
 /// base that keeps everything, every manifest of the second epoch deleted (the store's claim would repeat it).
 pub fn restore_mirror_seeds() -> Vec<Vec<u8>> {
@@ -505,6 +509,7 @@ pub fn restore_mirror_seeds() -> Vec<Vec<u8>> {
         seeds.push(vec![b, 0, middle, 70, 0, 0x40]);
         seeds.push(vec![b, 2, last]);
         seeds.push(vec![b, 2, middle]);
+        seeds.push(vec![b, 2, first]);
         seeds.push(vec![b, 2, newest]);
         seeds.push(vec![b, 3, first, last]);
         seeds.push(vec![b, 1, snapshot, 100, 0]);
@@ -552,11 +557,11 @@ mod tests {
             }
         }
         let count = |s: &str| seen.iter().filter(|l| l.contains(s)).count();
-        // Intact, prefix and older-manifest restores succeed on both paths; damage, gaps, a truncated snapshot
-        // and a repeated epoch are refused.
-        assert_eq!(seen.len(), 2 * 15, "{seen:#?}");
+        // Intact, prefix, torn-tail and older-manifest restores succeed on both paths; damage, gaps, a truncated
+        // snapshot and a repeated epoch are refused.
+        assert_eq!(seen.len(), 2 * 17, "{seen:#?}");
         let counts = (count("Ok("), count("Err(Corrupt)"), count("Err(WrongStore)"));
-        assert_eq!(counts, (11, 17, 2), "{seen:#?}");
+        assert_eq!(counts, (15, 17, 2), "{seen:#?}");
 
         // Against a wrong state or a damaged object read, the judge fails.
         let base = &bases[0];
