@@ -316,51 +316,81 @@ async fn groups_queued_behind_a_put_are_shipped_as_one_object() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synchronous_callers_arriving_during_a_put_go_on_in_the_next_slots() {
     for kind in kinds() {
-        let bucket = Bucket::new(kind, "sync-pipeline");
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(0);
-        let store =
-            Arc::new(builder(&bucket, &dir.path().join("a.redb"), sync_settings(), &clock).open().await.unwrap());
-        // Past the slots right after the fence, which a new writer puts one at a time (they may hold voids).
-        for n in 100..100 + MIRROR_SLOTS_IN_FLIGHT_MAX as u32 {
-            store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
-        }
-        let wal: Vec<String> = bucket.keys().await.into_iter().filter(|k| k.starts_with("wal/")).collect();
-        let last = wal.iter().max().unwrap();
-        let width = last.len() - "wal/".len();
-        let held: u64 = last["wal/".len()..].parse::<u64>().unwrap() + 1;
-        bucket.faults.hold_puts_under(&format!("wal/{held:0width$}"));
-        let stage = |n: u32| {
-            let caller = store.clone();
-            tokio::spawn(async move {
-                caller.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await
-            })
-        };
-        let first = stage(0);
-        assert!(one_put_held(&bucket).await, "{kind:?}: the first group's put never started");
-        let rest: Vec<_> = (1..8).map(stage).collect();
-        let mut put_past_the_held = false;
-        for _ in 0..500 {
-            let next = format!("wal/{:0width$}", held + 1);
-            if bucket.keys().await.contains(&next) {
-                put_past_the_held = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        assert!(put_past_the_held, "{kind:?}: no slot after the held one was put while it was held");
-        assert!(!finished(&first).await, "{kind:?}: a synchronous call was acked before its group was mirrored");
-        assert!(rest.iter().all(|c| !c.is_finished()), "{kind:?}: a call was acked before the slot below its own");
-        bucket.faults.hold_puts(false);
-        first.await.unwrap().unwrap();
-        for call in rest {
-            call.await.unwrap().unwrap();
-        }
-        Arc::try_unwrap(store).ok().unwrap().close();
-        let restored = builder(&bucket, &dir.path().join("b.redb"), sync_settings(), &clock).open().await.unwrap();
-        assert!((0..8).all(|n| restored.get(&id(n)).unwrap().is_some()), "{kind:?}");
-        restored.close();
+        let puts_past_the_held = callers_behind_a_held_put(kind, sync_settings()).await;
+        assert!(puts_past_the_held > 0, "{kind:?}: no slot after the held one was put while it was held");
     }
+}
+
+/// With `puts_in_flight_max` 1, the callers arriving during the held put queue behind it and go in one segment
+/// once it lands: the fewest puts, as before several were allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_put_in_flight_folds_the_callers_behind_it() {
+    let settings = MirrorSettings { puts_in_flight_max: 1, ..sync_settings() };
+    let puts_past_the_held = callers_behind_a_held_put(Kind::Memory, settings).await;
+    assert_eq!(puts_past_the_held, 0, "a slot after the held one was put while it was held");
+}
+
+/// Settings outside 1..=MIRROR_SLOTS_IN_FLIGHT_MAX are refused at open, before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_in_flight_outside_the_format_bound_are_refused() {
+    let bucket = Bucket::new(Kind::Memory, "puts-bound");
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    for bad in [0, MIRROR_SLOTS_IN_FLIGHT_MAX as u32 + 1] {
+        let settings = MirrorSettings { puts_in_flight_max: bad, ..sync_settings() };
+        let err = builder(&bucket, &dir.path().join("a.redb"), settings, &clock).open().await.unwrap_err();
+        assert_eq!(err.kind(), sinkpoint::ErrorKind::InvalidInput, "{bad}: {err}");
+        assert!(err.to_string().contains("puts_in_flight_max"), "{err}");
+    }
+    assert!(bucket.keys().await.is_empty(), "a refused open wrote to the mirror");
+}
+
+/// Holds the first put after a writer's first slots, has seven more callers call meanwhile, and returns how many
+/// slots after the held one were put while it was held; checks that no call was acked before the held slot
+/// landed, and that all are there after.
+async fn callers_behind_a_held_put(kind: Kind, settings: MirrorSettings) -> usize {
+    let bucket = Bucket::new(kind, "sync-pipeline");
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let store = Arc::new(builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap());
+    // Past the slots right after the fence, which a new writer puts one at a time (they may hold voids).
+    for n in 100..100 + MIRROR_SLOTS_IN_FLIGHT_MAX as u32 {
+        store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
+    }
+    let wal = |keys: Vec<String>| keys.into_iter().filter(|k| k.starts_with("wal/")).collect::<Vec<_>>();
+    let last = wal(bucket.keys().await).into_iter().max().unwrap();
+    let width = last.len() - "wal/".len();
+    let held: u64 = last["wal/".len()..].parse::<u64>().unwrap() + 1;
+    bucket.faults.hold_puts_under(&format!("wal/{held:0width$}"));
+    let stage = |n: u32| {
+        let caller = store.clone();
+        tokio::spawn(async move {
+            caller.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await
+        })
+    };
+    let first = stage(0);
+    assert!(one_put_held(&bucket).await, "{kind:?}: the first group's put never started");
+    let rest: Vec<_> = (1..8).map(stage).collect();
+    let next = format!("wal/{:0width$}", held + 1);
+    for _ in 0..100 {
+        if bucket.keys().await.contains(&next) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(!finished(&first).await, "{kind:?}: a synchronous call was acked before its group was mirrored");
+    assert!(rest.iter().all(|c| !c.is_finished()), "{kind:?}: a call was acked before the slot below its own");
+    let past = wal(bucket.keys().await).iter().filter(|k| **k > format!("wal/{held:0width$}")).count();
+    bucket.faults.hold_puts(false);
+    first.await.unwrap().unwrap();
+    for call in rest {
+        call.await.unwrap().unwrap();
+    }
+    Arc::try_unwrap(store).ok().unwrap().close();
+    let restored = builder(&bucket, &dir.path().join("b.redb"), settings, &clock).open().await.unwrap();
+    assert!((0..8).all(|n| restored.get(&id(n)).unwrap().is_some()), "{kind:?}");
+    restored.close();
+    past
 }
 
 /// Issue 15, the awaited shapes: nobody waits for an asynchronous mirror's durable groups (nor for a mark), so

@@ -53,7 +53,7 @@ pub(crate) use format::{decode_manifest, decode_segment, decode_snapshot};
 pub(crate) use layout::Layout;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::limits::MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT;
+use crate::limits::{MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT};
 use crate::wal::record::{decode_value, encode_value};
 
 /// When a call is acked relative to the mirror.
@@ -99,6 +99,12 @@ pub struct MirrorSettings {
     /// The most one object-store request may take, in milliseconds of wall time (a liveness guard, not a
     /// correctness one): a put still running then is abandoned and settled like any ambiguous put.
     pub request_timeout_ms: u64,
+    /// The most WAL segments in flight at once while somebody waits for them (1 to
+    /// [`MIRROR_SLOTS_IN_FLIGHT_MAX`](crate::limits::MIRROR_SLOTS_IN_FLIGHT_MAX)). More lets concurrent
+    /// synchronous callers each wait for their own put rather than queue behind another's (about a quarter less
+    /// latency for 8 or 32 staggered callers over a 20 ms store), at the price of more, smaller puts (about three
+    /// times as many there); 1 puts one segment at a time, folding everything queued behind it.
+    pub puts_in_flight_max: u32,
 }
 
 impl Default for MirrorSettings {
@@ -109,6 +115,7 @@ impl Default for MirrorSettings {
             snapshot_interval_bytes: MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT,
             gc_age_ms_min: 10 * 60 * 1000,
             request_timeout_ms: 30_000,
+            puts_in_flight_max: MIRROR_SLOTS_IN_FLIGHT_MAX as u32,
         }
     }
 }
@@ -118,6 +125,11 @@ impl MirrorSettings {
     pub(crate) fn check(&self) -> Result<()> {
         if self.snapshot_interval_bytes == 0 {
             return Err(InvalidInput::Range { what: "snapshot_interval_bytes", value: 0, min: 1, max: u64::MAX }.into());
+        }
+        let puts = u64::from(self.puts_in_flight_max);
+        if !(1..=MIRROR_SLOTS_IN_FLIGHT_MAX).contains(&puts) {
+            let max = MIRROR_SLOTS_IN_FLIGHT_MAX;
+            return Err(InvalidInput::Range { what: "puts_in_flight_max", value: puts, min: 1, max }.into());
         }
         Ok(())
     }

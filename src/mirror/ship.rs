@@ -490,6 +490,8 @@ struct Uploader {
     next_slot: u64,
     /// The first slot a stopped writer's void cannot reach: below it, one put at a time.
     voids_end: u64,
+    /// The most slots in flight for a segment somebody waits for (`MirrorSettings::puts_in_flight_max`).
+    depth: u64,
     /// A group taken from the queue that did not fit the last segment.
     carried: Option<Group>,
     /// How long a segment that ends with a group nobody waits for (an unsynced one, or any durable one under an
@@ -507,7 +509,7 @@ impl Uploader {
     fn start_putters(&mut self) -> Result<()> {
         let (tx, rx) = mpsc::channel::<SegmentPut>();
         let rx = Arc::new(Mutex::new(rx));
-        for n in 0..MIRROR_SLOTS_IN_FLIGHT_MAX {
+        for n in 0..self.depth {
             let putter = Putter {
                 remote: self.remote.clone(),
                 progress: self.progress.clone(),
@@ -593,7 +595,7 @@ impl Uploader {
                         lingering = next.is_some();
                         next
                     } else {
-                        let depth = if urgent { MIRROR_SLOTS_IN_FLIGHT_MAX } else { 1 };
+                        let depth = if urgent { self.depth } else { 1 };
                         if self.progress.has_room(self.next_slot, depth) {
                             break;
                         }
@@ -759,6 +761,7 @@ impl MirrorShipper {
             writer_tag: start.writer_tag,
             next_slot: start.fence_slot + 1,
             voids_end: start.voids_end,
+            depth: u64::from(start.settings.puts_in_flight_max).clamp(1, MIRROR_SLOTS_IN_FLIGHT_MAX),
             carried: None,
             linger_ms: MIRROR_LINGER_MS,
             puts: None,

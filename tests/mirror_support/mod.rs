@@ -162,6 +162,7 @@ pub fn sync_settings() -> MirrorSettings {
         snapshot_interval_bytes: u64::MAX,
         gc_age_ms_min: 1_000,
         request_timeout_ms: 10_000,
+        ..MirrorSettings::default()
     }
 }
 

@@ -77,6 +77,7 @@ impl System {
             snapshot_interval_records,
             gc_age_ms_min: u64::MAX,
             request_timeout_ms: 30_000,
+            puts_in_flight_max: crate::limits::MIRROR_SLOTS_IN_FLIGHT_MAX as u32,
             // Paced by records only, as the workloads' crash points were counted.
             snapshot_interval_bytes: u64::MAX,
         };
