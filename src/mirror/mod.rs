@@ -100,7 +100,7 @@ pub struct MirrorSettings {
     /// correctness one): a put still running then is abandoned and settled like any ambiguous put.
     pub request_timeout_ms: u64,
     /// The most WAL segments in flight at once while somebody waits for them (1 to
-    /// [`MIRROR_SLOTS_IN_FLIGHT_MAX`](crate::limits::MIRROR_SLOTS_IN_FLIGHT_MAX)). More lets concurrent
+    /// [`MIRROR_SLOTS_IN_FLIGHT_MAX`]). More lets concurrent
     /// synchronous callers each wait for their own put rather than queue behind another's (about a quarter less
     /// latency for 8 or 32 staggered callers over a 20 ms store), at the price of more, smaller puts (about three
     /// times as many there); 1 puts one segment at a time, folding everything queued behind it.
