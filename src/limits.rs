@@ -57,9 +57,11 @@ pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
 /// group that is waited for ends it by arriving, and a `Store::flush`, a synchronous mirror's durable barrier or a
 /// writer at an asynchronous mirror's lag bound ends it within a couple of milliseconds.
 pub const MIRROR_LINGER_MS: u64 = 50;
-/// The most groups committed without an fsync that a synchronous mirror lets queue behind a put before the
-/// writer waits for room (every other group is waited for, so only these queue).
-pub const MIRROR_UNSYNCED_GROUPS_MAX: usize = 64;
+/// The most groups a synchronous mirror lets queue (committed locally, not yet in the mirror) before the writer
+/// waits for room. A synchronous call's acknowledgement waits for its group, but the writer does not, so this
+/// bounds how far the local file runs ahead of the mirror, and what the queue holds; once it is reached, the calls
+/// that arrive meanwhile fold into one group again.
+pub const MIRROR_QUEUED_GROUPS_MAX: usize = 64;
 /// The largest frame payload (one encoded WAL record), in bytes.
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:

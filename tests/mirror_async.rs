@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use mirror_support::*;
 use sinkpoint::CheckpointState;
-use sinkpoint::limits::MIRROR_SLOTS_IN_FLIGHT_MAX;
+use sinkpoint::limits::{MIRROR_QUEUED_GROUPS_MAX, MIRROR_SLOTS_IN_FLIGHT_MAX};
 use sinkpoint::mirror::{MirrorMode, MirrorSettings, MirrorView};
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::testkit::RawProtocol;
@@ -343,6 +343,47 @@ async fn puts_in_flight_outside_the_format_bound_are_refused() {
         assert!(err.to_string().contains("puts_in_flight_max"), "{err}");
     }
     assert!(bucket.keys().await.is_empty(), "a refused open wrote to the mirror");
+}
+
+/// The writer does not wait for a synchronous group itself, so something must bound how far it runs ahead of
+/// the mirror: with every put held, calls arriving one at a time are committed one group each until
+/// `MIRROR_QUEUED_GROUPS_MAX` groups are queued (and one more, whose hand-over then waits), and then the writer
+/// waits for room (the later calls queue and, once
+/// the puts go, fold). Fails without the bound (every call is committed while the puts are held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronous_writer_runs_at_most_the_queue_bound_ahead_of_its_mirror() {
+    let bound = MIRROR_QUEUED_GROUPS_MAX as u64;
+    let bucket = Bucket::new(Kind::Memory, "queue-bound");
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let store = Arc::new(builder(&bucket, &dir.path().join("a.redb"), sync_settings(), &clock).open().await.unwrap());
+    let at_open = store.stats().commits;
+    bucket.faults.hold_puts(true);
+    let mut calls = Vec::new();
+    for n in 0..(bound as u32 + 16) {
+        let caller = store.clone();
+        let before = caller.stats().commits;
+        calls.push(tokio::spawn(async move {
+            caller.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await
+        }));
+        // Each call alone in its group while the writer has room (once it has none, this waits out its 30 ms).
+        for _ in 0..30 {
+            if store.stats().commits > before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ahead = store.stats().commits - at_open;
+    // The bound's groups queued, and one more committed whose hand-over waits for room.
+    assert_eq!(ahead, bound + 1, "groups committed while every put was held");
+    assert!(calls.iter().all(|c| !c.is_finished()), "a call was acked with its put held");
+    bucket.faults.hold_puts(false);
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    Arc::try_unwrap(store).ok().unwrap().close();
 }
 
 /// Holds the first put after a writer's first slots, has seven more callers call meanwhile, and returns how many

@@ -22,8 +22,8 @@ use redb::{Database, ReadTransaction, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
 use crate::limits::{
-    MIRROR_LINGER_MS, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX,
-    MIRROR_TAIL_SEGMENT_BYTES_MAX, MIRROR_UNSYNCED_GROUPS_MAX,
+    MIRROR_LINGER_MS, MIRROR_QUEUED_GROUPS_MAX, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_SLOTS_IN_FLIGHT_MAX,
+    MIRROR_SNAPSHOT_CHUNK_BYTES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX,
 };
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{
@@ -233,12 +233,11 @@ impl Progress {
         }
     }
 
-    fn wait_room(&self, mode: MirrorMode, kind: GroupKind) -> Result<()> {
+    fn wait_room(&self, mode: MirrorMode) -> Result<()> {
         let (groups_max, lag_ms_max) = match mode {
             MirrorMode::Asynchronous { lag_batches_max, lag_ms_max } => (lag_batches_max.max(1) as usize, lag_ms_max),
-            // Synchronous mode waits for every other group, so only unsynced ones queue behind a put.
-            MirrorMode::Synchronous if kind == GroupKind::Unsynced => (MIRROR_UNSYNCED_GROUPS_MAX, u64::MAX),
-            MirrorMode::Synchronous => return Ok(()),
+            // Every kind: the writer no longer waits for a synchronous group itself, so all of them queue.
+            MirrorMode::Synchronous => (MIRROR_QUEUED_GROUPS_MAX, u64::MAX),
         };
         let mut state = self.lock();
         // Counted only once blocked: a writer with room must not cut the uploader's linger short.
@@ -835,7 +834,7 @@ impl Shipper for MirrorShipper {
         let snapshot_due = self.maintenance.is_some()
             && (self.records_since_snapshot >= self.snapshot_interval_records
                 || self.bytes_since_snapshot >= self.snapshot_interval_bytes);
-        self.progress.wait_room(self.mode, kind)?;
+        self.progress.wait_room(self.mode)?;
         self.progress.push(ticket, records);
         let first_seq = meta.next_seq - records;
         let waits = match kind {
