@@ -398,11 +398,8 @@ async fn callers_behind_a_held_put(kind: Kind, settings: MirrorSettings) -> usiz
     for n in 100..100 + MIRROR_SLOTS_IN_FLIGHT_MAX as u32 {
         store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
     }
-    let wal = |keys: Vec<String>| keys.into_iter().filter(|k| k.starts_with("wal/")).collect::<Vec<_>>();
-    let last = wal(bucket.keys().await).into_iter().max().unwrap();
-    let width = last.len() - "wal/".len();
-    let held: u64 = last["wal/".len()..].parse::<u64>().unwrap() + 1;
-    bucket.faults.hold_puts_under(&format!("wal/{held:0width$}"));
+    let held = next_wal_slot(&bucket).await;
+    bucket.faults.hold_puts_under(&wal_key(held));
     let stage = |n: u32| {
         let caller = store.clone();
         tokio::spawn(async move {
@@ -412,7 +409,7 @@ async fn callers_behind_a_held_put(kind: Kind, settings: MirrorSettings) -> usiz
     let first = stage(0);
     assert!(one_put_held(&bucket).await, "{kind:?}: the first group's put never started");
     let rest: Vec<_> = (1..8).map(stage).collect();
-    let next = format!("wal/{:0width$}", held + 1);
+    let next = wal_key(held + 1);
     for _ in 0..100 {
         if bucket.keys().await.contains(&next) {
             break;
@@ -421,7 +418,7 @@ async fn callers_behind_a_held_put(kind: Kind, settings: MirrorSettings) -> usiz
     }
     assert!(!finished(&first).await, "{kind:?}: a synchronous call was acked before its group was mirrored");
     assert!(rest.iter().all(|c| !c.is_finished()), "{kind:?}: a call was acked before the slot below its own");
-    let past = wal(bucket.keys().await).iter().filter(|k| **k > format!("wal/{held:0width$}")).count();
+    let past = bucket.keys().await.iter().filter(|k| k.starts_with("wal/") && **k > wal_key(held)).count();
     bucket.faults.hold_puts(false);
     first.await.unwrap().unwrap();
     for call in rest {

@@ -185,14 +185,8 @@ async fn a_zombie_with_puts_in_flight_leaves_voids_the_takeover_skips() {
     for n in 0..2 {
         seal(&zombie, n).await;
     }
-    let wal = |keys: Vec<String>| keys.into_iter().filter(|k| k.starts_with("wal/")).collect::<Vec<_>>();
-    let before = wal(bucket.keys().await);
-    let last = before.iter().max().unwrap().clone();
-    // Slot names are zero-padded, so the next slot's name is the last one's, plus one, at the same width.
-    let width = last.len() - "wal/".len();
-    let slot_name = |s: u64| format!("wal/{s:0width$}");
-    let held: u64 = last["wal/".len()..].parse::<u64>().unwrap() + 1;
-    bucket.faults.hold_puts_under(&slot_name(held));
+    let held = next_wal_slot(&bucket).await;
+    bucket.faults.hold_puts_under(&wal_key(held));
 
     // Three durable calls, one after another's put began: the first is held, the two after it land.
     let mut calls = Vec::new();
@@ -205,7 +199,7 @@ async fn a_zombie_with_puts_in_flight_leaves_voids_the_takeover_skips() {
         for _ in 0..500 {
             let there = match landed {
                 None => bucket.faults.held_puts() == 1,
-                Some(slot) => bucket.keys().await.contains(&slot_name(slot)),
+                Some(slot) => bucket.keys().await.contains(&wal_key(slot)),
             };
             if there {
                 break;
@@ -214,7 +208,7 @@ async fn a_zombie_with_puts_in_flight_leaves_voids_the_takeover_skips() {
         }
     }
     let keys = bucket.keys().await;
-    assert!(keys.contains(&slot_name(held + 2)) && !keys.contains(&slot_name(held)), "no torn tail: {keys:?}");
+    assert!(keys.contains(&wal_key(held + 2)) && !keys.contains(&wal_key(held)), "no torn tail: {keys:?}");
     assert!(calls.iter().all(|c| !c.is_finished()), "a call was acked before the slot below its own landed");
 
     // The takeover (past the gate) restores up to the held slot, fences it, and writes past the voids.
@@ -288,10 +282,8 @@ async fn a_slot_that_never_lands_with_puts_in_flight_loses_nothing_acknowledged(
         for n in 0..MIRROR_SLOTS_IN_FLIGHT_MAX as u32 {
             seal(&store, 1000 + n).await;
         }
-        let last = bucket.keys().await.into_iter().filter(|k| k.starts_with("wal/")).max().unwrap();
-        let width = last.len() - "wal/".len();
-        let lost = last["wal/".len()..].parse::<u64>().unwrap() + 1 + rng.below(6);
-        bucket.faults.fail_puts(PutFault::FailBefore, &format!("wal/{lost:0width$}"), u32::MAX);
+        let lost = next_wal_slot(&bucket).await + rng.below(6);
+        bucket.faults.fail_puts(PutFault::FailBefore, &wal_key(lost), u32::MAX);
         // Staggered callers (a seeded pause before each call), so their calls fall into separate groups and slots.
         let pauses: Vec<Vec<u64>> = (0..8).map(|_| (0..6).map(|_| rng.below(3_000)).collect()).collect();
         let callers: Vec<_> = (0..8u32)

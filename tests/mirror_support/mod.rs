@@ -166,6 +166,17 @@ pub fn sync_settings() -> MirrorSettings {
     }
 }
 
+/// The key of WAL slot `slot` under the prefix (slots are zero-padded to 20 digits: ARCHITECTURE, "Key layout").
+pub fn wal_key(slot: u64) -> String {
+    format!("wal/{slot:020}")
+}
+
+/// The first WAL slot after the highest one present.
+pub async fn next_wal_slot(bucket: &Bucket) -> u64 {
+    let last = bucket.keys().await.into_iter().filter(|k| k.starts_with("wal/")).max().expect("a WAL slot");
+    last["wal/".len()..].parse::<u64>().expect("a slot number") + 1
+}
+
 /// A builder for a store whose local file is `file`, mirrored in `bucket`.
 pub fn builder(bucket: &Bucket, file: &std::path::Path, settings: MirrorSettings, clock: &ManualClock) -> StoreBuilder {
     Store::builder(job(), target())
