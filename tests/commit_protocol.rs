@@ -299,6 +299,36 @@ async fn a_fresh_job_probes_key_0_once() {
     assert_eq!(probes_of_key_0, 1, "{:?}", target.calls());
 }
 
+/// Issue 15: the target is checked once an open, before the first key the open begins, not before every key:
+/// a job of three keys probes once, and a reopened store probes the first key it begins once more (it may have
+/// been restored from a mirror that went backwards), then none. Every probe here is a `refuse_*` check: nothing
+/// is in flight.
+#[tokio::test]
+async fn the_target_is_checked_once_an_open_not_once_a_key() {
+    let backend = CrashBackend::new();
+    let target = FaultyTarget::scripted(memory_table(), Vec::new(), Vec::new());
+    let probes = || target.calls().iter().filter(|c| c.starts_with("probe key ")).cloned().collect::<Vec<_>>();
+    let store = open(&backend).await;
+    Committer::new(&store, &target).recover().await.unwrap();
+    for keys in [0..2, 2..4, 4..6] {
+        run_inputs(&store, target.inner(), keys).await;
+        Committer::new(&store, &target).commit_pending().await.unwrap();
+    }
+    assert_eq!(probes().len(), 1, "{:?}", target.calls());
+    store.close();
+    let store = open(&backend).await;
+    Committer::new(&store, &target).recover().await.unwrap();
+    for keys in [6..8, 8..10] {
+        run_inputs(&store, target.inner(), keys).await;
+        Committer::new(&store, &target).commit_pending().await.unwrap();
+    }
+    Committer::new(&store, &target).finish().await.unwrap();
+    let probes = probes();
+    assert_eq!(probes.len(), 2, "{:?}", target.calls());
+    assert!(probes[1].starts_with("probe key 3 "), "the reopened store's first key: {probes:?}");
+    assert_eq!(account(target.inner(), 10).await.duplicates, 0);
+}
+
 /// Found by the `crash_replay` fuzz target: a new store that committed key 0 itself was refused as "state
 /// lost" by a later `recover` on the same handle, with an error that says never to go on.
 #[tokio::test]

@@ -126,9 +126,9 @@ impl<'a> Committer<'a> {
     pub async fn recover(&self) -> Result<RecoveryReport> {
         let mut report = RecoveryReport { orphans: self.store.orphans().to_vec(), ..RecoveryReport::default() };
         // Only a new store that has not begun key 0 itself: once it has, the target's key 0 is its own (a job
-        // may call recover again on the same handle, after its own commits).
-        let checked = self.store.created() && self.store.commit_info(0)?.is_none();
-        if checked {
+        // may call recover again on the same handle, after its own commits). Checked here even with nothing
+        // Sealed, so a fresh store for a job already in the target is refused before any work.
+        if self.store.created() && self.store.commit_info(0)?.is_none() && !self.store.target_checked() {
             self.refuse_lost_state().await?;
         }
         match self.resolve_in_flight().await? {
@@ -141,7 +141,7 @@ impl<'a> Committer<'a> {
                 return Ok(report);
             }
         }
-        report.committed_keys = self.commit_sealed(false, checked).await?.committed_keys;
+        report.committed_keys = self.commit_sealed(false).await?.committed_keys;
         report.finished = self.store.is_finished()?;
         Ok(report)
     }
@@ -152,7 +152,7 @@ impl<'a> Committer<'a> {
     async fn refuse_lost_state(&self) -> Result<()> {
         match self.target.probe(&self.key(0), None).await {
             ProbeOutcome::NotCommitted => {
-                self.store.note_key0_absent();
+                self.store.note_target_checked();
                 Ok(())
             }
             // A newer epoch that took the mirror over explains key 0 too: that is Fenced (stop), not a loss.
@@ -214,18 +214,16 @@ impl<'a> Committer<'a> {
                 return Err(mismatch_error(&self.key(key), &recorded, &landed));
             }
         }
-        let sealed = self.commit_sealed(final_commit, false).await?;
+        let sealed = self.commit_sealed(final_commit).await?;
         report.committed_keys.extend(sealed.committed_keys);
         report.committed_empty = sealed.committed_empty;
         Ok(report)
     }
 
     /// Commits the Sealed checkpoints under the next keys, one commit's worth at a time (each page read after
-    /// the last is begun, so memory is one commit's ids, not the backlog's); `key0_checked` says the caller has
-    /// just made sure the target does not hold key 0.
-    async fn commit_sealed(&self, final_commit: bool, key0_checked: bool) -> Result<CommitReport> {
+    /// the last is begun, so memory is one commit's ids, not the backlog's).
+    async fn commit_sealed(&self, final_commit: bool) -> Result<CommitReport> {
         let mut report = CommitReport::default();
-        let mut key0_checked = key0_checked;
         // Every page moves at least one checkpoint out of Sealed. Bounded by what was Sealed at the start:
         // checkpoints sealed meanwhile by other tasks wait for the next call rather than keep this one going.
         let pages_max = self.store.sealed_count()?.saturating_add(1);
@@ -242,16 +240,7 @@ impl<'a> Committer<'a> {
                 continue;
             }
             let n = page.next_key;
-            if n == 0 && !key0_checked && !self.store.key0_absent() {
-                // Key 0 is begun only once the target is known not to hold it, whether or not `recover` ran
-                // first: a watermark target's probe cannot tell our key 0 from a lost run's, so after
-                // begin_commit it would be too late to ask.
-                self.refuse_lost_state().await?;
-            }
-            key0_checked = true;
-            if n > 0 {
-                self.refuse_stale_state(n).await?;
-            }
+            self.refuse_target_ahead(n).await?;
             let is_final = final_commit && !page.more;
             let version = self.target.version().await?;
             self.store.protocol().begin_commit(n, &page.batch, version, is_final).await?;
@@ -266,12 +255,29 @@ impl<'a> Committer<'a> {
         Ok(report)
     }
 
+    /// Before the first key `n` this open begins, whether or not `recover` ran first: the target must not hold
+    /// it, since after `begin_commit` it is too late to ask (a watermark target's probe cannot tell our `n` from
+    /// another's, so a crash after the intent would mark our unlanded results committed). Once it answered, every
+    /// later key follows this store's own commits; one landed by another writer in between is refused by the
+    /// target's key exclusivity and caught by [`Self::refuse_foreign_key`], which makes the next begin probe
+    /// again. So a job costs one probe an open, not one a key (issue 15).
+    async fn refuse_target_ahead(&self, n: u64) -> Result<()> {
+        match (self.store.target_checked(), n) {
+            (true, _) => Ok(()),
+            (false, 0) => self.refuse_lost_state().await,
+            (false, _) => self.refuse_stale_state(n).await,
+        }
+    }
+
     /// Before key `n` > 0 is begun: a target that already holds `n` proves this store is behind the table (it
     /// was restored from a mirror that went backwards: a replica failover, a bucket rollback, a lost tail).
-    /// Beginning `n` would duplicate rows on a watermark target, or end in a mismatch. Costs one probe per key.
+    /// Beginning `n` would duplicate rows on a watermark target, or end in a mismatch.
     async fn refuse_stale_state(&self, n: u64) -> Result<()> {
         match self.target.probe(&self.key(n), None).await {
-            ProbeOutcome::NotCommitted => Ok(()),
+            ProbeOutcome::NotCommitted => {
+                self.store.note_target_checked();
+                Ok(())
+            }
             ProbeOutcome::Committed { .. } => Err(Error::wrong_store(format!(
                 "the mirror/store is behind the table: the target already holds commit key {}, which this store \
                  is about to begin; its mirror went backwards (a replica failover, a bucket rollback, a lost \
@@ -292,9 +298,6 @@ impl<'a> Committer<'a> {
     async fn refuse_foreign_key(&self, n: u64, error: Error) -> Error {
         if !matches!(self.target.probe(&self.key(n), None).await, ProbeOutcome::Committed { .. }) {
             return error;
-        }
-        if n == 0 {
-            self.store.forget_key0_absent();
         }
         let reason = "another writer's commit holds this key: this store is not the job's only driver";
         if let Err(e) = self.store.unbind(n, reason).await {

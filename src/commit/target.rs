@@ -78,8 +78,10 @@ pub enum ProbeOutcome {
 /// after its commit intent still calls [`Target::commit`] when it resumes, whatever newer epoch has claimed the
 /// mirror since. Only guarantee 1, key exclusivity, refuses it; an adapter without it is not safe.
 ///
-/// The committer probes key n before it begins it (one probe per new key): a target that already holds n proves
-/// the store is behind the table (a mirror that went backwards), and the store is refused.
+/// The committer probes the first key n an open begins, before it begins it (one probe an open, and again after
+/// an un-bind): a target that already holds n proves the store is behind the table (a mirror that went
+/// backwards), and the store is refused. Later keys follow the store's own commits; another writer's landing in
+/// between is refused by key exclusivity.
 ///
 /// The reference adapter is [`crate::DirTable`].
 #[async_trait]

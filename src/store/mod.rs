@@ -62,10 +62,11 @@ pub struct Store {
     orphans: Vec<CheckpointId>,
     settings: StoreSettings,
     progress: Option<Arc<Progress>>,
-    /// Whether this open's committer has probed key 0 and found the target without it: kept in memory only, so
-    /// a fresh job probes key 0 once, not again before it begins it (a key 0 landing in between is still caught
-    /// when the target refuses ours).
-    key0_absent: std::sync::atomic::AtomicBool,
+    /// Whether this open's committer has probed the first key it was about to begin (key 0 included) and found
+    /// the target without it: kept in memory only, so the target is checked once an open, not before every key.
+    /// Every later key follows this store's own commits, and another writer's key landing in between is still
+    /// caught when the target refuses ours (key exclusivity; red-team 13).
+    target_checked: std::sync::atomic::AtomicBool,
 }
 
 impl Store {
@@ -268,6 +269,8 @@ impl Store {
     pub async fn unbind(&self, key: u64, reason: &str) -> Result<()> {
         check_reason(reason)?;
         let record = Record::Unbind { key, reason: reason.to_owned() };
+        // The key is begun again later: the target may hold it (that is why it was un-bound), so probe it first.
+        self.forget_target_checked();
         self.call(record, CallDurability::Immediate).await.map(drop)
     }
 
@@ -338,21 +341,21 @@ impl Store {
         self.call(Record::ForgetGarbage { entries }, CallDurability::Immediate).await.map(drop)
     }
 
-    /// Records that this open's committer found the target without key 0.
-    pub(crate) fn note_key0_absent(&self) {
-        self.key0_absent.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// Records that this open's committer found the target without the key it was about to begin.
+    pub(crate) fn note_target_checked(&self) {
+        self.target_checked.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Forgets that answer: key 0 turned out to be held by another writer, so the next begin must probe again
-    /// (a target that checks a key only since the version a commit was prepared against would let a key 0
-    /// begun past that landing through).
-    pub(crate) fn forget_key0_absent(&self) {
-        self.key0_absent.store(false, std::sync::atomic::Ordering::Relaxed);
+    /// Forgets that answer: a key turned out to be held by another writer, or was un-bound to be begun again, so
+    /// the next begin must probe again (a target that checks a key only since the version a commit was prepared
+    /// against would let a key begun past that landing through).
+    pub(crate) fn forget_target_checked(&self) {
+        self.target_checked.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Whether this open's committer already found the target without key 0.
-    pub(crate) fn key0_absent(&self) -> bool {
-        self.key0_absent.load(std::sync::atomic::Ordering::Relaxed)
+    /// Whether this open's committer already found the target without the first key it began.
+    pub(crate) fn target_checked(&self) -> bool {
+        self.target_checked.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.
