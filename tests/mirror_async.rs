@@ -321,6 +321,54 @@ async fn synchronous_callers_arriving_during_a_put_go_on_in_the_next_slots() {
     }
 }
 
+/// A synchronous call that changes nothing (a retried seal, a part staged again with the same bytes) promises
+/// what the call it repeats promised: the state is in the mirror. So it is not acked before that call's group
+/// is, though it has no group of its own. Found in review after the writer stopped waiting for a synchronous
+/// group on its thread (several puts in flight): the retry returned at once while the original's put was held,
+/// and a caller that deleted its source on that `Ok` lost the input with the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronous_call_that_changes_nothing_waits_for_the_state_it_repeats() {
+    for kind in kinds() {
+        let bucket = Bucket::new(kind, "sync-no-op");
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let store =
+            Arc::new(builder(&bucket, &dir.path().join("a.redb"), sync_settings(), &clock).open().await.unwrap());
+        // Past the slots right after the fence, which a new writer puts one at a time (they may hold voids).
+        for n in 100..100 + MIRROR_SLOTS_IN_FLIGHT_MAX as u32 {
+            store.stage(&id(n), StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(n)])).await.unwrap();
+        }
+        // The same call twice, the second while the first's put is held: a stage, then a seal.
+        for seal in [false, true] {
+            let held = next_wal_slot(&bucket).await;
+            bucket.faults.hold_puts_under(&wal_key(held));
+            let call = || {
+                let caller = store.clone();
+                tokio::spawn(async move {
+                    if seal {
+                        caller.seal(&id(0), 1).await.map(drop)
+                    } else {
+                        let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key(0)]);
+                        caller.stage(&id(0), part).await.map(drop)
+                    }
+                })
+            };
+            let first = call();
+            assert!(one_put_held(&bucket).await, "{kind:?}: the first call's put never started");
+            let again = call();
+            assert!(!finished(&again).await, "{kind:?}, seal {seal}: the repeat was acked before the first's put");
+            assert!(!first.is_finished(), "{kind:?}");
+            bucket.faults.hold_puts(false);
+            first.await.unwrap().unwrap();
+            again.await.unwrap().unwrap();
+        }
+        Arc::try_unwrap(store).ok().unwrap().close();
+        let restored = builder(&bucket, &dir.path().join("b.redb"), sync_settings(), &clock).open().await.unwrap();
+        assert!(restored.is_processed(&key(0)).unwrap(), "{kind:?}: the seal is not in the mirror");
+        restored.close();
+    }
+}
+
 /// With `puts_in_flight_max` 1, the callers arriving during the held put queue behind it and go in one segment
 /// once it lands: the fewest puts, as before several were allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,8 +38,9 @@ pub(crate) trait Shipper: Send {
     /// flight").
     fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<Shipped>;
 
-    /// A durable commit without frames (a barrier) made [`GroupKind::Unsynced`] groups durable: in synchronous
-    /// mode, the last group handed over, which must be in the mirror before the barrier is acked.
+    /// A durable call without frames — a barrier that made [`GroupKind::Unsynced`] groups durable, or a call that
+    /// changed nothing (a retried seal) — promises what the groups before it hold: in synchronous mode, the last
+    /// group handed over, which must be in the mirror before the call is acked.
     fn settle(&mut self) -> Result<Option<u64>>;
 
     /// Runs `done` once the group `ticket` is in the mirror (`Ok`), or once the mirror failed (its error), on
@@ -483,10 +484,16 @@ fn commit_batch(
         .zip(&results)
         .any(|(call, result)| result.is_ok() && call.records.iter().any(is_waited_in_every_mode));
     if frames.is_empty() && !(durable && *unsynced) {
-        // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
+        // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable. A durable
+        // no-op (a retried seal) still promises what the call it repeats promised, whose group may be in flight:
+        // under a synchronous mirror it is acked once every group handed over is in the mirror.
         txn.abort()?;
         *carry = updated.after_abort();
-        return Ok((results, None));
+        let wait_for = match shipper {
+            Some(shipper) if durable => shipper.settle()?,
+            _ => None,
+        };
+        return Ok((results, wait_for));
     }
     txn.commit()?;
     *carry = updated;
