@@ -153,21 +153,21 @@ async fn commit_intents_are_in_the_mirror_before_they_return_in_asynchronous_mod
     }
 }
 
-/// In asynchronous mode `mark_committed` returns before its put, so a writer that loses its disk right after it
-/// leaves the key `Committing` in the mirror: the crash point between the table commit and the mark. The writer
-/// restored from the mirror finds the commit in the table by its key (F1) and marks it; nothing is committed
-/// twice and no row is lost.
+/// In either mode `mark_committed` returns before its put (the mark is never waited for), so a writer that loses
+/// its disk right after it leaves the key `Committing` in the mirror: the crash point between the table commit and
+/// the mark. The writer restored from the mirror finds the commit in the table by its key (F1) and marks it;
+/// nothing is committed twice and no row is lost. (With the mark waited for, `mark_committed` does not return.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mark_lost_with_the_disk_is_found_again_in_the_table() {
     use sinkpoint::commit::{CommitOutcome, Committer, Target, TargetCommit};
     use sinkpoint::{CommitKey, DirTable, ErrorKind, Store};
-    for kind in kinds() {
-        let bucket = Bucket::new(kind, "async-mark-lost");
+    for (kind, settings) in kinds().into_iter().flat_map(|k| [(k, sync_settings()), (k, asynchronous(64, u64::MAX))]) {
+        let kind = (kind, settings.mode);
+        let bucket = Bucket::new(kind.0, "mark-lost");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);
         let table = DirTable::new(Arc::new(object_store::memory::InMemory::new()), "table".into());
-        let store =
-            builder(&bucket, &dir.path().join("a.redb"), asynchronous(64, u64::MAX), &clock).open().await.unwrap();
+        let store = builder(&bucket, &dir.path().join("a.redb"), settings, &clock).open().await.unwrap();
         let written = table.write_data_file("a-0", b"0:0\n".to_vec()).await.unwrap();
         store
             .stage(

@@ -135,8 +135,8 @@ impl MirrorSettings {
     }
 }
 
-/// How far the mirror is behind the local file (zero in synchronous mode once a durable call returned and no
-/// non-durable one followed).
+/// How far the mirror is behind the local file (in synchronous mode, zero once a durable call returned and
+/// nothing but durable calls followed; a commit's mark, which is never waited for, may lag).
 #[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
 pub struct MirrorLag {
     /// Groups committed locally and not yet in the mirror.

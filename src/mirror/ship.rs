@@ -840,7 +840,7 @@ impl Shipper for MirrorShipper {
         let waits = match kind {
             GroupKind::Waited => true,
             GroupKind::Durable => self.mode == MirrorMode::Synchronous,
-            GroupKind::Unsynced => false,
+            GroupKind::Lagging => false,
         };
         self.send_upload(Group { ticket, first_seq, frames, cut: snapshot_due, lingers: !waits })?;
         self.next_ticket += 1;

@@ -38,7 +38,7 @@ pub(crate) trait Shipper: Send {
     /// flight").
     fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<Shipped>;
 
-    /// A durable call without frames — a barrier that made [`GroupKind::Unsynced`] groups durable, or a call that
+    /// A durable call without frames — a barrier that made unsynced [`GroupKind::Lagging`] groups durable, or a call that
     /// changed nothing (a retried seal) — promises what the groups before it hold: in synchronous mode, the last
     /// group handed over, which must be in the mirror before the call is acked.
     fn settle(&mut self) -> Result<Option<u64>>;
@@ -66,25 +66,37 @@ pub(crate) struct Shipped {
 /// What a committed group promises, which decides who waits for its segment.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum GroupKind {
-    /// Holds a record that is in the mirror before it is acked in every mode: a commit intent, or a protocol
-    /// record but `MarkCommitted` (see `is_waited_in_every_mode`).
+    /// Holds a record that is in the mirror before it is acked in every mode ([`MirrorWait::Always`]): a commit
+    /// intent, or a protocol record but `MarkCommitted`.
     Waited,
-    /// fsynced locally: in the mirror before it is acked in synchronous mode.
+    /// Holds a durable call's record of [`MirrorWait::IfSynchronous`]: in the mirror before it is acked in
+    /// synchronous mode.
     Durable,
-    /// Committed without an fsync (non-durable staging, a `SealWindow`'s seals): nothing acked depends on it
-    /// until a later durable group or barrier, so nobody waits for its segment, and the asynchronous uploader
-    /// may hold it briefly to put it with the groups that follow.
-    Unsynced,
+    /// Nobody waits for its segment, and the uploader may hold it briefly to put it with the groups that follow:
+    /// committed without an fsync (non-durable staging, a `SealWindow`'s seals: nothing acked depends on them
+    /// until a later durable group or barrier), or holding nothing but marks ([`MirrorWait::Never`]).
+    Lagging,
 }
 
-/// Whether a record must be in the mirror before its call is acked in every mirror mode: a commit intent before
-/// the target is called, and the protocol records a caller or an operator acts on with nothing to re-derive them
-/// from. Only records whose loss something else makes up for may lag an asynchronous mirror: stage calls and
-/// seals (the rerun reads those inputs again), and `MarkCommitted`. A lost mark leaves its key `Committing` with
-/// the intent in the mirror, which is the crash point after the target commit and before the mark: recovery
-/// probes the key and marks it again (F1), and the table holds the rows whatever the caller did after the ack.
-/// The next commit intent ships behind the mark, in order.
-fn is_waited_in_every_mode(record: &Record) -> bool {
+/// When a record must be in the mirror before its call is acked.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum MirrorWait {
+    /// In every mode: a commit intent before the target is called, and the protocol records a caller or an
+    /// operator acts on with nothing to re-derive them from.
+    Always,
+    /// In synchronous mode, when its call is durable: staging, seals, the open's records. These may lag an
+    /// asynchronous mirror, since the rerun reads those inputs again.
+    IfSynchronous,
+    /// Never: `MarkCommitted`, a fact of the table. A lost mark leaves its key `Committing` with the intent in
+    /// the mirror, which is the crash point after the target commit and before the mark: recovery probes the key
+    /// and marks it again (F1), and the table holds the rows whatever the caller did after the ack. The next
+    /// record somebody waits for ships behind the mark, in order.
+    Never,
+}
+
+/// The one place that says which records wait for the mirror (docs/ARCHITECTURE.md, "The mark is never waited
+/// for").
+fn mirror_wait(record: &Record) -> MirrorWait {
     match record {
         Record::BeginCommit { .. }
         | Record::MarkUnknown { .. }
@@ -94,15 +106,30 @@ fn is_waited_in_every_mode(record: &Record) -> bool {
         | Record::ForceAbort { .. }
         | Record::Unbind { .. }
         | Record::Finish
-        | Record::ForgetGarbage { .. } => true,
+        | Record::ForgetGarbage { .. } => MirrorWait::Always,
         Record::Create { .. }
         | Record::Open { .. }
         | Record::Stage { .. }
         | Record::Seal { .. }
-        | Record::MarkCommitted { .. }
         | Record::Restart { .. }
         | Record::Abort { .. }
-        | Record::Discard { .. } => false,
+        | Record::Discard { .. } => MirrorWait::IfSynchronous,
+        Record::MarkCommitted { .. } => MirrorWait::Never,
+    }
+}
+
+/// Who waits for a committed batch's group: decided by the records of the calls it applied.
+fn group_kind(batch: &[Call], results: &[CallResult]) -> GroupKind {
+    let applied = || batch.iter().zip(results).filter(|(_, result)| result.is_ok()).map(|(call, _)| call);
+    let waits = |call: &Call, wait: MirrorWait| call.records.iter().any(|r| mirror_wait(r) == wait);
+    if applied().any(|call| waits(call, MirrorWait::Always)) {
+        GroupKind::Waited
+    } else if applied()
+        .any(|call| call.durability == CallDurability::Immediate && waits(call, MirrorWait::IfSynchronous))
+    {
+        GroupKind::Durable
+    } else {
+        GroupKind::Lagging
     }
 }
 
@@ -479,10 +506,6 @@ fn commit_batch(
         }
         tables.into_carry()
     };
-    let must_wait = batch
-        .iter()
-        .zip(&results)
-        .any(|(call, result)| result.is_ok() && call.records.iter().any(is_waited_in_every_mode));
     if frames.is_empty() && !(durable && *unsynced) {
         // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable. A durable
         // no-op (a retried seal) still promises what the call it repeats promised, whose group may be in flight:
@@ -505,12 +528,7 @@ fn commit_batch(
         // A durable barrier behind unsynced groups: what it acks must be in a synchronous mirror too.
         return Ok((results, shipper.settle()?));
     }
-    let kind = match (must_wait, durable) {
-        (true, _) => GroupKind::Waited,
-        (false, true) => GroupKind::Durable,
-        (false, false) => GroupKind::Unsynced,
-    };
-    let shipped = shipper.ship(meta, frames, kind)?;
+    let shipped = shipper.ship(meta, frames, group_kind(batch, &results))?;
     *keep_from = shipped.keep_from;
     Ok((results, shipped.wait_for))
 }

@@ -151,6 +151,8 @@ async fn build() -> Result<Base, String> {
     macro_rules! step {
         ($store:expr, $call:expr) => {{
             $call.await.map_err(fail)?;
+            // Each call in a slot of its own, the marks too (never waited for, they would join the next call's).
+            $store.flush().await.map_err(fail)?;
             let slot = next_slot(&bucket, &mut high).await?;
             states.insert(slot, Image::from_store(&$store)?.map(|i| i.logical()));
         }};
