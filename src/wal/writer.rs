@@ -586,6 +586,42 @@ mod tests {
         rx
     }
 
+    fn call_of(records: Vec<Record>, durability: CallDurability) -> Call {
+        Call { records, ..call(durability) }
+    }
+
+    /// Who waits for a group, from its applied calls' records: a protocol record always, a durable call's
+    /// staging or seal in synchronous mode, a mark never (alone it lags even when fsynced), and a refused call
+    /// not at all.
+    #[test]
+    fn a_groups_kind_follows_its_applied_records_and_a_mark_alone_lags() {
+        use CallDurability::{Immediate, None as Unsynced};
+        let id = crate::types::CheckpointId::new("c").unwrap();
+        let mark = || Record::MarkCommitted { key: 0 };
+        let seal = || Record::Seal { id: id.clone(), parts: 1 };
+        let ok = || -> CallResult { Ok(Vec::new()) };
+        let refused = || -> CallResult { Err(TransitionError::NotFound { id: id.clone() }) };
+        let kind = |calls: Vec<(Vec<Record>, CallDurability, CallResult)>| {
+            let (batch, results): (Vec<Call>, Vec<CallResult>) =
+                calls.into_iter().map(|(records, durability, result)| (call_of(records, durability), result)).unzip();
+            group_kind(&batch, &results)
+        };
+        assert_eq!(kind(vec![(vec![Record::Finish], Unsynced, ok())]), GroupKind::Waited);
+        assert_eq!(
+            kind(vec![(vec![mark()], Immediate, ok()), (vec![Record::Finish], Immediate, ok())]),
+            GroupKind::Waited
+        );
+        assert_eq!(kind(vec![(vec![seal()], Immediate, ok())]), GroupKind::Durable);
+        assert_eq!(kind(vec![(vec![mark()], Immediate, ok()), (vec![seal()], Immediate, ok())]), GroupKind::Durable);
+        assert_eq!(kind(vec![(vec![mark()], Immediate, ok())]), GroupKind::Lagging, "a fsynced mark alone");
+        assert_eq!(kind(vec![(vec![seal()], Unsynced, ok())]), GroupKind::Lagging, "a window's seal");
+        assert_eq!(
+            kind(vec![(vec![seal()], Immediate, refused()), (vec![mark()], Immediate, ok())]),
+            GroupKind::Lagging
+        );
+        assert_eq!(kind(vec![(vec![Record::Finish], Immediate, refused())]), GroupKind::Lagging);
+    }
+
     #[test]
     fn a_lone_caller_and_a_batch_that_will_not_fsync_never_wait() {
         for (durability, last_batch) in [(CallDurability::Immediate, 1), (CallDurability::None, 32)] {
