@@ -373,9 +373,11 @@ fn every_crash_point_of(workload: Workload) {
             report.marks_lost
         );
     }
-    if workload.name.starts_with("mirror-sync-disk-lost") || workload.name == "mirror-snapshots-disk-lost" {
+    if workload.name.starts_with("mirror-sync-disk-lost") {
         // A synchronous mirror lacks no acknowledged call but a mark, which never waits: the job goes on from
-        // the call in flight, and some crash point must restore a mark the writer had acked.
+        // the call in flight, and some crash point must restore a mark the writer had acked. (Not asserted for
+        // `mirror-snapshots-disk-lost`, whose count depends on where the linger puts the mark against a
+        // snapshot's cut: 2 in one run, 0 in another.)
         assert!(
             report.ops_redone == 0 && report.marks_lost > 0,
             "{}: {} operations redone, {} marks lost",
