@@ -507,26 +507,22 @@ fn commit_batch(
         tables.into_carry()
     };
     if frames.is_empty() && !(durable && *unsynced) {
-        // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable. A durable
-        // no-op (a retried seal) still promises what the call it repeats promised, whose group may be in flight:
-        // under a synchronous mirror it is acked once every group handed over is in the mirror.
+        // Nothing to write (every call was rejected or a no-op) and nothing unsynced to make durable.
         txn.abort()?;
         *carry = updated.after_abort();
-        let wait_for = match shipper {
-            Some(shipper) if durable => shipper.settle()?,
-            _ => None,
-        };
-        return Ok((results, wait_for));
+    } else {
+        txn.commit()?;
+        *carry = updated;
+        shared.counters.commits.fetch_add(1, Ordering::AcqRel);
+        *unsynced = !durable;
+        *meta = next;
     }
-    txn.commit()?;
-    *carry = updated;
-    shared.counters.commits.fetch_add(1, Ordering::AcqRel);
-    *unsynced = !durable;
-    *meta = next;
     let Some(shipper) = shipper else { return Ok((results, None)) };
     if frames.is_empty() {
-        // A durable barrier behind unsynced groups: what it acks must be in a synchronous mirror too.
-        return Ok((results, shipper.settle()?));
+        // A durable batch without a group of its own — a barrier behind unsynced groups, or a call that changed
+        // nothing (a retried seal) — promises what the groups before it hold, whose puts may be in flight: under a
+        // synchronous mirror it is acked once every group handed over is in the mirror.
+        return Ok((results, if durable { shipper.settle()? } else { None }));
     }
     let shipped = shipper.ship(meta, frames, group_kind(batch, &results))?;
     *keep_from = shipped.keep_from;
