@@ -37,7 +37,10 @@ fn rows_of(result: &WriteResult) -> Vec<u64> {
 async fn dir_table_in_memory_conforms() {
     let make = || DirTable::new(Arc::new(InMemory::new()), Path::from("t"));
     let report = run_conformance(make, &settings(300, 1)).await.unwrap_or_else(|f| panic!("{f}"));
-    assert_eq!(report.scenarios, 4, "the two-writer and zombie scenarios ran: {report:?}");
+    assert_eq!(
+        report.scenarios, 8,
+        "the writer scenarios ran (race, zombie, late zombie, two drivers; 0 and 1 keys before): {report:?}"
+    );
     assert!(report.crashes > report.cases as u64, "the workloads should crash more than once each: {report:?}");
 }
 
@@ -55,7 +58,10 @@ async fn dir_table_in_a_local_directory_conforms() {
 #[tokio::test]
 async fn the_watermark_table_conforms() {
     let report = run_conformance(WatermarkTable::new, &settings(300, 3)).await.unwrap_or_else(|f| panic!("{f}"));
-    assert_eq!(report.scenarios, 4, "the two-writer and zombie scenarios ran: {report:?}");
+    assert_eq!(
+        report.scenarios, 8,
+        "the writer scenarios ran (race, zombie, late zombie, two drivers; 0 and 1 keys before): {report:?}"
+    );
 }
 
 /// A target that checks a key only in the versions since the commit was prepared (as the Lance adapter does):
@@ -63,7 +69,10 @@ async fn the_watermark_table_conforms() {
 #[tokio::test]
 async fn the_history_table_conforms() {
     let report = run_conformance(HistoryTable::new, &settings(300, 4)).await.unwrap_or_else(|f| panic!("{f}"));
-    assert_eq!(report.scenarios, 4, "the two-writer and zombie scenarios ran: {report:?}");
+    assert_eq!(
+        report.scenarios, 8,
+        "the writer scenarios ran (race, zombie, late zombie, two drivers; 0 and 1 keys before): {report:?}"
+    );
 }
 
 /// An adapter that brings its own faults (here: a seeded `FaultyTarget` inside the adapter) and its own write

@@ -306,6 +306,77 @@ mod mirrored {
         store.close();
     }
 
+    /// Lets the writer go after `writer_after`, and the mirror's puts after `puts_after`; the flag says when the
+    /// puts were let go.
+    fn release_later(
+        bucket: &FaultStore<InMemory>,
+        hold: sinkpoint::WriterHold,
+        writer_after: Duration,
+        puts_after: Duration,
+    ) -> (Arc<AtomicBool>, tokio::task::JoinHandle<()>) {
+        let released = Arc::new(AtomicBool::new(false));
+        let (bucket, flag) = (bucket.clone(), released.clone());
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(writer_after).await;
+            drop(hold);
+            tokio::time::sleep(puts_after).await;
+            flag.store(true, Ordering::SeqCst);
+            bucket.hold_puts(false);
+        });
+        (released, task)
+    }
+
+    /// A window's unsynced seal and `flush`'s barrier in one batch: the batch's group holds only the seal's
+    /// frames, and the barrier's answer is what `flush` reports it landed on. In synchronous mode that answer
+    /// must wait for the group. (Fails when the barrier does not count for the group's kind: the group lags,
+    /// `flush` reports the seal at once with its put not even started, and a restore after the disk is lost
+    /// has no seal.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_barrier_in_the_batch_of_unsynced_seals_waits_for_the_synchronous_mirror() {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = FaultStore::new(InMemory::new());
+        let store = mirrored_store(&dir, &bucket, MirrorMode::Synchronous).await;
+        let mut window = SealWindow::new(&store, settings(16)).unwrap();
+        bucket.hold_puts_under("/wal/");
+        let hold = store.hold_writer();
+        window.stage_and_seal(&id(0), part(0, 0), 1).await.unwrap();
+        let (released, release) = release_later(&bucket, hold, Duration::from_millis(50), Duration::from_millis(300));
+        // The barrier is queued behind the held seal: both land in the writer's next batch.
+        let landed = window.flush().await.unwrap();
+        assert_eq!(landed.len(), 1);
+        assert!(released.load(Ordering::SeqCst), "flush reported the seal landed before its group was mirrored");
+        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
+        assert!(view.is_processed(&key(0)).unwrap(), "flush reported input 0 landed; the mirror does not hold it");
+        release.await.unwrap();
+        store.close();
+    }
+
+    /// The same with the window's durable seal refused (its key is taken) in the batch of an unsynced seal: the
+    /// refusal's answer releases the unsynced seal as landed, so it too waits for the group. (Fails as above.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_durable_seal_in_the_batch_of_unsynced_ones_waits_for_the_synchronous_mirror() {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = FaultStore::new(InMemory::new());
+        let store = mirrored_store(&dir, &bucket, MirrorMode::Synchronous).await;
+        // Input 9 holds key 1 already: input 1's seal, the window's durable one, is refused.
+        store.stage_and_seal(&id(9), part(1, 9), 1).await.unwrap();
+        let mut window = SealWindow::new(&store, settings(4)).unwrap();
+        bucket.hold_puts_under("/wal/");
+        let hold = store.hold_writer();
+        window.stage_and_seal(&id(0), part(0, 0), 1).await.unwrap();
+        window.stage_and_seal(&id(1), part(1, 1), 1).await.unwrap();
+        let (released, release) = release_later(&bucket, hold, Duration::from_millis(50), Duration::from_millis(300));
+        let refused = window.flush().await;
+        assert!(refused.is_err(), "input 1's key is taken: {refused:?}");
+        let landed = window.flush().await.unwrap();
+        assert_eq!(landed.iter().map(|l| l.id.clone()).collect::<Vec<_>>(), vec![id(0)]);
+        assert!(released.load(Ordering::SeqCst), "flush reported the seal landed before its group was mirrored");
+        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
+        assert!(view.is_processed(&key(0)).unwrap(), "flush reported input 0 landed; the mirror does not hold it");
+        release.await.unwrap();
+        store.close();
+    }
+
     /// One worker's 64 seals in a window of 16, in either mode, over a store that answers at once: the uploader
     /// holds a segment ending with an unsynced seal for the window's next durable one, so about one put serves
     /// 8 seals. (Fails with the linger off: about one put per seal, 61 asynchronous, 63 synchronous.)

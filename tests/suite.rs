@@ -25,6 +25,8 @@ mod concurrency;
 mod conformance;
 #[path = "crash_points.rs"]
 mod crash_points;
+#[path = "driver_races.rs"]
+mod driver_races;
 #[path = "durability_contract.rs"]
 mod durability_contract;
 #[path = "fuzz_corpus.rs"]

@@ -76,10 +76,29 @@ pub struct RecoveryReport {
 
 /// How one send of a recorded key ended, when it did not fail.
 enum Sent {
-    /// Its outcome is marked (committed).
+    /// It landed, and its outcome is marked (committed).
     Marked,
+    /// It was refused because an earlier send of the same intent landed first (a zombie of an older epoch sent
+    /// it): the key is marked committed, as F1.
+    EarlierLanded,
     /// The outcome was unknown, and the probe after it proved the send did not land (the error says so).
     ProvenNotLanded(Error),
+}
+
+/// Who may have sent a recorded key before a send, which decides what a refusal of that send means when a probe
+/// then finds the key in the table.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum SentBefore {
+    /// Nobody: this call began the key, and its first send was refused. A commit under the key is another
+    /// writer's: the store is not the job's only driver.
+    Nobody,
+    /// The intent was recorded before this call, and every send of it that could still land carries its ids: an
+    /// earlier epoch of this store (a zombie paused after its intent, whose commit lands after our probe). A
+    /// commit of the recorded ids is that send's (F1); another set is a mismatch.
+    ThisIntent,
+    /// An earlier send of this handle may still land (an operator's verdict re-commits without a probe): the
+    /// refusal stands, and the probe that follows decides.
+    Unproven,
 }
 
 enum InFlight {
@@ -129,7 +148,7 @@ impl<'a> Committer<'a> {
         // may call recover again on the same handle, after its own commits). Checked here even with nothing
         // Sealed, so a fresh store for a job already in the target is refused before any work.
         if self.store.created() && self.store.commit_info(0)?.is_none() && !self.store.target_checked() {
-            self.refuse_lost_state().await?;
+            self.refuse_key_0_landed().await?;
         }
         match self.resolve_in_flight().await? {
             InFlight::None => {}
@@ -146,27 +165,44 @@ impl<'a> Committer<'a> {
         Ok(report)
     }
 
-    /// A store that never began key 0, for a job whose key 0 is already in the target, lost its state (a deleted
-    /// mirror prefix, a wrong path): starting afresh would duplicate everything, or, on a watermark target whose
-    /// probe cannot tell one key 0 from another, mark unlanded results committed.
-    async fn refuse_lost_state(&self) -> Result<()> {
+    /// Before a store begins key 0 (a new store at `recover`, or key 0 un-bound): a target that already holds
+    /// key 0 of the job got it from somewhere else. Starting afresh would duplicate everything, or, on a
+    /// watermark target whose probe cannot tell one key 0 from another, mark unlanded results committed.
+    async fn refuse_key_0_landed(&self) -> Result<()> {
+        let since = self.target.version().await?;
         match self.target.probe(&self.key(0), None).await {
             ProbeOutcome::NotCommitted => {
-                self.store.note_target_checked();
+                self.store.note_target_checked(since);
                 Ok(())
             }
             // A newer epoch that took the mirror over explains key 0 too: that is Fenced (stop), not a loss.
-            ProbeOutcome::Committed { .. } => Err(self.store.refuse_if_superseded().await.err().unwrap_or_else(|| {
-                Error::wrong_store(format!(
-                    "the target already holds commit key {}, which this store never began: the job's state was lost; \
-                 restore it (from the mirror) instead of starting afresh",
-                    self.key(0)
-                ))
-            })),
+            ProbeOutcome::Committed { .. } => {
+                Err(self.store.refuse_if_superseded().await.err().unwrap_or_else(|| self.key_0_landed_error()))
+            }
             ProbeOutcome::Unknown { reason } => Err(Error::target(format!(
                 "the target cannot tell whether it holds key {} ({reason}), which this store never began; retry",
                 self.key(0)
             ))),
+        }
+    }
+
+    /// What a store that finds key 0 in the target before it begins it is told: what it most likely is, from
+    /// what the store knows of its own history.
+    fn key_0_landed_error(&self) -> Error {
+        let key = self.key(0);
+        if self.store.created() {
+            Error::wrong_store(format!(
+                "the target already holds commit key {key}, which this new store never began: the job's state was \
+                 lost (a deleted file or mirror prefix, a wrong path) or another driver runs the job. Restore the \
+                 job's store from its mirror instead of starting afresh, or use a new job id"
+            ))
+        } else {
+            Error::wrong_store(format!(
+                "the target holds commit key {key}, which this store holds as not committed (the key was un-bound, \
+                 or its first send was refused): another writer's commit, or one this store cannot account for. \
+                 Nothing was sent. If the landed commit is this job's, record it with `Store::settle_landed` (the \
+                 CLI's `settle-landed`); otherwise stop the other driver of this job"
+            ))
         }
     }
 
@@ -242,14 +278,19 @@ impl<'a> Committer<'a> {
             let n = page.next_key;
             self.refuse_target_ahead(n).await?;
             let is_final = final_commit && !page.more;
-            let version = self.target.version().await?;
+            // The first key after the probe is prepared against the version before it, so that its key check
+            // covers every version since the probe: a key another writer landed in between is refused.
+            let version = match self.store.take_probe_baseline() {
+                Some(since) => since,
+                None => self.target.version().await?,
+            };
             self.store.protocol().begin_commit(n, &page.batch, version, is_final).await?;
             self.crash_point(crash_points::AFTER_BEGIN_COMMIT)?;
             // The results bound to the key now, not the ones read before: a checkpoint force-aborted and
-            // re-sealed in between must send its sealed attempt (red-team finding 4).
+            // re-sealed in between must send its sealed attempt.
             let (info, results) = self.store.commit_results(n)?;
             // Never sent before, so a refusal means another writer's commit holds the key.
-            self.send(n, &info.ids, &results, is_final, version, true).await?;
+            self.send(n, &info.ids, &results, is_final, version, SentBefore::Nobody).await?;
             report.committed_keys.push(n);
         }
         Ok(report)
@@ -257,14 +298,15 @@ impl<'a> Committer<'a> {
 
     /// Before the first key `n` this open begins, whether or not `recover` ran first: the target must not hold
     /// it, since after `begin_commit` it is too late to ask (a watermark target's probe cannot tell our `n` from
-    /// another's, so a crash after the intent would mark our unlanded results committed). Once it answered, every
-    /// later key follows this store's own commits; one landed by another writer in between is refused by the
-    /// target's key exclusivity and caught by [`Self::refuse_foreign_key`], which makes the next begin probe
-    /// again. So a job costs one probe an open, not one a key (issue 15).
+    /// another's, so a crash after the intent would mark our unlanded results committed). Once it answered, the
+    /// key is prepared against the version read before the probe, so that the target's key check covers every
+    /// version since; every later key follows this store's own commits. Another writer's key landing is refused
+    /// by the target's key exclusivity and caught by [`Self::refuse_foreign_key`], which makes the next begin
+    /// probe again. So a job costs one probe an open, not one a key.
     async fn refuse_target_ahead(&self, n: u64) -> Result<()> {
         match (self.store.target_checked(), n) {
             (true, _) => Ok(()),
-            (false, 0) => self.refuse_lost_state().await,
+            (false, 0) => self.refuse_key_0_landed().await,
             (false, _) => self.refuse_stale_state(n).await,
         }
     }
@@ -273,9 +315,10 @@ impl<'a> Committer<'a> {
     /// was restored from a mirror that went backwards: a replica failover, a bucket rollback, a lost tail).
     /// Beginning `n` would duplicate rows on a watermark target, or end in a mismatch.
     async fn refuse_stale_state(&self, n: u64) -> Result<()> {
+        let since = self.target.version().await?;
         match self.target.probe(&self.key(n), None).await {
             ProbeOutcome::NotCommitted => {
-                self.store.note_target_checked();
+                self.store.note_target_checked(since);
                 Ok(())
             }
             ProbeOutcome::Committed { .. } => Err(Error::wrong_store(format!(
@@ -292,9 +335,9 @@ impl<'a> Committer<'a> {
         }
     }
 
-    /// Key `n` was refused on its first send (`error`): ours did not land. If the target now holds a commit under `n`,
-    /// it is another writer's (ours never landed, and this store never sent `n` before): un-bind `n` so no later
-    /// probe marks our checkpoints with it, and refuse the store (red-team finding 13). Otherwise `error` stands.
+    /// Key `n`, begun by this call, was refused on its first send (`error`): ours did not land. If the target now
+    /// holds a commit under `n`, it is another writer's (this store never sent `n` before): un-bind `n` so no
+    /// later probe marks our checkpoints with it, and refuse the store. Otherwise `error` stands.
     async fn refuse_foreign_key(&self, n: u64, error: Error) -> Error {
         if !matches!(self.target.probe(&self.key(n), None).await, ProbeOutcome::Committed { .. }) {
             return error;
@@ -305,17 +348,45 @@ impl<'a> Committer<'a> {
         }
         tracing::error!(key = n, "another writer's commit holds our key; the key was un-bound");
         Error::wrong_store(format!(
-            "the target holds commit key {} from another writer ({error}): two drivers of one job without a \
-             mirror, or a store behind the table. Nothing was marked; its checkpoints are Sealed again. Find the \
-             other driver and restore the job's store",
-            self.key(n)
+            "the target holds commit key {} from another writer ({error}), and this store had just begun it: two \
+             drivers run this job (a second one without a mirror, or a copy of the store). Nothing was marked; \
+             its checkpoints are Sealed again. Stop the other driver; go on with the store that wrote the table's \
+             key {}",
+            self.key(n),
+            n
         ))
+    }
+
+    /// A re-send of a recorded intent (`SentBefore::ThisIntent`) was refused (`error`). The intent was recorded
+    /// before this call, possibly by an older epoch that is still alive: its send of the same intent may land
+    /// after our probe and before our re-send. A commit of the recorded ids (or, on a watermark target, any
+    /// commit under `n`) is therefore this intent's, and is marked committed (F1); another set is a mismatch.
+    async fn settle_refused_resend(
+        &self,
+        n: u64,
+        ids: &[CheckpointId],
+        prepared_version: Option<u64>,
+        error: Error,
+    ) -> Result<Sent> {
+        match self.target.probe(&self.key(n), prepared_version).await {
+            ProbeOutcome::Committed { ids: Some(landed) } if !same_set(&landed, ids) => {
+                tracing::error!(key = n, "commit mismatch: the target holds another set under our key");
+                Err(mismatch_error(&self.key(n), ids, &landed))
+            }
+            ProbeOutcome::Committed { .. } => {
+                tracing::warn!(key = n, "an earlier send of this key's intent landed before our re-send");
+                self.store.protocol().mark_committed(n).await?;
+                Ok(Sent::EarlierLanded)
+            }
+            ProbeOutcome::NotCommitted | ProbeOutcome::Unknown { .. } => Err(error),
+        }
     }
 
     /// Commits a recorded key, and sends it once more right away when the probe after an unknown outcome
     /// proves it did not land: waiting for the next call would leave a window in which another writer's commit
-    /// of the key lands and the next probe takes it for ours (red-team 13). `ours_cannot_land`: no earlier send
-    /// of this key can still land (it was never sent, or a probe proved it), so a refusal is another writer's.
+    /// of the key lands and the next probe takes it for ours. `before` says who may have sent it already, which
+    /// decides what a refusal means. Answers whether this send landed ([`Sent::Marked`]) or an earlier send of
+    /// the same intent did ([`Sent::EarlierLanded`]).
     async fn send(
         &self,
         n: u64,
@@ -323,16 +394,18 @@ impl<'a> Committer<'a> {
         results: &[WriteResult],
         final_commit: bool,
         prepared_version: Option<u64>,
-        ours_cannot_land: bool,
-    ) -> Result<()> {
-        match self.commit_once(n, ids, results, final_commit, prepared_version, ours_cannot_land).await? {
-            Sent::Marked => Ok(()),
+        before: SentBefore,
+    ) -> Result<Sent> {
+        match self.commit_once(n, ids, results, final_commit, prepared_version, before).await? {
             Sent::ProvenNotLanded(_) => {
-                match self.commit_once(n, ids, results, final_commit, prepared_version, true).await? {
-                    Sent::Marked => Ok(()),
+                // The probe proved our own send did not land; whoever else may send this intent still may.
+                let before = if before == SentBefore::Unproven { SentBefore::ThisIntent } else { before };
+                match self.commit_once(n, ids, results, final_commit, prepared_version, before).await? {
                     Sent::ProvenNotLanded(error) => Err(error),
+                    landed => Ok(landed),
                 }
             }
+            landed => Ok(landed),
         }
     }
 
@@ -344,7 +417,7 @@ impl<'a> Committer<'a> {
         results: &[WriteResult],
         final_commit: bool,
         prepared_version: Option<u64>,
-        ours_cannot_land: bool,
+        before: SentBefore,
     ) -> Result<Sent> {
         let key = self.key(n);
         let commit =
@@ -359,7 +432,11 @@ impl<'a> Committer<'a> {
                     "commit key {key} did not land ({reason}); it stays recorded and is probed, then re-committed \
                      under the same key, on the next call"
                 ));
-                if ours_cannot_land { Err(self.refuse_foreign_key(n, error).await) } else { Err(error) }
+                match before {
+                    SentBefore::Nobody => Err(self.refuse_foreign_key(n, error).await),
+                    SentBefore::ThisIntent => self.settle_refused_resend(n, ids, prepared_version, error).await,
+                    SentBefore::Unproven => Err(error),
+                }
             }
             CommitOutcome::Unknown { reason } => {
                 self.store.protocol().mark_unknown(n, &reason).await?;
@@ -416,19 +493,22 @@ impl<'a> Committer<'a> {
             InFlight::None => {}
             other => return Ok(other),
         }
-        // Not landed, and the probe proved no earlier send can land: re-commit the retained results under the
-        // same key; a refusal means another writer's commit holds it.
-        self.send(n, &info.ids, &results, info.final_commit, info.target_version, true).await?;
-        Ok(InFlight::Recommitted(n))
+        // Not landed when probed: re-commit the retained results under the same key. An older epoch's send of
+        // this intent may still land first (a zombie); the refusal's probe then finds it.
+        match self.send(n, &info.ids, &results, info.final_commit, info.target_version, SentBefore::ThisIntent).await? {
+            Sent::EarlierLanded => Ok(InFlight::Landed(n)),
+            Sent::Marked | Sent::ProvenNotLanded(_) => Ok(InFlight::Recommitted(n)),
+        }
     }
 
     /// An operator resolved key `n` NotCommitted: re-commit it once without probing first (its probe may never
     /// answer again). If the operator was wrong, key exclusivity makes the target refuse the send; the verdict is
     /// then dropped (back to plain Committing) and the probe decides, as for any refused re-commit.
     async fn recommit_on_verdict(&self, n: u64, info: &CommitValue, results: &[WriteResult]) -> Result<InFlight> {
-        let sent = self.send(n, &info.ids, results, info.final_commit, info.target_version, false).await;
+        let sent = self.send(n, &info.ids, results, info.final_commit, info.target_version, SentBefore::Unproven).await;
         let error = match sent {
-            Ok(()) => return Ok(InFlight::Recommitted(n)),
+            Ok(Sent::EarlierLanded) => return Ok(InFlight::Landed(n)),
+            Ok(_) => return Ok(InFlight::Recommitted(n)),
             Err(e) if e.kind() == ErrorKind::Target => e,
             Err(e) => return Err(e),
         };

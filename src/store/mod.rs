@@ -62,11 +62,27 @@ pub struct Store {
     orphans: Vec<CheckpointId>,
     settings: StoreSettings,
     progress: Option<Arc<Progress>>,
-    /// Whether this open's committer has probed the first key it was about to begin (key 0 included) and found
-    /// the target without it: kept in memory only, so the target is checked once an open, not before every key.
-    /// Every later key follows this store's own commits, and another writer's key landing in between is still
-    /// caught when the target refuses ours (key exclusivity; red-team 13).
-    target_checked: std::sync::atomic::AtomicBool,
+    /// What this open's committer knows of the target before the first key it begins: kept in memory only, so
+    /// the target is probed once an open, not before every key.
+    target_check: std::sync::Mutex<TargetCheck>,
+}
+
+/// What an open's committer knows of the target before the first key it begins (docs/ARCHITECTURE.md, "One
+/// probe an open").
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) enum TargetCheck {
+    /// Not probed: a new open, or a key was un-bound or found held by another writer. The next begin probes.
+    #[default]
+    Unchecked,
+    /// Probed, and the target did not hold the key. `since` is the target's version read before that probe:
+    /// the first key begun afterwards is prepared against it, so that its key check covers every version since
+    /// the probe, and a key another writer landed meanwhile is refused instead of taken a second time.
+    Probed {
+        /// The target's version before the probe.
+        since: Option<u64>,
+    },
+    /// The first key after the probe is begun: every later key follows this store's own commits.
+    Begun,
 }
 
 impl Store {
@@ -274,6 +290,57 @@ impl Store {
         self.call(record, CallDurability::Immediate).await.map(drop)
     }
 
+    /// The operator's lossless way out of a key that landed with other content than the store recorded, on a
+    /// table that keeps every commit (Lance, Delta: the key never leaves the table, so [`Store::unbind`] alone
+    /// leads to a refusal at the next begin). After checking the table by hand, records what actually landed
+    /// under `key`: the checkpoints `landed` Committed under it, every other checkpoint the store had bound to
+    /// `key` Sealed again, to be committed under a later key. `key` must be the key in flight (then `landed`
+    /// must be among its recorded checkpoints) or, after an un-bind, the next key to begin (then every id in
+    /// `landed` must be Sealed). Refused, with nothing written, otherwise; never loses a result the table does
+    /// not hold. The committer's next begin probes the target again.
+    pub async fn settle_landed(&self, key: u64, landed: &[CheckpointId], reason: &str) -> Result<()> {
+        check_reason(reason)?;
+        let landed = sorted_ids(landed)?;
+        let snapshot = self.snapshot()?;
+        let seq = snapshot.meta()?.seq;
+        let mut records = Vec::with_capacity(3);
+        if seq.in_flight == Some(key) {
+            let recorded = self.commit_info(key)?.map(|c| c.ids).unwrap_or_default();
+            let foreign: Vec<&CheckpointId> = landed.iter().filter(|id| !recorded.contains(id)).collect();
+            if !foreign.is_empty() {
+                return Err(Error::invalid_input(format!(
+                    "key {key} is in flight with {recorded:?}; {foreign:?} are not among them, so this store \
+                     cannot record them as landed under it (a commit of other checkpoints is another writer's: \
+                     stop it, and un-bind the key)"
+                )));
+            }
+            records.push(Record::Unbind { key, reason: reason.to_owned() });
+        } else if seq.in_flight.is_none() && seq.next_key == key {
+            for id in &landed {
+                let state = snapshot.get(id)?.map(|info| info.state);
+                if state != Some(CheckpointState::Sealed) {
+                    return Err(Error::invalid_input(format!(
+                        "checkpoint {id} is {state:?}, not Sealed: only Sealed checkpoints can be recorded as \
+                         landed under the next key {key}"
+                    )));
+                }
+            }
+        } else {
+            return Err(Error::invalid_input(format!(
+                "key {key} is neither in flight ({:?}) nor the next key to begin ({}): nothing to settle",
+                seq.in_flight, seq.next_key
+            )));
+        }
+        records.push(Record::BeginCommit { key, ids: landed, target_version: None, final_commit: false });
+        records.push(Record::MarkCommitted { key });
+        self.forget_target_checked();
+        tracing::warn!(key, reason, "an operator recorded what landed under a key");
+        match self.writer.call(records, CallDurability::Immediate).await? {
+            Ok(_) => Ok(()),
+            Err(t) => Err(t.into()),
+        }
+    }
+
     /// Records the job's end durably, so that every rerun's `recover` reports `finished` (the fast path).
     /// Refused with [`crate::TransitionError::Unfinished`] or [`crate::TransitionError::CommitInFlight`] while anything waits for
     /// the target; a no-op once recorded. A Staged checkpoint does not block it: restart or abort orphans first. The committer's [`crate::Committer::finish`] commits everything first.
@@ -341,21 +408,43 @@ impl Store {
         self.call(Record::ForgetGarbage { entries }, CallDurability::Immediate).await.map(drop)
     }
 
-    /// Records that this open's committer found the target without the key it was about to begin.
-    pub(crate) fn note_target_checked(&self) {
-        self.target_checked.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// Records that this open's committer found the target without the key it was about to begin, in a probe
+    /// made after the target was at version `since`.
+    pub(crate) fn note_target_checked(&self, since: Option<u64>) {
+        self.set_target_check(TargetCheck::Probed { since });
     }
 
     /// Forgets that answer: a key turned out to be held by another writer, or was un-bound to be begun again, so
     /// the next begin must probe again (a target that checks a key only since the version a commit was prepared
     /// against would let a key begun past that landing through).
     pub(crate) fn forget_target_checked(&self) {
-        self.target_checked.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.set_target_check(TargetCheck::Unchecked);
     }
 
     /// Whether this open's committer already found the target without the first key it began.
     pub(crate) fn target_checked(&self) -> bool {
-        self.target_checked.load(std::sync::atomic::Ordering::Relaxed)
+        self.target_check() != TargetCheck::Unchecked
+    }
+
+    /// The version the first key begun after the probe is prepared against (the one read before the probe),
+    /// once; `None` for every later key, which reads the target's version as it begins.
+    pub(crate) fn take_probe_baseline(&self) -> Option<Option<u64>> {
+        let mut check = self.target_check.lock().unwrap_or_else(|e| e.into_inner());
+        match *check {
+            TargetCheck::Probed { since } => {
+                *check = TargetCheck::Begun;
+                Some(since)
+            }
+            TargetCheck::Unchecked | TargetCheck::Begun => None,
+        }
+    }
+
+    fn target_check(&self) -> TargetCheck {
+        *self.target_check.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_target_check(&self, check: TargetCheck) {
+        *self.target_check.lock().unwrap_or_else(|e| e.into_inner()) = check;
     }
 
     /// The commit key in flight (Committing or CommitUnknown), if any: one read of the meta, nothing decoded.

@@ -129,7 +129,7 @@ pub(super) fn start(
         orphans: store_orphans,
         settings: settings.clone(),
         progress,
-        target_checked: std::sync::atomic::AtomicBool::new(false),
+        target_check: std::sync::Mutex::default(),
     })
 }
 

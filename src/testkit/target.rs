@@ -310,7 +310,13 @@ impl Target for HistoryTable {
     async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
         let mut versions = self.lock();
         for seen in Self::since(&versions, commit.key, commit.prepared_version) {
-            if seen.key.n == commit.key.n && seen.epoch == commit.epoch && seen.ids == commit.ids {
+            // Our own earlier attempt (its answer lost): the same commit, data included. Two stores without a
+            // mirror share an epoch, so epoch and ids alone would take another driver's commit for ours.
+            if seen.key.n == commit.key.n
+                && seen.epoch == commit.epoch
+                && seen.ids == commit.ids
+                && seen.results == commit.results
+            {
                 return CommitOutcome::Committed;
             }
             if seen.key.n >= commit.key.n || seen.epoch > commit.epoch {

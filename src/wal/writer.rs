@@ -118,15 +118,20 @@ fn mirror_wait(record: &Record) -> MirrorWait {
     }
 }
 
-/// Who waits for a committed batch's group: decided by the records of the calls it applied.
+/// Who waits for a committed batch's group: decided by the calls it holds. A protocol record that applied makes
+/// it [`GroupKind::Waited`]. Any other durable call makes it [`GroupKind::Durable`] — a staging or a seal, but
+/// also a barrier, a call that changed nothing and a refused call: their answers promise what the batch holds (a
+/// `SealWindow` reports every seal answered before a durable answer as landed), so in synchronous mode they must
+/// not come before the batch's group is in the mirror. Only a durable call that holds nothing but marks
+/// ([`MirrorWait::Never`]) leaves the group [`GroupKind::Lagging`], with the non-durable calls.
 fn group_kind(batch: &[Call], results: &[CallResult]) -> GroupKind {
-    let applied = || batch.iter().zip(results).filter(|(_, result)| result.is_ok()).map(|(call, _)| call);
     let waits = |call: &Call, wait: MirrorWait| call.records.iter().any(|r| mirror_wait(r) == wait);
-    if applied().any(|call| waits(call, MirrorWait::Always)) {
+    let marks_only =
+        |call: &Call| !call.records.is_empty() && call.records.iter().all(|r| mirror_wait(r) == MirrorWait::Never);
+    let calls = || batch.iter().zip(results);
+    if calls().any(|(call, result)| result.is_ok() && waits(call, MirrorWait::Always)) {
         GroupKind::Waited
-    } else if applied()
-        .any(|call| call.durability == CallDurability::Immediate && waits(call, MirrorWait::IfSynchronous))
-    {
+    } else if calls().any(|(call, _)| call.durability == CallDurability::Immediate && !marks_only(call)) {
         GroupKind::Durable
     } else {
         GroupKind::Lagging
@@ -586,9 +591,8 @@ mod tests {
         Call { records, ..call(durability) }
     }
 
-    /// Who waits for a group, from its applied calls' records: a protocol record always, a durable call's
-    /// staging or seal in synchronous mode, a mark never (alone it lags even when fsynced), and a refused call
-    /// not at all.
+    /// Who waits for a group: an applied protocol record always, any durable call in synchronous mode (a barrier
+    /// and a refused call too), a mark never (alone it lags even when fsynced).
     #[test]
     fn a_groups_kind_follows_its_applied_records_and_a_mark_alone_lags() {
         use CallDurability::{Immediate, None as Unsynced};
@@ -611,11 +615,17 @@ mod tests {
         assert_eq!(kind(vec![(vec![mark()], Immediate, ok()), (vec![seal()], Immediate, ok())]), GroupKind::Durable);
         assert_eq!(kind(vec![(vec![mark()], Immediate, ok())]), GroupKind::Lagging, "a fsynced mark alone");
         assert_eq!(kind(vec![(vec![seal()], Unsynced, ok())]), GroupKind::Lagging, "a window's seal");
+        // A caller waits on each of these answers, and a window reports the unsynced seals before them landed.
+        let unsynced = || (vec![seal()], Unsynced, ok());
+        assert_eq!(kind(vec![unsynced(), (Vec::new(), Immediate, ok())]), GroupKind::Durable, "a barrier");
+        assert_eq!(kind(vec![unsynced(), (vec![seal()], Immediate, refused())]), GroupKind::Durable, "a refused seal");
         assert_eq!(
             kind(vec![(vec![seal()], Immediate, refused()), (vec![mark()], Immediate, ok())]),
-            GroupKind::Lagging
+            GroupKind::Durable
         );
-        assert_eq!(kind(vec![(vec![Record::Finish], Immediate, refused())]), GroupKind::Lagging);
+        assert_eq!(kind(vec![(vec![Record::Finish], Immediate, refused())]), GroupKind::Durable);
+        assert_eq!(kind(vec![unsynced(), (vec![mark()], Immediate, ok())]), GroupKind::Lagging, "marks only");
+        assert_eq!(kind(vec![(vec![mark()], Immediate, refused())]), GroupKind::Lagging, "a refused mark");
     }
 
     #[test]

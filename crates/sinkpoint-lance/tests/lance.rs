@@ -161,7 +161,10 @@ mod conformance {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_conformance_suite_passes_on_a_local_lance_dataset() {
         let report = run_conformance(|| SuiteTable::new(true), &settings()).await.unwrap_or_else(|f| panic!("{f}"));
-        assert_eq!(report.scenarios, 4, "the two-writer and zombie scenarios ran: {report:?}");
+        assert_eq!(
+            report.scenarios, 8,
+            "the writer scenarios ran (race, zombie, late zombie, two drivers; 0 and 1 keys before): {report:?}"
+        );
     }
 
     /// A plain rebasing Lance Append (no key check, no V + 1 fence) is what the suite exists to refuse.

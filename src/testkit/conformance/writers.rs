@@ -5,7 +5,12 @@
 //! - **race**: two writers, each with its own store and epoch, both begin key n from the same sealed set, and
 //!   both send it at the same moment;
 //! - **zombie**: a writer paused inside its commit of key n while a newer writer opens from its state, commits
-//!   key n and the next, and finishes; then the zombie's commit goes out.
+//!   key n and the next, and finishes; then the zombie's commit goes out;
+//! - **late zombie**: the same zombie's commit goes out between the newer writer's probe of key n (not landed)
+//!   and its re-send: the newer writer must take the landed commit of its own intent for what it is (F1), and
+//!   finish;
+//! - **two drivers**: two stores of one job without a mirror; the second probes key n (not there), the first
+//!   commits it, then the second begins it: the second must be refused, not land the key again.
 //!
 //! Each runs with 0 and 1 keys committed before. Exactly one commit per key may land: the target may answer
 //! `Committed` for a key to one writer (epoch) only, and no row may land twice.
@@ -35,13 +40,15 @@ const RACING_INPUTS: usize = 2;
 enum Scenario {
     Race,
     Zombie,
+    LateZombie,
+    TwoDrivers,
 }
 
 /// Runs every scenario against a fresh target from `make`; returns how many ran.
 pub(super) async fn run_all<T: Inspect, F: Fn() -> T>(make: &F, seed: u64) -> std::result::Result<u32, SuiteFailure> {
     let mut ran = 0;
     for keys_before in [0, 1] {
-        for scenario in [Scenario::Race, Scenario::Zombie] {
+        for scenario in ALL {
             let log = Log::default();
             let (inputs, outcome) = run(scenario, &make(), &log, keys_before).await;
             // The answers the writers got name the broken guarantee best, so they are checked first.
@@ -55,6 +62,9 @@ pub(super) async fn run_all<T: Inspect, F: Fn() -> T>(make: &F, seed: u64) -> st
     Ok(ran)
 }
 
+/// Every scenario, in the order the suite runs them.
+const ALL: [Scenario; 4] = [Scenario::Race, Scenario::Zombie, Scenario::LateZombie, Scenario::TwoDrivers];
+
 /// Runs one scenario; returns its number of inputs and what it found.
 async fn run<T: Inspect>(
     scenario: Scenario,
@@ -65,6 +75,8 @@ async fn run<T: Inspect>(
     match scenario {
         Scenario::Race => (keys_before + RACING_INPUTS, race(target, log, keys_before).await),
         Scenario::Zombie => (keys_before + RACING_INPUTS + 1, zombie(target, log, keys_before).await),
+        Scenario::LateZombie => (keys_before + RACING_INPUTS + 1, late_zombie(target, log, keys_before).await),
+        Scenario::TwoDrivers => (keys_before + RACING_INPUTS, two_drivers(target, log, keys_before).await),
     }
 }
 
@@ -114,6 +126,65 @@ async fn zombie<T: Inspect>(target: &T, log: &Log, keys_before: usize) -> std::r
     check_exactly_once(target, inputs).await
 }
 
+/// A zombie paused inside its commit of key n; a newer writer opens from its intent, probes key n (not landed)
+/// and re-sends it, and the zombie's commit goes out just before that re-send reaches the target. The newer
+/// writer's re-send is refused (the key is taken), and what holds the key is the intent it replayed: it must
+/// mark it committed and finish, not take it for another writer's.
+async fn late_zombie<T: Inspect>(target: &T, log: &Log, keys_before: usize) -> std::result::Result<(), String> {
+    let inputs = keys_before + RACING_INPUTS + 1;
+    let image = prepare(target, log, keys_before, inputs - 1).await?;
+    let zombie = open(&image).await.map_err(|e| e.to_string())?;
+    let (reached, release, landed) = (Arc::new(Notify::new()), Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let mut zombie_view = View::new(target, log, Gate::Pause { reached: reached.clone(), release: release.clone() });
+    zombie_view.after_commit = Some(landed.clone());
+    let newer_view = View::new(target, log, Gate::ReleaseFirst { release, landed });
+    let newer = async {
+        let _ = tokio::time::timeout(Duration::from_millis(GATE_WAIT_MS), reached.notified()).await;
+        match open(&image.crash_image()).await {
+            Ok(newer) => finish(&newer, &newer_view, target, inputs).await,
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let (late, finished) = tokio::join!(commit_until_sent(&zombie, &zombie_view), newer);
+    log.note(format!("the zombie's commit, sent before the newer writer's re-send: {late:?}"));
+    finished.map_err(|e| format!("the newer writer did not finish: {e}"))?;
+    check_exactly_once(target, inputs).await
+}
+
+/// Two stores of one job without a mirror (the second of a later epoch), both with every input sealed. The
+/// second begins to commit: right after its probe finds key n absent, the first commits everything and
+/// finishes; then the second begins key n. The target holds n since the second's probe, so the second must be
+/// refused, not land the key again.
+async fn two_drivers<T: Inspect>(target: &T, log: &Log, keys_before: usize) -> std::result::Result<(), String> {
+    let inputs = keys_before + RACING_INPUTS;
+    let image = prepare(target, log, keys_before, keys_before).await?;
+    let (first_backend, second_backend) = (image.crash_image(), image.crash_image());
+    // One open more, so that the second driver's epoch is above the first's: the target tells them apart.
+    drop(open(&second_backend).await.map_err(|e| e.to_string())?);
+    let second = open(&second_backend).await.map_err(|e| e.to_string())?;
+    for i in 0..inputs {
+        process(&second, target, i).await.map_err(|e| e.to_string())?;
+    }
+    let (probed, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let mut second_view = View::new(target, log, Gate::None);
+    second_view.after_probe = Some((probed.clone(), go_on.clone()));
+    let first = async {
+        let _ = tokio::time::timeout(Duration::from_millis(GATE_WAIT_MS), probed.notified()).await;
+        let finished = match open(&first_backend).await {
+            Ok(first) => finish(&first, &View::new(target, log, Gate::None), target, inputs).await,
+            Err(e) => Err(e.to_string()),
+        };
+        go_on.notify_one();
+        finished
+    };
+    let committer = Committer::new(&second, &second_view);
+    let (late, finished) = tokio::join!(committer.commit_pending(), first);
+    log.note(format!("the second driver, its probe before the first driver's commits: {late:?}"));
+    finished.map_err(|e| format!("the first driver did not finish: {e}"))?;
+    check_no_duplicate(target, inputs, "after the second driver's commit").await?;
+    check_exactly_once(target, inputs).await
+}
+
 /// A first writer commits `keys_before` keys of one input each, then seals inputs `keys_before..inputs` and dies;
 /// returns its crash image.
 async fn prepare<T: Inspect>(
@@ -160,6 +231,8 @@ enum Gate {
     Race(Arc<Barrier>),
     /// Until released; `reached` tells the driver the writer is paused.
     Pause { reached: Arc<Notify>, release: Arc<Notify> },
+    /// Releases a paused writer, and goes on once its commit is answered (`landed`).
+    ReleaseFirst { release: Arc<Notify>, landed: Arc<Notify> },
 }
 
 /// Every target call of a scenario, and which writers (epochs) the target told a key landed.
@@ -205,11 +278,17 @@ struct View<'t, T> {
     log: &'t Log,
     gate: Gate,
     armed: AtomicBool,
+    /// Told once the first commit through this view is answered.
+    after_commit: Option<Arc<Notify>>,
+    /// After the first probe through this view: tells the first, waits for the second.
+    after_probe: Option<(Arc<Notify>, Arc<Notify>)>,
+    probe_armed: AtomicBool,
 }
 
 impl<'t, T: Target> View<'t, T> {
     fn new(target: &'t T, log: &'t Log, gate: Gate) -> Self {
-        Self { target, log, gate, armed: AtomicBool::new(true) }
+        let probe_armed = AtomicBool::new(true);
+        Self { target, log, gate, armed: AtomicBool::new(true), after_commit: None, after_probe: None, probe_armed }
     }
 
     async fn hold(&self) {
@@ -222,6 +301,10 @@ impl<'t, T: Target> View<'t, T> {
                 Gate::Pause { reached, release } => {
                     reached.notify_one();
                     release.notified().await;
+                }
+                Gate::ReleaseFirst { release, landed } => {
+                    release.notify_one();
+                    landed.notified().await;
                 }
             }
         };
@@ -237,17 +320,27 @@ impl<T: Target> Target for View<'_, T> {
     }
 
     async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
-        if self.armed.swap(false, Ordering::SeqCst) {
+        let first = self.armed.swap(false, Ordering::SeqCst);
+        if first {
             self.hold().await;
         }
         let outcome = self.target.commit(commit).await;
         self.log.commit(commit, &outcome);
+        if let (true, Some(after)) = (first, &self.after_commit) {
+            after.notify_one();
+        }
         outcome
     }
 
     async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
         let outcome = self.target.probe(key, prepared_version).await;
         self.log.note(format!("probe key {}: {outcome:?}", key.n));
+        if let Some((probed, go_on)) = &self.after_probe
+            && self.probe_armed.swap(false, Ordering::SeqCst)
+        {
+            probed.notify_one();
+            let _ = tokio::time::timeout(Duration::from_millis(GATE_WAIT_MS), go_on.notified()).await;
+        }
         outcome
     }
 }
@@ -310,8 +403,6 @@ mod tests {
             Ok(bytes.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect())
         }
     }
-
-    const ALL: [Scenario; 2] = [Scenario::Race, Scenario::Zombie];
 
     #[tokio::test]
     async fn each_scenario_alone_fails_a_target_without_key_exclusivity() {
