@@ -27,6 +27,8 @@ mod conformance;
 mod crash_points;
 #[path = "durability_contract.rs"]
 mod durability_contract;
+#[path = "doc_refs.rs"]
+mod doc_refs;
 #[path = "fuzz_corpus.rs"]
 mod fuzz_corpus;
 #[path = "inspect_live.rs"]
