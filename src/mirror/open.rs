@@ -68,7 +68,7 @@ struct Reconciled {
 
 /// Opens `db` through the mirror of `config` as a writer tagged `writer_tag`, in five named steps: read the
 /// mirror's log and reconcile the local file with it, claim the next epoch, fence the log, commit locally, start
-/// shipping. Each step's argument is in ARCHITECTURE, "Takeover and fencing".
+/// shipping. Each step's argument is in docs/protocols/mirror.md, "Takeover and fencing".
 pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, config: MirrorConfig) -> Result<Opened> {
     let MirrorConfig { store, prefix, settings: mirror_settings, clock } = config;
     let remote = Arc::new(Remote::new(store, prefix, mirror_settings.request_timeout_ms)?);
