@@ -37,7 +37,8 @@ fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         if path.is_dir() {
-            let skipped = name.starts_with('.') || matches!(name.as_str(), "target" | "venv" | "__pycache__" | "corpus");
+            let skipped =
+                name.starts_with('.') || matches!(name.as_str(), "target" | "venv" | "__pycache__" | "corpus");
             if !skipped {
                 files(&path, exts, out);
             }
@@ -268,7 +269,9 @@ fn the_scanner_sees_paths_items_and_links() {
     assert_eq!(repository_path("src/commit/target.rs:63-97"), Some("src/commit/target.rs"));
     assert_eq!(repository_path("cargo"), None);
     let item = cited_item("tests/seal_window.rs::mirrored::a_flush_does_not_wait_for_the_linger");
-    assert!(matches!(item, Some((Some("tests/seal_window.rs"), ref n, false)) if n == "a_flush_does_not_wait_for_the_linger"));
+    assert!(
+        matches!(item, Some((Some("tests/seal_window.rs"), ref n, false)) if n == "a_flush_does_not_wait_for_the_linger")
+    );
     assert!(matches!(cited_item("the_operators_collection_*"), Some((None, _, true))));
     assert!(cited_item("Store::sealed_page_off_runtime").is_none());
     assert!(cited_item("check_processed_in_worker").is_none());

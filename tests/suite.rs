@@ -25,10 +25,10 @@ mod concurrency;
 mod conformance;
 #[path = "crash_points.rs"]
 mod crash_points;
-#[path = "durability_contract.rs"]
-mod durability_contract;
 #[path = "doc_refs.rs"]
 mod doc_refs;
+#[path = "durability_contract.rs"]
+mod durability_contract;
 #[path = "fuzz_corpus.rs"]
 mod fuzz_corpus;
 #[path = "inspect_live.rs"]
