@@ -1,9 +1,9 @@
-//! Shared-staging rows (issue 12): a worker's requests and wall time per checkpoint against a Daft-style
-//! checkpoint store (one put per stage call, one per seal) on the same counting object store throttled to
-//! 20 ms a request; the committer's time from the last seal to the commit with 8 and 64 workers; and the
-//! committer's requests per round as the checkpoints already committed grow from 1 k to 100 k (quick mode:
-//! 100 and 1 k), listings counted by pages of 1,000: flat until issue 13, when the committer began finding
-//! one-shot seals by listing the claims (one page per 1,000 a round; docs/ARCHITECTURE.md says why).
+//! Shared-staging rows: a worker's requests and wall time per checkpoint against a Daft-style checkpoint store
+//! (one put per stage call, one per seal) on the same counting object store throttled to 20 ms a request; the
+//! committer's time from the last seal to the commit with 8 and 64 workers; and the committer's requests per round
+//! as the checkpoints already committed grow from 1 k to 100 k (quick mode: 100 and 1 k), listings counted by
+//! pages of 1,000. They grow with the history because the committer finds one-shot seals by listing the claims
+//! (one page per 1,000 a round; docs/decisions/0014-seals-found-by-listing-claims.md says why).
 //!
 //! `cargo bench --bench shared` (quick: `cargo test --bench shared`).
 

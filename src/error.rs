@@ -457,7 +457,7 @@ impl Error {
     }
 }
 
-/// Maps redb's failure to open the file at `place` (finding 25): a file redb cannot read as a database is
+/// Maps redb's failure to open the file at `place`: a file redb cannot read as a database is
 /// damage, not a transient failure a driver would retry forever, and a file another writer holds says so.
 pub(crate) fn open_failed(place: &str, error: redb::DatabaseError) -> Error {
     use redb::{DatabaseError, StorageError};

@@ -109,7 +109,7 @@ const _: () = assert!((SEAL_PARTS_MAX as u64) * (STAGE_RESULTS_MAX as u64) <= u3
 /// not serialise a job whose calls each wait for their own put. **Part of the mirror's format**: a writer that
 /// stopped can leave present slots up to `MIRROR_SLOTS_IN_FLIGHT_MAX - 1` past the first absent one (a torn tail,
 /// never acknowledged), and a takeover's first slots may meet them as voids; readers accept exactly that much
-/// (ARCHITECTURE, "Several puts in flight"). Raising it is a format change.
+/// (docs/protocols/mirror.md, "Several puts in flight"). Raising it is a format change.
 pub const MIRROR_SLOTS_IN_FLIGHT_MAX: u64 = 4;
 const _: () = assert!(MIRROR_SLOTS_IN_FLIGHT_MAX >= 1);
 /// The most slots a takeover tries while racing an older writer for the fence slot, before it gives up.

@@ -135,7 +135,7 @@ pub(crate) struct CheckpointRecord {
     /// The sealed part count; 0 before sealing.
     pub parts: u32,
     /// The write results of the sealed attempt, counted at the seal. A Staged record's count is not kept up
-    /// to date (a stage into an existing checkpoint does not rewrite its record; see ARCHITECTURE, "Fresh
+    /// to date (a stage into an existing checkpoint does not rewrite its record; see docs/FORMATS.md, "Fresh
     /// parts"): it is 0, or a running count left by store format 1. Readers count a Staged checkpoint's parts.
     pub results: u32,
 }

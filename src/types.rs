@@ -38,8 +38,8 @@ fn check_segment(what: &'static str, value: &str, max: usize) -> Result<(), Erro
 /// assert!(CheckpointId::new("..").is_err());
 /// assert!(CheckpointId::new("a/b").is_err());
 /// ```
-// Deserialisation goes through `new` (finding 28): an unchecked id, once written, made every later read of the
-// store fail. The encoding is unchanged: a newtype of a string encodes as the string.
+// Deserialisation goes through `new`: an unchecked id, once written, would make every later read of the store
+// fail. The encoding is unchanged: a newtype of a string encodes as the string.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String")]
 pub struct CheckpointId(pub(crate) String);

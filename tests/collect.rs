@@ -268,7 +268,7 @@ async fn the_ledger_is_restored_from_the_mirror_from_segments_and_from_a_snapsho
     }
 }
 
-/// The figure ARCHITECTURE quotes for the collector's cost: 10,000 aborted checkpoints' files on a local
+/// The figure docs/BENCHMARKS.md quotes for the collector's cost: 10,000 aborted checkpoints' files on a local
 /// directory table, found, deleted and forgotten in one collection. Ignored in the default run (it writes 10,000
 /// files): `cargo test --features testkit --release --test suite collect:: -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

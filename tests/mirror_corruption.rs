@@ -170,7 +170,7 @@ async fn a_torn_tail_is_ignored_and_later_skipped_as_voids() {
     }
 }
 
-/// Encodes a segment by hand, as docs/ARCHITECTURE.md describes it.
+/// Encodes a segment by hand, as docs/FORMATS.md describes it.
 fn segment(slot: u64, epoch: u64, first_seq: u64, frames: &[Vec<u8>]) -> Vec<u8> {
     let len: usize = frames.iter().map(Vec::len).sum();
     let mut out = b"SPWALSEG".to_vec();

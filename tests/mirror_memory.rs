@@ -2,7 +2,7 @@
 //! a store restored through `Store::open`, from a mirror of many large segments peak below two thirds of the log's size
 //! in resident memory. Each restore runs
 //! in a child process (this test binary again), which reports its peak resident set (`VmHWM`) above what it held
-//! before the restore. Prints the figures `docs/ARCHITECTURE.md` quotes:
+//! before the restore. Prints the figures `docs/BENCHMARKS.md` quotes:
 //! `cargo test --all-features --test mirror_memory -- --nocapture`. Linux only (it reads `/proc/self/status`).
 
 mod mirror_support;

@@ -25,6 +25,8 @@ mod concurrency;
 mod conformance;
 #[path = "crash_points.rs"]
 mod crash_points;
+#[path = "doc_refs.rs"]
+mod doc_refs;
 #[path = "driver_races.rs"]
 mod driver_races;
 #[path = "durability_contract.rs"]

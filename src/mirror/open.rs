@@ -68,7 +68,7 @@ struct Reconciled {
 
 /// Opens `db` through the mirror of `config` as a writer tagged `writer_tag`, in five named steps: read the
 /// mirror's log and reconcile the local file with it, claim the next epoch, fence the log, commit locally, start
-/// shipping. Each step's argument is in ARCHITECTURE, "Takeover and fencing".
+/// shipping. Each step's argument is in docs/protocols/mirror.md, "Takeover and fencing".
 pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, config: MirrorConfig) -> Result<Opened> {
     let MirrorConfig { store, prefix, settings: mirror_settings, clock } = config;
     let remote = Arc::new(Remote::new(store, prefix, mirror_settings.request_timeout_ms)?);
@@ -116,8 +116,8 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
 /// Claims the epoch above everything `read` saw, copying what was read, after everything read was checked (so a
 /// refused open leaves no claim). A collection that listed the manifests before the claim landed may still
 /// delete below the base of a manifest written since the read: the read is then redone from there, in a new
-/// transaction, and named by an update of this epoch before the fence (red-team 1). Returns the transaction and
-/// the read the fence builds on, and the claim.
+/// transaction, and named by an update of this epoch before the fence, so the fence never lands below a live
+/// writer's end. Returns the transaction and the read the fence builds on, and the claim.
 #[expect(clippy::too_many_arguments, reason = "the parts of one open, each used once")]
 fn claim_epoch(
     db: &Database,
@@ -347,17 +347,17 @@ fn read_and_reconcile(
         mismatch: None,
         replay_error: None,
     };
-    // Each segment is compared and replayed as it arrives, so an open holds a window of the log, not all of it
-    // (red-team 14).
+    // Each segment is compared and replayed as it arrives, so an open holds a window of the log, not all of it:
+    // its memory is bounded by the read window, not by the job's history.
     let base_floor = EpochFloor::at_base(prior_body.as_ref().map_or(&[], |p| &p.history), first_slot);
     let (next_slot, slot_floor) = for_each_segment(remote, first_slot, base_floor, |segment| stream.segment(&segment))?;
     let streamed = stream.finish(location)?;
     Ok(Reconciled { prior, floor, has_snapshot, next_slot, slot_floor, ..streamed })
 }
 
-/// The state of a streamed read of the mirror's log into the open's transaction. Errors that an earlier,
-/// all-at-once read reported only after the history check are held until [`Stream::finish`], so a fenced local
-/// tail is still reported as fenced, not as a mismatch (red-team 21).
+/// The state of a streamed read of the mirror's log into the open's transaction. Errors of a later segment are
+/// held until [`Stream::finish`], after the history check, so a fenced local tail is reported as fenced, not as
+/// a mismatch.
 struct Stream<'t> {
     txn: &'t WriteTransaction,
     remote: &'t Remote,
@@ -466,7 +466,7 @@ impl<'t> Stream<'t> {
                 && lm.next_seq > next.seq
             {
                 // Nothing is damaged: this file's writer was fenced, its tail never acknowledged in synchronous
-                // mode (red-team 21), so the advice is a fenced writer's, not a corrupt store's.
+                // mode, so the advice is a fenced writer's, not a corrupt store's.
                 return Err(Error::fenced(format!(
                     "the local store holds records of epoch {} from seq {} to {} that the mirror at {location} \
                      does not: epoch {} fenced them at {}; this local file was superseded by epoch {}, and nothing \

@@ -933,7 +933,7 @@ impl Maintainer {
         }
     }
 
-    /// Deletes older epochs' manifests that were superseded at least `gc_age_ms_min` ago (red-team 17): a
+    /// Deletes older epochs' manifests that were superseded at least `gc_age_ms_min` ago: a
     /// manifest is superseded when the next one is written, and the listing's server times say when that was,
     /// measured against the newest manifest's (this writer's own, just written), so no clock of this machine
     /// is compared with the store's. A reader that could still use such a manifest listed it more than the

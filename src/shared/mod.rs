@@ -12,7 +12,7 @@
 //! disk restores, and a new driver fences the old one), waits for the mirror, and only then deletes the inbox
 //! entries.
 //!
-//! Object layout under `<prefix>/jobs/<job>/shared/` (docs/ARCHITECTURE.md has the races):
+//! Object layout under `<prefix>/jobs/<job>/shared/` (docs/protocols/shared-staging.md has the races):
 //!
 //! | object | written by | condition | holds | the committer reads it |
 //! |---|---|---|---|---|

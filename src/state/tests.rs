@@ -119,7 +119,7 @@ fn absent_anything_but_stage_is_not_found() {
 
 #[test]
 fn staged_stage_of_a_new_part_adds_it_and_leaves_the_record_as_it_is() {
-    // The record is not rewritten (ARCHITECTURE, "Fresh parts"): a count left by store format 1 stays until the
+    // The record is not rewritten (docs/FORMATS.md, "Fresh parts"): a count left by store format 1 stays until the
     // seal counts the parts.
     let step = run(Some(&staged(1, 3)), &stage(1, 2, PartMatch::Absent)).unwrap();
     assert_eq!(step.next, staged(1, 3));

@@ -724,7 +724,7 @@ impl<'txn> Tables<'txn> {
                 self.move_commit(meta, *key, &Event::MarkNotCommitted { key: *key }, state)?.map(written)
             }
             // The checkpoints go back to Committing as after a probe; the record keeps the operator's verdict, so
-            // the next run re-commits without probing (red-team finding 3).
+            // the next run re-commits without probing (a probe that stays Unknown would never let it move).
             Record::Resolve { key, resolution: Resolution::NotCommitted, .. } => self
                 .move_commit(meta, *key, &Event::MarkNotCommitted { key: *key }, COMMIT_AWAITS_RECOMMIT)?
                 .map(written),

@@ -4,7 +4,7 @@
 //! Why: a `parts` row lands at the end of its own checkpoint's key range, so a group commit of stage calls into
 //! 32 checkpoints dirtied (wrote and fsynced) a leaf per checkpoint, and even a table of its own keyed by the
 //! stage's seq (format 2's first cut, `fresh_parts`) was a second b-tree in every stage's commit. The log already
-//! holds every byte of the part, appended on its last leaf (docs/ARCHITECTURE.md, "Fresh parts").
+//! holds every byte of the part, appended on its last leaf (docs/FORMATS.md, "Fresh parts").
 //!
 //! A part is **fresh** exactly when its stage record is in the [`window`] of the log, its checkpoint is Staged at
 //! the record's attempt, and table `parts` lacks its row. That is a fact of the committed tables, not a

@@ -183,7 +183,7 @@ pub(crate) struct CommitValue {
 /// The state of a commit record between an operator's `resolve(key, NotCommitted)` and the re-commit it orders:
 /// the committer then re-commits the key once without probing first (a probe that stays Unknown forever would
 /// otherwise never let it move). `Sealed` is otherwise never a commit record's state, so the verdict is durable
-/// in the record itself without changing its encoding (red-team finding 3).
+/// in the record itself, survives log truncation, and needs no change to the record's encoding.
 pub(crate) const COMMIT_AWAITS_RECOMMIT: CheckpointState = CheckpointState::Sealed;
 
 impl CommitValue {
@@ -285,8 +285,8 @@ pub(crate) fn encode_meta(meta: &Meta) -> Result<Vec<u8>, Error> {
     encode_value(meta)
 }
 
-/// Table `fresh_parts`, which development builds of format 2 wrote (December 2026, never released) before a
-/// fresh part came to be kept in its stage record alone ([`crate::wal::fresh`]).
+/// Table `fresh_parts`, which unreleased development builds of format 2 wrote; a released store keeps a fresh
+/// part in its stage record alone ([`crate::wal::fresh`]).
 const DEV_FRESH_PARTS: TableDefinition<u64, &[u8]> = TableDefinition::new("fresh_parts");
 
 /// Refuses a file whose table `fresh_parts` (see [`DEV_FRESH_PARTS`]) holds parts: this build would not see

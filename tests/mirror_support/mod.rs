@@ -166,7 +166,7 @@ pub fn sync_settings() -> MirrorSettings {
     }
 }
 
-/// The key of WAL slot `slot` under the prefix (slots are zero-padded to 20 digits: ARCHITECTURE, "Key layout").
+/// The key of WAL slot `slot` under the prefix (slots are zero-padded to 20 digits: docs/FORMATS.md, "Mirror objects").
 pub fn wal_key(slot: u64) -> String {
     format!("wal/{slot:020}")
 }

@@ -24,8 +24,8 @@
 //!          Committer::new(&store, &target).recover(); ...; Committer::new(&store, &target).finish()
 //! ```
 //!
-//! The design, and why each race ends with one commit, is in the repository's `docs/ARCHITECTURE.md` ("The
-//! Lance adapter").
+//! The design, and why each race ends with one commit, is in the repository's
+//! `docs/protocols/lance.md`.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub, missing_debug_implementations)]

@@ -12,7 +12,7 @@
 //! are configuration until first used: they pickle as it and reopen lazily where they are unpickled.
 //!
 //! Why the Lance commit is Python (pylance) and not the Rust adapter compiled into this wheel: see
-//! `docs/ARCHITECTURE.md`, "The Python package".
+//! `docs/decisions/0013-lance-commit-in-python.md`.
 
 #![forbid(unsafe_code)]
 

@@ -47,7 +47,7 @@ require_daft_and_the_binding()
 ENDPOINT = os.environ.get("SINKPOINT_S3_ENDPOINT")
 INPUTS, ROWS = 50, 200
 #: The honest bound at 50 inputs (measured 2.40): 2 per input plus the per-run requests listed above. Daft 0.7.26's
-#: own checkpointed write made 3 per input in the issue's run.
+#: own checkpointed write makes 3 per input.
 FRESH_PER_INPUT_MAX = 2.5
 #: A rerun of a finished job: the store's open only (measured 0.34 per input at 50).
 RERUN_PER_INPUT_MAX = 0.6

@@ -4,8 +4,8 @@ Each input file of a job is one sinkpoint checkpoint (``checkpoint_id_for_key(in
 rows as uncommitted Lance fragments and seal the checkpoint in shared staging themselves (nothing goes through the
 driver); ``finalize`` on the driver adopts every sealed checkpoint into the committer's store and commits them into
 the Lance table through :class:`sinkpoint.lance.LanceTarget`. A rerun after any crash skips what was sealed and
-finishes the job; a rerun after the job finished does nothing. The protocol is in ``docs/ARCHITECTURE.md``,
-"Workers on many machines".
+finishes the job; a rerun after the job finished does nothing. The protocol is in
+``docs/protocols/shared-staging.md``; the sink in ``docs/protocols/python.md``.
 
 Usage (``examples/daft_lance_job.py`` is the full job)::
 

@@ -2,8 +2,8 @@
 
 The Python twin of the Rust ``sinkpoint_lance::LanceTarget`` (``crates/sinkpoint-lance/src/target.rs``): the same
 transaction properties, the same key check, the same "only version V + 1" fence and the same outcomes, so the
-Rust adapter, the CLI and this module read each other's commits. The design is in ``docs/ARCHITECTURE.md``,
-"The Lance adapter".
+Rust adapter, the CLI and this module read each other's commits. The design is in ``docs/protocols/lance.md``
+and ``docs/protocols/python.md``.
 
 - Workers call :func:`write_fragment` (uncommitted fragments, invisible to readers) and stage each fragment as a
   ``lance-fragment-json`` write result (``sinkpoint.WriteResult.from_lance_fragment`` or :func:`fragment_json`).
