@@ -21,7 +21,7 @@
 //! Only files the ledger names are ever candidates, so a file of another job (or of no job) sharing the table is
 //! never touched unless this job staged that very name. What the ledger cannot name is not collected: an attempt
 //! that died before staging anything left its files named nowhere, and the loser of a shared-staging race is
-//! told (`SealLost` carries its results) and deletes its own. docs/ARCHITECTURE.md, "Orphan data files".
+//! told (`SealLost` carries its results) and deletes its own. docs/protocols/collector.md, "Data files of dropped attempts".
 
 use std::collections::BTreeSet;
 

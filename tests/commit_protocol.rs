@@ -455,7 +455,7 @@ async fn a_commit_over_the_results_limit_is_refused_and_the_committer_splits_it(
 /// cannot tell them apart), now or on any later call.
 #[tokio::test]
 async fn without_a_mirror_a_zombies_key_0_landing_after_the_probe_is_not_marked_as_ours() {
-    /// Driver 2's view of the shared table: its first `version()` lets driver 1 commit key 0 first.
+    /// Driver 2's view of the shared table: right after its first probe answered, driver 1 commits key 0.
     struct Race<'a> {
         table: &'a WatermarkTable,
         zombie: std::sync::Mutex<Option<Store>>,
@@ -463,18 +463,19 @@ async fn without_a_mirror_a_zombies_key_0_landing_after_the_probe_is_not_marked_
     #[async_trait::async_trait]
     impl Target for Race<'_> {
         async fn version(&self) -> sinkpoint::Result<Option<u64>> {
-            let zombie = self.zombie.lock().unwrap().take();
-            if let Some(zombie) = zombie {
-                Committer::new(&zombie, self.table).commit_pending().await.unwrap();
-                zombie.close();
-            }
             self.table.version().await
         }
         async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::commit::CommitOutcome {
             self.table.commit(commit).await
         }
         async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::commit::ProbeOutcome {
-            self.table.probe(key, v).await
+            let outcome = self.table.probe(key, v).await;
+            let zombie = self.zombie.lock().unwrap().take();
+            if let Some(zombie) = zombie {
+                Committer::new(&zombie, self.table).commit_pending().await.unwrap();
+                zombie.close();
+            }
+            outcome
         }
     }
     let table = WatermarkTable::new();

@@ -236,8 +236,19 @@ fn mirrored_ops() -> Vec<Op> {
         Op::Recover,
         stage("m-2", 1, &["m-2/b"], &[]),
         seal("m-2", 2),
+        window(&["m-3", "m-4"]),
         commit(true),
     ]
+}
+
+/// A worker's window of one-part seals and its flush, sharing one batch: under a synchronous mirror the flush
+/// is acknowledged only once the mirror holds the seals, which every crash point after it checks.
+fn window(names: &[&str]) -> Op {
+    let seal = |name: &&str| {
+        let result = WriteResult::new(Format::Parquet, format!("{name}-0").into_bytes()).unwrap();
+        (id(name), vec![format!("{name}/a").into_bytes()], vec![result])
+    };
+    Op::WindowSeals { seals: names.iter().map(seal).collect() }
 }
 
 fn mirror_sync() -> Workload {

@@ -67,8 +67,8 @@ pub struct Store {
     target_check: std::sync::Mutex<TargetCheck>,
 }
 
-/// What an open's committer knows of the target before the first key it begins (docs/ARCHITECTURE.md, "One
-/// probe an open").
+/// What an open's committer knows of the target before the first key it begins (docs/protocols/commit.md, "Why
+/// each race has one winner").
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub(crate) enum TargetCheck {
     /// Not probed: a new open, or a key was un-bound or found held by another writer. The next begin probes.
@@ -492,7 +492,7 @@ impl Store {
     }
 
     /// [`Snapshot::sealed_page`] on tokio's blocking pool: reading a large backlog must not stall the caller's
-    /// runtime threads (red-team finding 10).
+    /// runtime threads.
     pub(crate) async fn sealed_page_off_runtime(&self) -> Result<read::SealedPage> {
         self.shared.check()?;
         let db = self.db.clone();
@@ -508,7 +508,7 @@ impl Store {
 
     /// The write results commit key `key` is bound to, read by id from one consistent snapshot, in the recorded
     /// checkpoint then part order: what the committer sends after `begin_commit`, so a checkpoint re-sealed
-    /// between its own read and the intent can never send a dropped attempt (red-team finding 4). Each id must
+    /// between its own read and the intent can never send a dropped attempt. Each id must
     /// be Committing or CommitUnknown under `key`; anything else is `Corrupt`.
     pub(crate) fn commit_results(&self, key: u64) -> Result<(CommitValue, Vec<WriteResult>)> {
         self.shared.check()?;
@@ -678,7 +678,7 @@ mod boundary_tests {
     use crate::testkit::CrashBackend;
     use crate::{Attempt, ErrorKind, Part};
 
-    /// Finding 28, second line of defence: an id that bypassed `new` (none can from outside the crate now) is
+    /// The second line of defence: an id that bypassed `new` (none can from outside the crate now) is
     /// refused at the store's boundary with `InvalidInput`, and nothing is written.
     #[tokio::test]
     async fn an_unchecked_id_is_refused_at_the_boundary_and_nothing_is_written() {

@@ -35,8 +35,8 @@ pub struct SealWindowSettings {
 }
 
 impl Default for SealWindowSettings {
-    /// 16 seals in flight, one fsync per 8 (docs/BENCHMARKS.md, "The job shape"); the memory of 16 calls' keys
-    /// and results.
+    /// 16 seals in flight, one fsync per 8 (docs/BENCHMARKS.md, "The job shape, the backlog, shared
+    /// staging"); the memory of 16 calls' keys and results.
     fn default() -> Self {
         Self { seals_in_flight_max: 16 }
     }

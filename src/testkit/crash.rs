@@ -139,6 +139,13 @@ pub enum Op {
     },
     /// `Committer::recover`, as a job does right after it opened the store (a workload with a [`System`] only).
     Recover,
+    /// A worker's window: `stage_and_seal` of one-part checkpoints queued in a `SealWindow` (none of them
+    /// fsynced: fewer than half the window), then `flush`, all while the writer is held, so that the unsynced
+    /// seals and the flush's barrier share one batch. Acknowledged when `flush` reports them landed.
+    WindowSeals {
+        /// Each checkpoint with its source keys and write results.
+        seals: Vec<(CheckpointId, Vec<SourceKey>, Vec<WriteResult>)>,
+    },
 }
 
 impl Op {

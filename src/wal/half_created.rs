@@ -139,7 +139,7 @@ mod tests {
         }
     }
 
-    /// Finding 12: an image zero throughout is a wiped store, never emptied into a fresh one.
+    /// An image zero throughout is a wiped store, never emptied into a fresh one.
     #[test]
     fn an_all_zero_backend_is_corrupt_and_left_alone() {
         for len in [MAGIC_BYTES, 512, FIRST_PAGE_BYTES as usize, 3 * FIRST_PAGE_BYTES as usize + 7] {

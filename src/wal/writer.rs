@@ -34,8 +34,8 @@ pub(crate) trait Shipper: Send {
     /// over.
     ///
     /// The writer does not wait for the group itself: it hands the batch's replies to [`Shipper::when_mirrored`]
-    /// and commits the next batch while this one's put is in flight (docs/ARCHITECTURE.md, "Several puts in
-    /// flight").
+    /// and commits the next batch while this one's put is in flight (docs/protocols/mirror.md, "Several puts
+    /// in flight").
     fn ship(&mut self, meta: &Meta, frames: Vec<Vec<u8>>, kind: GroupKind) -> Result<Shipped>;
 
     /// A durable call without frames — a barrier that made unsynced [`GroupKind::Lagging`] groups durable, or a call that
@@ -94,8 +94,8 @@ enum MirrorWait {
     Never,
 }
 
-/// The one place that says which records wait for the mirror (docs/ARCHITECTURE.md, "The mark is never waited
-/// for").
+/// The one place that says which records wait for the mirror (docs/protocols/mirror.md, "The mark";
+/// docs/decisions/0009-mark-never-waited-for.md).
 fn mirror_wait(record: &Record) -> MirrorWait {
     match record {
         Record::BeginCommit { .. }

@@ -276,6 +276,44 @@ impl<'rt> Driver<'rt> {
         }
     }
 
+    /// Queues `seals` in a window while the writer is held, then flushes: the writer takes them and the flush's
+    /// barrier in one batch (a thread lets it go once all are queued, or once the window gave up). Skips an
+    /// input already processed, as a worker does (a rerun after a crash that left the seals durable).
+    fn window_seals(&self, seals: &[(CheckpointId, Vec<SourceKey>, Vec<WriteResult>)]) -> Result<usize, Error> {
+        let store = self.store.as_ref().ok_or_else(|| Error::bug("no open store"))?;
+        let mut unprocessed = Vec::with_capacity(seals.len());
+        for seal in seals {
+            match seal.1.first() {
+                Some(key) if store.is_processed(key)? => {}
+                _ => unprocessed.push(seal),
+            }
+        }
+        let seals = unprocessed;
+        let window_size = (2 * seals.len() + 2).min(crate::limits::SEAL_WINDOW_SEALS_MAX);
+        let settings = crate::store::SealWindowSettings { seals_in_flight_max: window_size };
+        let calls = seals.len() as u64 + 1;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let hold = store.hold_writer();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while store.stats().queued() < calls && !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                drop(hold);
+            });
+            let landed = self.rt.block_on(async {
+                let mut window = crate::store::SealWindow::new(store, settings)?;
+                for (id, keys, results) in seals {
+                    let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(keys.clone()).results(results.clone());
+                    window.stage_and_seal(id, part, 1).await?;
+                }
+                window.flush().await.map(|landed| landed.len())
+            });
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            landed
+        })
+    }
+
     /// Plays one operation; `Err` stops the workload.
     pub(crate) fn play(&mut self, index: usize, op: &Op) -> Result<OpOutcome, Stop> {
         self.op = index;
@@ -352,6 +390,17 @@ impl<'rt> Driver<'rt> {
                 r.map(drop)
             }
             Op::Recover => self.recover_call()?,
+            Op::WindowSeals { seals } => {
+                // What the caller stages, remembered before the window takes it: a crash may leave the seals
+                // durable and the rerun's recovery commit them before the rerun reaches this operation again.
+                for (id, keys, results) in seals {
+                    self.memory.entry(id.clone()).or_default().insert(0, (keys.clone(), results.clone()));
+                }
+                let r = self.window_seals(seals);
+                let ids: Vec<&str> = seals.iter().map(|(id, _, _)| id.as_str()).collect();
+                self.record(format!("window_seals({ids:?})"), &r)?;
+                r.map(drop)
+            }
         };
         Ok(outcome.map_err(|e| class(&e)))
     }

@@ -58,7 +58,8 @@ fn agrees(op: &Op, got: &OpOutcome, want: &OpOutcome) -> bool {
 fn universe(ops: &[Op]) -> BTreeSet<SourceKey> {
     ops.iter()
         .filter_map(|op| match op {
-            Op::Stage { keys, .. } => Some(keys.iter().cloned()),
+            Op::Stage { keys, .. } => Some(keys.clone()),
+            Op::WindowSeals { seals } => Some(seals.iter().flat_map(|(_, keys, _)| keys.iter().cloned()).collect()),
             _ => None,
         })
         .flatten()
