@@ -43,6 +43,17 @@ pub(crate) async fn unbind(store: &Writable, key: u64) -> Result<Code, Failure> 
     Ok(Code::Ok)
 }
 
+pub(crate) async fn settle_landed(store: &Writable, key: u64, ids: &[String]) -> Result<Code, Failure> {
+    let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
+    with_writer(store, async |s, why| s.settle_landed(key, &ids, why).await).await?;
+    println!(
+        "key {key} settled: {} checkpoints Committed under it as the table holds them; the key's others are Sealed \
+         again and the next run commits them under a later key",
+        ids.len()
+    );
+    Ok(Code::Ok)
+}
+
 pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
     let dropped = with_writer(store, async |s, why| s.force_abort(&ids, why).await).await?;

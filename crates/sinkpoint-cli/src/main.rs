@@ -136,6 +136,19 @@ enum Command {
         /// The commit key.
         key: u64,
     },
+    /// Records what a table that keeps every commit (Lance, Delta) holds under a key, after looking at it yourself:
+    /// the checkpoints named are Committed under the key, the key's other checkpoints Sealed again for a later key.
+    /// The key must be in flight (the ids among its checkpoints) or, after an un-bind, the next key (the ids
+    /// Sealed). The way out of a mismatch or a key the table holds after an un-bind, without losing a row.
+    SettleLanded {
+        #[command(flatten)]
+        store: Writable,
+        /// The commit key.
+        key: u64,
+        /// The checkpoint ids the table's commit under the key holds.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
     /// Lists (by default) or deletes (--apply) mirror objects and inbox parts that nothing will read again.
     ///
     /// Mirror: older manifests and the slots and snapshots below the newest manifest's base, once that manifest
@@ -225,6 +238,7 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
         Command::Resolve { store, key, verdict } => hatch::resolve(&store, key, verdict.resolution()).await,
         Command::ForceAbort { store, ids } => hatch::force_abort(&store, &ids).await,
         Command::Unbind { store, key } => hatch::unbind(&store, key).await,
+        Command::SettleLanded { store, key, ids } => hatch::settle_landed(&store, key, &ids).await,
         Command::Gc { mirror, shared, job, store, table, min_age, grace, dry_run: _, apply, json } => {
             let request = gc::Request {
                 mirror: mirror.as_deref(),

@@ -318,6 +318,24 @@ async fn an_unbound_key_commits_every_row_once() {
     assert_eq!(job.finish().await, ["row-0", "row-1"]);
 }
 
+/// The way out of a key the table holds with part of its set: `settle-landed` records the named checkpoints
+/// Committed under the key and the key's others Sealed again; an id the key never held is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_settled_as_landed_commits_the_named_checkpoints_and_seals_the_rest() {
+    let job = Job::new();
+    job.stuck().await;
+    let mirror = ["--reason", "table checked", "--store", &job.store_arg(), "--mirror", &job.mirror_url()];
+    let stranger = cli(&[&["settle-landed", "0", "input-0", "no-such-input"], &mirror[..]].concat());
+    assert_eq!(code(&stranger), 2, "{}", stderr(&stranger));
+    assert!(stderr(&stranger).contains("not among them"), "{}", stderr(&stranger));
+    let out = cli(&[&["settle-landed", "0", "input-0"], &mirror[..]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let sealed = json(&cli(&["list", "--state", "sealed", "--json", "--mirror", &job.mirror_url()]));
+    assert_eq!(sealed.as_array().map(Vec::len), Some(1), "the key's other checkpoint is Sealed again: {sealed}");
+    let committed = json(&cli(&["list", "--state", "committed", "--json", "--mirror", &job.mirror_url()]));
+    assert_eq!(committed.as_array().map(Vec::len), Some(1), "{committed}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_abort_lists_the_results_to_clean_up_and_refuses_committed_checkpoints() {
     let job = Job::new();
@@ -373,9 +391,20 @@ async fn a_persons_habits_get_one_line_errors_and_the_right_exit_codes() {
     let help = cli(&["--help"]);
     assert_eq!(code(&help), 0);
     assert!(stdout(&help).contains("Exit codes:"), "{}", stdout(&help));
-    for command in
-        ["status", "list", "show", "keys", "commits", "verify", "export", "restore", "resolve", "force-abort", "unbind"]
-    {
+    for command in [
+        "status",
+        "list",
+        "show",
+        "keys",
+        "commits",
+        "verify",
+        "export",
+        "restore",
+        "resolve",
+        "force-abort",
+        "unbind",
+        "settle-landed",
+    ] {
         let out = cli(&[command, "--help"]);
         assert_eq!(code(&out), 0, "{command} --help");
     }
