@@ -161,9 +161,11 @@ async fn key_check(
     read_version: u64,
 ) -> Result<Option<CommitOutcome>, String> {
     let from = commit.prepared_version.map_or(1, |v| v + 1);
-    for recorded in job_commits(dataset, commit.key.job.as_str(), from, read_version).await? {
+    for (recorded, files) in job_commits(dataset, commit.key.job.as_str(), from, read_version).await? {
         if recorded.n == commit.key.n {
-            let ours = recorded.epoch == commit.epoch && recorded.ids == commit.ids;
+            // The same commit, data files included: two stores without a mirror share an epoch and may hold
+            // the same ids, so epoch and ids alone would take another driver's commit for ours.
+            let ours = recorded.epoch == commit.epoch && recorded.ids == commit.ids && files == data_files(commit)?;
             return Ok(Some(if ours {
                 // Our own earlier attempt landed (its answer was lost): the same commit, so it is committed.
                 CommitOutcome::Committed
@@ -182,9 +184,22 @@ async fn key_check(
     Ok(None)
 }
 
-/// The job's sinkpoint commits in versions `from..=to`, oldest first. `Err` when a version's transaction
-/// cannot be read (cleaned up, or I/O): nothing can be concluded about that range then.
-async fn job_commits(dataset: &Dataset, job: &str, from: u64, to: u64) -> Result<Vec<Recorded>, String> {
+/// The data files a commit's fragments name, sorted.
+fn data_files(commit: &TargetCommit<'_>) -> Result<Vec<String>, String> {
+    let fragments = commit.results.iter().map(decode_fragment).collect::<Result<Vec<_>, _>>()?;
+    Ok(sorted_files(&fragments))
+}
+
+fn sorted_files(fragments: &[lance_table::format::Fragment]) -> Vec<String> {
+    let mut files: Vec<String> = fragments.iter().flat_map(|f| f.files.iter().map(|d| d.path.clone())).collect();
+    files.sort_unstable();
+    files
+}
+
+/// The job's sinkpoint commits in versions `from..=to`, oldest first, each with the data files it appended
+/// (sorted). `Err` when a version's transaction cannot be read (cleaned up, or I/O): nothing can be concluded
+/// about that range then.
+async fn job_commits(dataset: &Dataset, job: &str, from: u64, to: u64) -> Result<Vec<(Recorded, Vec<String>)>, String> {
     let mut out = Vec::new();
     for version in from..=to {
         let transaction = match dataset.read_transaction_by_version(version).await {
@@ -192,9 +207,15 @@ async fn job_commits(dataset: &Dataset, job: &str, from: u64, to: u64) -> Result
             Ok(None) => return Err(format!("version {version} has no transaction file")),
             Err(e) => return Err(format!("version {version} cannot be read (cleaned up?): {e}")),
         };
-        let Some(properties) = transaction.transaction_properties else { continue };
-        match props::decode(&properties)? {
-            Some(recorded) if recorded.job == job => out.push(recorded),
+        let Some(properties) = transaction.transaction_properties.as_deref() else { continue };
+        match props::decode(properties)? {
+            Some(recorded) if recorded.job == job => {
+                let files = match &transaction.operation {
+                    Operation::Append { fragments } => sorted_files(fragments),
+                    _ => Vec::new(),
+                };
+                out.push((recorded, files));
+            }
             _ => {}
         }
     }
@@ -228,8 +249,8 @@ impl Target for LanceTarget {
         };
         let from = prepared_version.map_or(1, |v| v + 1);
         match job_commits(&dataset, key.job.as_str(), from, dataset.version().version).await {
-            Ok(commits) => match commits.into_iter().find(|c| c.n == key.n) {
-                Some(c) => ProbeOutcome::Committed { ids: Some(c.ids) },
+            Ok(commits) => match commits.into_iter().find(|(c, _)| c.n == key.n) {
+                Some((c, _)) => ProbeOutcome::Committed { ids: Some(c.ids) },
                 // Every version since the intent was read and none holds the key; a late attempt would have to
                 // land at a version after the latest, where the next commit's key check finds it first.
                 None => ProbeOutcome::NotCommitted,

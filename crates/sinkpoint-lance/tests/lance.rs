@@ -472,6 +472,45 @@ mod foreign {
         }
         println!("{foreign} foreign appends during the job");
     }
+
+    /// Two new stores of one job without a mirror (both epoch 1, the same checkpoint id): the second recovers
+    /// first (its probe finds key 0 absent), the first commits key 0, then the second begins key 0 with its own
+    /// fragment. Its key check covers every version since its probe and sees a commit of key 0 with other data
+    /// files: it is refused (`WrongStore`), and the dataset holds the input's row once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_driver_without_a_mirror_whose_probe_came_first_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("drivers.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let target = LanceTarget::new(&uri);
+        let open = || async {
+            let job = JobId::new("two-drivers").unwrap_or_else(|e| panic!("{e}"));
+            Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
+                .backend(CrashBackend::new())
+                .open()
+                .await
+                .unwrap_or_else(|e| panic!("open store: {e}"))
+        };
+        let seal = |store: Store, row: &'static str| {
+            let dataset = dataset.clone();
+            async move {
+                let id = CheckpointId::new("input-x").unwrap_or_else(|e| panic!("{e}"));
+                let results = write_fragments(dataset, vec![rows(&[row])]).await.unwrap_or_else(|e| panic!("{e}"));
+                let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![b"x".to_vec()]).results(results);
+                store.stage_and_seal(&id, part, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+                store
+            }
+        };
+        let second = open().await;
+        Committer::new(&second, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        let first = seal(open().await, "row-x").await;
+        Committer::new(&first, &target).finish().await.unwrap_or_else(|e| panic!("first: {e}"));
+        let second = seal(second, "row-x-again").await;
+        let refused = Committer::new(&second, &target).commit_pending().await;
+        let refused = refused.expect_err("the second driver's key 0 must be refused");
+        assert_eq!(refused.kind(), sinkpoint::ErrorKind::WrongStore, "{refused}");
+        assert_eq!(names_in(&uri).await, ["row-x"]);
+    }
 }
 
 mod write_results {
