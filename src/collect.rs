@@ -8,12 +8,11 @@
 //! checkpoints from one snapshot and asks the table ([`DataFiles`]) for the rest:
 //!
 //! - a file a **live** checkpoint (Staged, Sealed, Committing, CommitUnknown) names is kept: a retried attempt
-//!   may have rewritten the same name;
+//!   may have staged the dropped attempt's very file again;
 //! - a file the **table references** (any version readers can still open) is kept: whatever the ledger says, a
 //!   table that holds it must keep it;
-//! - a file **younger than the grace period** is kept, and so is its ledger entry, for the next collection: a
-//!   worker may be rewriting that name right now, before it stages it (so the grace period must exceed any
-//!   task's time from writing a file to staging it, as the inbox's does);
+//! - a file **younger than the grace period** is kept, and so is its ledger entry, for the next collection (so
+//!   the grace period must exceed any task's time from writing a file to staging it, as the inbox's does);
 //! - anything else is due: deleted with `apply`, then its entry leaves the ledger (`ForgetGarbage`, mirrored
 //!   before it is acknowledged). An entry whose files are gone, live or referenced leaves the ledger too: those
 //!   files are no longer this entry's to delete.
@@ -21,7 +20,10 @@
 //! Only files the ledger names are ever candidates, so a file of another job (or of no job) sharing the table is
 //! never touched unless this job staged that very name. What the ledger cannot name is not collected: an attempt
 //! that died before staging anything left its files named nowhere, and the loser of a shared-staging race is
-//! told (`SealLost` carries its results) and deletes its own. docs/protocols/collector.md, "Data files of dropped attempts".
+//! told (`SealLost` carries its results) and deletes its own. A data file is written once (a rule of
+//! [`DataFiles`]): the judgement of a file and its delete are two requests, and a rewrite of the name between
+//! them would be deleted with it. One collection runs at a time per store. docs/protocols/collector.md, "Data
+//! files of dropped attempts".
 
 use std::collections::BTreeSet;
 
@@ -77,7 +79,12 @@ pub struct FileStat {
 /// - [`DataFiles::referenced`] includes every data file of every table version a reader may still open (a
 ///   file it misses may be deleted under a reader's feet); it may include more;
 /// - [`DataFiles::stat`] answers `None` only for a file that does not exist;
-/// - [`DataFiles::delete`] of a file already gone succeeds.
+/// - [`DataFiles::delete`] of a file already gone succeeds;
+/// - **a data file is written once**: no writer rewrites a name that exists (create-only writes, or names unique
+///   to each attempt, as Lance's UUID-named fragments are). The collector judges a file by its age, then deletes
+///   it: a rewrite in between, by a newer attempt that then stages it, would be deleted with it. Create-only
+///   writes refuse that rewrite while the old file exists, and a name created after the old file's deletion is
+///   never the one judged ([`crate::DirTable::write_data_file`]).
 #[async_trait]
 pub trait DataFiles: Send + Sync {
     /// The data files `result` names. An error for a result this table cannot have written.
@@ -185,6 +192,7 @@ pub async fn collect_data_files(
     clock: &dyn Clock,
     settings: &CollectSettings,
 ) -> Result<CollectReport> {
+    let _collecting = store.begin_collection()?;
     let (ledger, live) = read_ledger_and_live(store, table)?;
     let referenced = table.referenced().await?;
     let now_ms = clock.wall_ms();

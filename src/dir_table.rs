@@ -73,12 +73,23 @@ impl DirTable {
         self.prefix.clone().join("data").join(name)
     }
 
-    /// Writes a data file (a worker's output) and returns the write result naming it. Rewriting the same
-    /// name replaces it: a data file is invisible until a commit references it.
+    /// Writes a data file (a worker's output, invisible until a commit references it) and returns the write
+    /// result naming it. A data file is written once: a name that exists is refused (`InvalidInput`), so name
+    /// each attempt's files apart (the attempt, a session id, a UUID). The collector judges a dropped attempt's
+    /// file by its age and deletes it afterwards; a rewrite of that name in between would be deleted with it,
+    /// under a newer attempt that staged it (docs/protocols/collector.md).
     pub async fn write_data_file(&self, name: &str, content: Vec<u8>) -> Result<WriteResult> {
         CheckpointId::new(name)?; // The same safe alphabet as ids: a single path segment.
-        self.store.put(&self.data_path(name), PutPayload::from(content)).await?;
-        WriteResult::new(Format::Other("dir-table".into()), name.as_bytes().to_vec())
+        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        match self.store.put_opts(&self.data_path(name), PutPayload::from(content), opts).await {
+            Ok(_) => WriteResult::new(Format::Other("dir-table".into()), name.as_bytes().to_vec()),
+            Err(object_store::Error::AlreadyExists { .. }) => Err(Error::invalid_input(format!(
+                "data file {name} exists: a data file is written once (the collector may be deleting a dropped \
+                 attempt's file of that name). Write this attempt's file under a name of its own (add the \
+                 attempt or a session id)"
+            ))),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn read_commit(&self, job: &JobId, n: u64) -> Result<Option<DirCommitRecord>> {

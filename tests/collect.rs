@@ -129,14 +129,18 @@ async fn dropped_attempts_files_are_collected_past_the_grace_period_and_nothing_
     job.store.close();
 }
 
-/// A retried attempt that wrote its file under the same name as the dropped one: the ledger names a live file.
-/// It is kept (and the entry forgotten); once committed it is the table's. Deleting it would lose a row.
+/// A retried attempt that staged the dropped attempt's very file (its write result, without writing it again):
+/// the ledger names a live file. It is kept (and the entry forgotten); once committed it is the table's.
+/// Deleting it would lose a row. Writing that name again is refused: a data file is written once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_a_retried_attempt_rewrote_under_the_same_name_is_kept() {
+async fn a_file_a_retried_attempt_staged_again_is_kept_and_its_name_is_never_rewritten() {
     let job = job().await;
-    job.stage("a", 0, "a").await;
+    let result = job.stage("a", 0, "a").await;
     job.store.restart(&id("a")).await.unwrap();
-    job.stage("a", 1, "a").await;
+    let rewrite = job.table.write_data_file("a", b"a\n".to_vec()).await.unwrap_err();
+    assert_eq!(rewrite.kind(), ErrorKind::InvalidInput, "{rewrite}");
+    let part = StagePart::new(Attempt::new(1), Part::FIRST).keys(vec![b"a".to_vec()]).results(vec![result]);
+    job.store.stage(&id("a"), part).await.unwrap();
     job.clock.advance(2 * HOUR_MS);
     let report = job.collect(0, true).await;
     assert_eq!(verdicts(&report), [("a".to_owned(), Verdict::Live)]);
@@ -145,6 +149,106 @@ async fn a_file_a_retried_attempt_rewrote_under_the_same_name_is_kept() {
     job.store.seal(&id("a"), 1).await.unwrap();
     Committer::new(&job.store, &job.table).finish().await.unwrap();
     assert_eq!(job.table.rows().await.unwrap(), ["a"]);
+    job.store.close();
+}
+
+/// The collector judges a dropped attempt's file by its age, then deletes it. A newer attempt that writes the
+/// same name in between — after the stat, before the delete — would have its file deleted under the commit that
+/// names it. A data file is written once: that rewrite is refused while the old file exists, so the newer
+/// attempt writes a name of its own and nothing it stages is lost. (Fails with `write_data_file` overwriting:
+/// the newer attempt's file is gone and its commit references a missing file.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_rewritten_between_the_collectors_judgement_and_its_delete_is_never_lost() {
+    /// The table, with a newer attempt of `a` writing the same name right after the collector's stat of it.
+    struct RewriteAfterStat<'j> {
+        job: &'j Job,
+        rewritten: std::sync::Mutex<Option<sinkpoint::Result<WriteResult>>>,
+    }
+    #[async_trait]
+    impl DataFiles for RewriteAfterStat<'_> {
+        fn files_of(&self, result: &WriteResult) -> sinkpoint::Result<Vec<String>> {
+            self.job.table.files_of(result)
+        }
+        async fn referenced(&self) -> sinkpoint::Result<BTreeSet<String>> {
+            self.job.table.referenced().await
+        }
+        async fn stat(&self, file: &str) -> sinkpoint::Result<Option<FileStat>> {
+            let stat = self.job.table.stat(file).await;
+            let rewrite = self.job.table.write_data_file(file, format!("{file}\n").into_bytes()).await;
+            *self.rewritten.lock().unwrap() = Some(rewrite);
+            stat
+        }
+        async fn delete(&self, file: &str) -> sinkpoint::Result<()> {
+            self.job.table.delete(file).await
+        }
+    }
+    let job = job().await;
+    job.stage("a", 0, "a").await;
+    job.store.restart(&id("a")).await.unwrap();
+    job.clock.advance(2 * HOUR_MS);
+    let table = RewriteAfterStat { job: &job, rewritten: std::sync::Mutex::new(None) };
+    let settings = CollectSettings { grace_ms: HOUR_MS, apply: true };
+    let report = collect_data_files(&job.store, &table, &job.clock, &settings).await.unwrap();
+    assert_eq!(verdicts(&report), [("a".to_owned(), Verdict::Deleted)]);
+    // The newer attempt stages whatever its write gave it, or writes a name of its own when refused.
+    let result = match table.rewritten.lock().unwrap().take().unwrap() {
+        Ok(result) => result,
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+            job.table.write_data_file("a-1", b"a\n".to_vec()).await.unwrap()
+        }
+    };
+    let part = StagePart::new(Attempt::new(1), Part::FIRST).keys(vec![b"a".to_vec()]).results(vec![result]);
+    job.store.stage(&id("a"), part).await.unwrap();
+    job.store.seal(&id("a"), 1).await.unwrap();
+    Committer::new(&job.store, &job.table).finish().await.unwrap();
+    let rows = job.table.rows().await;
+    assert_eq!(rows.ok(), Some(vec!["a".to_owned()]), "the committed attempt's file was deleted");
+    job.store.close();
+}
+
+/// Two collections of one store at once are refused: each could judge one file and delete it, the second after a
+/// worker created that name again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_collection_while_one_runs_is_refused() {
+    /// The table, holding the first collection inside its listing of references until it is let go.
+    struct Held<'j> {
+        job: &'j Job,
+        entered: tokio::sync::Notify,
+        go_on: tokio::sync::Notify,
+    }
+    #[async_trait]
+    impl DataFiles for Held<'_> {
+        fn files_of(&self, result: &WriteResult) -> sinkpoint::Result<Vec<String>> {
+            self.job.table.files_of(result)
+        }
+        async fn referenced(&self) -> sinkpoint::Result<BTreeSet<String>> {
+            self.entered.notify_one();
+            self.go_on.notified().await;
+            self.job.table.referenced().await
+        }
+        async fn stat(&self, file: &str) -> sinkpoint::Result<Option<FileStat>> {
+            self.job.table.stat(file).await
+        }
+        async fn delete(&self, file: &str) -> sinkpoint::Result<()> {
+            self.job.table.delete(file).await
+        }
+    }
+    let job = job().await;
+    let held = Held { job: &job, entered: tokio::sync::Notify::new(), go_on: tokio::sync::Notify::new() };
+    let settings = CollectSettings::default();
+    let first = collect_data_files(&job.store, &held, &job.clock, &settings);
+    let second = async {
+        held.entered.notified().await;
+        let second = collect_data_files(&job.store, &job.table, &job.clock, &settings).await;
+        held.go_on.notify_one();
+        second
+    };
+    let (first, second) = tokio::join!(first, second);
+    first.unwrap();
+    let second = second.expect_err("the second collection must be refused");
+    assert_eq!(second.kind(), ErrorKind::InvalidInput, "{second}");
+    assert_eq!(job.collect(0, true).await.entries, 0, "one collection after the other runs");
     job.store.close();
 }
 

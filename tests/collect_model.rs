@@ -3,7 +3,8 @@
 //! time), seals, restarts (also of orphans after a reopen), aborts, force-aborts, commits, collections with and
 //! without `apply` at random grace periods, clean reopens, crashes at a random I/O point of the local file (a
 //! collection's forget included), and a wall clock that moves. Data files are named uniquely per write, or, in
-//! half the cases, by input alone, so a retried attempt rewrites the dropped attempt's very name.
+//! half the cases, by input alone: a data file is written once, so a retried attempt takes the dropped attempt's
+//! very name again once the collector deleted it, and a name of its own while the old file is there.
 //!
 //! After every collection, every file a table commit references must still be readable, and so must every file
 //! an acknowledged stage of a checkpoint's current attempt named while the store holds it. At the end the job is
@@ -141,8 +142,17 @@ impl Case {
     /// then. Returns whether the stage was acknowledged.
     async fn write_and_stage(&mut self, input: u32, attempt: u32) -> bool {
         self.writes += 1;
-        let name = if self.reuse_names { format!("in{input:03}") } else { format!("in{input:03}-w{:04}", self.writes) };
-        self.table.write_data_file(&name, format!("{input} {name}").into_bytes()).await.unwrap();
+        // A data file is written once: a reused name is taken again only once the collector deleted it.
+        let reused = format!("in{input:03}");
+        let fresh = format!("in{input:03}-w{:04}", self.writes);
+        let mut name = if self.reuse_names { reused } else { fresh.clone() };
+        if let Err(e) = self.table.write_data_file(&name, format!("{input} {name}").into_bytes()).await {
+            assert_eq!(e.kind(), sinkpoint::ErrorKind::InvalidInput, "{e}");
+            name = fresh;
+            self.table.write_data_file(&name, format!("{input} {name}").into_bytes()).await.unwrap();
+        }
+        // A new file under the name: what an earlier stage of the name acknowledged was deleted with the old one.
+        self.acknowledged.remove(&name);
         let result =
             sinkpoint::WriteResult::new(sinkpoint::Format::Other("dir-table".into()), name.clone().into()).unwrap();
         let part = |a: u32| {

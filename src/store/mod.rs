@@ -65,6 +65,17 @@ pub struct Store {
     /// What this open's committer knows of the target before the first key it begins: kept in memory only, so
     /// the target is probed once an open, not before every key.
     target_check: std::sync::Mutex<TargetCheck>,
+    /// Whether a collection of the garbage ledger's data files runs on this handle.
+    collecting: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Held while a collection of the garbage ledger's data files runs (see [`Store::begin_collection`]).
+pub(crate) struct Collecting(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Collecting {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// What an open's committer knows of the target before the first key it begins (docs/protocols/commit.md, "Why
@@ -406,6 +417,18 @@ impl Store {
     pub async fn forget_garbage(&self, entries: &[crate::collect::GarbageRef]) -> Result<()> {
         let entries = crate::collect::checked_refs(entries)?;
         self.call(Record::ForgetGarbage { entries }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Starts a collection of the ledger's data files, refusing a second one while the first runs: two
+    /// collections judging one file could each delete it, the second after a worker created that name again.
+    pub(crate) fn begin_collection(&self) -> Result<Collecting> {
+        if self.collecting.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::invalid_input(
+                "a collection of this store's data files is already running: run one at a time (two could \
+                 delete a name a worker created again between them)",
+            ));
+        }
+        Ok(Collecting(self.collecting.clone()))
     }
 
     /// Records that this open's committer found the target without the key it was about to begin, in a probe

@@ -130,6 +130,7 @@ pub(super) fn start(
         settings: settings.clone(),
         progress,
         target_check: std::sync::Mutex::default(),
+        collecting: Arc::default(),
     })
 }
 

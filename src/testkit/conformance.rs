@@ -65,10 +65,13 @@ pub trait Inspect: Target {
 #[async_trait]
 impl Inspect for DirTable {
     async fn write_rows(&self, checkpoint: &CheckpointId, rows: &[u64]) -> Result<WriteResult> {
-        // Named by its content, so a retried task rewrites the same file with the same rows.
+        // A data file is written once: every write, a retried task's too, takes a name of its own.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let first = rows.first().copied().unwrap_or_default();
         let content: String = rows.iter().map(|r| format!("{r}\n")).collect();
-        self.write_data_file(&format!("{checkpoint}-r{first}-n{}", rows.len()), content.into_bytes()).await
+        let name = format!("{checkpoint}-r{first}-n{}-w{write}", rows.len());
+        self.write_data_file(&name, content.into_bytes()).await
     }
 
     async fn landed_rows(&self) -> Result<Vec<u64>> {
