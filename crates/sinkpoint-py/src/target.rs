@@ -176,7 +176,8 @@ impl PyDirTable {
         &self.path
     }
 
-    /// Writes a data file (invisible until a commit references it) and returns its write result.
+    /// Writes a data file (invisible until a commit references it) and returns its write result. A data file is
+    /// written once: a name that exists is refused (`InvalidInput`).
     fn write_data_file(&self, py: Python<'_>, name: &str, data: Vec<u8>) -> PyResult<PyWriteResult> {
         Ok(block_on(py, || self.table.write_data_file(name, data))?.map_err(to_py)?.into())
     }

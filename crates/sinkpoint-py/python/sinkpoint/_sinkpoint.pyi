@@ -286,7 +286,9 @@ class DirTable:
     def __init__(self, path: str) -> None: ...
     @property
     def path(self) -> str: ...
-    def write_data_file(self, name: str, data: bytes) -> WriteResult: ...
+    def write_data_file(self, name: str, data: bytes) -> WriteResult:
+        """Writes a data file, invisible until a commit references it. A data file is written once: a name that
+        exists raises ``InvalidInput`` (name each attempt's files apart)."""
     def rows(self) -> list[str]:
         """Every line of every data file of every landed commit, in commit order (a file committed twice is
         read twice, as a duplicate would be)."""
