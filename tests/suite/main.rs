@@ -27,6 +27,7 @@ mod crash_points;
 mod doc_refs;
 mod driver_races;
 mod durability_contract;
+mod frozen_stores;
 mod fuzz_corpus;
 mod inspect_live;
 mod mirror_ambiguous;
