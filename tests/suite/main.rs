@@ -7,7 +7,8 @@
 //! a folder module of this binary rather than a binary of their own, because they need nothing but the job
 //! example cargo builds before any integration test, and as modules they share this binary's one link and run in
 //! parallel with the rest instead of after it (`cargo test --test suite process::` runs them; a file's filter such
-//! as `kill::` still matches). `common/` and `mirror_support/` are the shared helpers.
+//! as `kill::` still matches). `common/` and `mirror_support/` are the shared helpers; `frozen_stores` reads the
+//! frozen stores in `tests/fixtures/`.
 //!
 //! The two memory tests (`tests/memory/`: `attempt_memory`, `mirror_memory`) are binaries of their own: they
 //! measure the peak resident set of a child process running their binary, which other tests must not share.
