@@ -189,7 +189,8 @@ mod tests {
         Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap()).path(path).open().await
     }
 
-    /// Rewrites the file's meta to say `version`.
+    /// Rewrites the file's meta to say `version`: a format no code wrote yet cannot have a frozen file (the formats
+    /// that exist have theirs in tests/fixtures/).
     fn rewrite(path: &std::path::Path, version: u32) {
         let db = redb::Database::create(path).unwrap();
         let txn = db.begin_write().unwrap();
@@ -219,21 +220,52 @@ mod tests {
         (stored_meta(store).format_version, fresh)
     }
 
+    /// Copies `tests/fixtures/format-N` (a store, its mirror and its table, as the code of store format N wrote
+    /// them) into `dir`.
+    fn copy_fixture(format: u32, dir: &std::path::Path) {
+        fn copy(from: &std::path::Path, to: &std::path::Path) {
+            std::fs::create_dir_all(to).unwrap();
+            for entry in std::fs::read_dir(from).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_type().unwrap().is_dir() {
+                    copy(&entry.path(), &to.join(entry.file_name()));
+                } else {
+                    std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+                }
+            }
+        }
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-{format}"));
+        copy(&fixture, dir);
+    }
+
     #[tokio::test]
     async fn a_format_1_file_opens_and_is_stamped_with_this_format() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let id = CheckpointId::new("a").unwrap();
-        let store = open(&path).await.unwrap();
-        store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST)).await.unwrap();
-        store.seal(&id, 1).await.unwrap();
-        store.close_async().await;
-        // What 0.1 wrote: format 1, every part in table parts (the part above is settled by its seal).
-        rewrite(&path, 1);
-        let store = open(&path).await.unwrap();
+        // What the format-1 code wrote (tests/fixtures/README.md): every part in table parts, e's too.
+        copy_fixture(1, dir.path());
+        let path = dir.path().join("store.redb");
+        let on_disk = redb::Database::open(&path).unwrap();
+        let meta: Meta = decode_value(
+            on_disk.begin_read().unwrap().open_table(META).unwrap().get(META_KEY).unwrap().unwrap().value(),
+            &|| "meta".into(),
+        )
+        .unwrap();
+        assert_eq!(meta.format_version, 1, "the fixture is format 1");
+        drop(on_disk);
+        let mirror = std::sync::Arc::new(
+            object_store::local::LocalFileSystem::new_with_prefix(dir.path().join("mirror")).unwrap(),
+        );
+        let store =
+            Store::builder(JobId::new("fixture").unwrap(), TargetIdentity::new("file:///fixture-table").unwrap())
+                .path(&path)
+                .mirror(mirror, object_store::path::Path::from("fixture"), crate::mirror::MirrorSettings::default())
+                .open()
+                .await
+                .unwrap();
         assert_eq!(stored(&store), (STORE_FORMAT_VERSION, 0));
-        assert_eq!(store.get(&id).unwrap().unwrap().results, 0);
-        let other = CheckpointId::new("b").unwrap();
+        let e = CheckpointId::new("e").unwrap();
+        assert_eq!(store.get(&e).unwrap().unwrap().results, 1, "e's part, counted from table parts");
+        let other = CheckpointId::new("g").unwrap();
         store.stage(&other, StagePart::new(Attempt::FIRST, Part::FIRST)).await.unwrap();
         assert_eq!(stored(&store), (STORE_FORMAT_VERSION, 1), "staged fresh in the upgraded file");
         store.close_async().await;

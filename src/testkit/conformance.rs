@@ -358,7 +358,7 @@ async fn check_exactly_once<T: Inspect>(target: &T, inputs: usize) -> std::resul
 }
 
 /// Runs one workload against `target`, with faults from `faults`; returns how many crashes it recovered from.
-/// This is also what `tests/commit_props.rs` drives with proptest-generated workloads.
+/// This is also what `tests/suite/commit_props.rs` drives with proptest-generated workloads.
 pub async fn run_case<T: Inspect>(
     target: T,
     inputs: usize,

@@ -1,6 +1,6 @@
 //! The logic of the fuzz targets, kept in the crate so that the cargo-fuzz wrappers in `fuzz/` and the plain
-//! `cargo test` shim (`tests/fuzz_corpus.rs`, which replays the committed corpora and saved crashers on stable)
-//! run the same code.
+//! `cargo test` shim (`tests/suite/fuzz_corpus.rs`, which replays the committed corpora and saved crashers on
+//! stable) run the same code.
 //!
 //! Each function panics when it finds a bug, which is how a fuzzer notices; for any input that is not a bug it
 //! returns normally.

@@ -242,7 +242,7 @@ async fn build() -> Result<Base, String> {
 /// The base as the mirror's collection leaves it once its newest manifest is old enough: only that manifest,
 /// and the snapshot and slots from its first slot on. (Made from the base rather than by the store's own
 /// collection, whose timing against the snapshots would make the objects differ from run to run; the
-/// collection itself is tested in `tests/mirror_gc.rs`.)
+/// collection itself is tested in `tests/suite/mirror_gc.rs`.)
 fn collected(base: &Base) -> Result<Base, String> {
     let layout = layout();
     let (newest, facts) = base.manifests.iter().last().ok_or("no manifest")?;

@@ -4,15 +4,15 @@
 //! Scanned: `README.md` and every `docs/**/*.md` but the lab notebook `docs/bench-log/` (history, never edited to
 //! stay current). What counts as a citation:
 //! - **paths**: a word of an inline code span, or a markdown link target, that starts with one of [`ROOTS`]
-//!   (`src/wal/writer.rs`, `tests/seal_window.rs::mirrored::…`, `crates/sinkpoint-cli/tests/cli.rs:40`); a relative
-//!   link target (`protocols/commit.md#anchor`), resolved from the document's directory; in a fenced block, the
-//!   first word of a line (the code map) and the script after `python`, `bash` or `source`;
+//!   (`src/wal/writer.rs`, `tests/suite/seal_window.rs::mirrored::…`, `crates/sinkpoint-cli/tests/cli.rs:40`); a
+//!   relative link target (`protocols/commit.md#anchor`), resolved from the document's directory; in a fenced
+//!   block, the first word of a line (the code map) and the script after `python`, `bash` or `source`;
 //! - **items**: an inline code span that is a Rust path whose last segment is a snake_case name — with a
 //!   lowercase qualifier (`wal::fresh::tests::a_part_whose_record_leaves_the_window_is_settled_first`,
 //!   `mirror_async::a_mark_lost_with_the_disk_is_found_again_in_the_table`, `error::open_failed`) or, bare, of five
 //!   words or more (`a_fresh_store_for_a_job_already_in_the_target_is_refused`). It must be a `fn`, a `mod`, a
-//!   module file or a Python `def`; with a file (`tests/x.rs::name`), in that file. A name ending in `*` or `…` is
-//!   a prefix. Type-qualified names (`Store::flush`) are not checked.
+//!   module file or a Python `def`; with a file (`tests/suite/x.rs::name`), in that file. A name ending in `*` or
+//!   `…` is a prefix. Type-qualified names (`Store::flush`) are not checked.
 
 use std::collections::HashSet;
 use std::fs;
@@ -265,12 +265,12 @@ fn the_scanner_sees_paths_items_and_links() {
     let cited = citations(doc);
     assert_eq!(cited.len(), 3);
     assert!(matches!(cited[1].kind, Kind::Link));
-    assert_eq!(repository_path("tests/seal_window.rs::mirrored::x"), Some("tests/seal_window.rs"));
+    assert_eq!(repository_path("tests/suite/seal_window.rs::mirrored::x"), Some("tests/suite/seal_window.rs"));
     assert_eq!(repository_path("src/commit/target.rs:63-97"), Some("src/commit/target.rs"));
     assert_eq!(repository_path("cargo"), None);
-    let item = cited_item("tests/seal_window.rs::mirrored::a_flush_does_not_wait_for_the_linger");
+    let item = cited_item("tests/suite/seal_window.rs::mirrored::a_flush_does_not_wait_for_the_linger");
     assert!(
-        matches!(item, Some((Some("tests/seal_window.rs"), ref n, false)) if n == "a_flush_does_not_wait_for_the_linger")
+        matches!(item, Some((Some("tests/suite/seal_window.rs"), ref n, false)) if n == "a_flush_does_not_wait_for_the_linger")
     );
     assert!(matches!(cited_item("the_operators_collection_*"), Some((None, _, true))));
     assert!(cited_item("Store::sealed_page_off_runtime").is_none());

@@ -5,6 +5,9 @@
 //! before the restore. Prints the figures `docs/BENCHMARKS.md` quotes:
 //! `cargo test --all-features --test mirror_memory -- --nocapture`. Linux only (it reads `/proc/self/status`).
 
+// The suite's mirror helpers (the job, the target, the synchronous settings): a binary of its own reaches them
+// only by path.
+#[path = "../suite/mirror_support/mod.rs"]
 mod mirror_support;
 
 use std::sync::Arc;

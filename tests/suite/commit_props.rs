@@ -36,7 +36,7 @@ fn every_sealed_result_lands_exactly_once() {
     use std::io::Write as _;
     let _ = writeln!(
         std::io::stderr(),
-        "commit protocol property: {} cases (PROPTEST_CASES to change); failures persist under tests/*.proptest-regressions",
+        "commit protocol property: {} cases (PROPTEST_CASES to change); failures persist under tests/suite/*.proptest-regressions",
         config.cases
     );
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

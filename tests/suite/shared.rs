@@ -4,7 +4,7 @@
 //! most 3 per input for a Daft job, so the worker makes 1 and the committer reads each new claim once).
 
 #[allow(dead_code, reason = "the benches' counting store; this file uses only its tallies per area")]
-#[path = "../benches/common/counting.rs"]
+#[path = "../../benches/common/counting.rs"]
 mod counting;
 
 use std::sync::Arc;

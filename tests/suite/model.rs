@@ -872,7 +872,7 @@ fn config() -> ProptestConfig {
         let _ = writeln!(
             std::io::stderr(),
             "model suite: {cases} cases of up to {TRANSITIONS_MAX} operations, seed {seed} (replay: \
-             PROPTEST_RNG_SEED={seed}); failures persist in tests/model.proptest-regressions"
+             PROPTEST_RNG_SEED={seed}); failures persist in tests/suite/model.proptest-regressions"
         );
         (cases, seed)
     });
