@@ -163,7 +163,8 @@ impl Inspector {
 
     fn checked(db: Arc<dyn ReadableDatabase + Send + Sync>, source: String) -> Result<Self> {
         let inspector = Self { db, source };
-        inspector.snapshot()?.meta()?;
+        // A store of a format this version does not know is refused, never misread.
+        crate::wal::tables::check_format(&inspector.snapshot()?.meta()?)?;
         Ok(inspector)
     }
 

@@ -304,5 +304,9 @@ mod tests {
         let err = open(&path).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
         assert!(err.to_string().contains("open it with the sinkpoint release that wrote it"), "{err}");
+        // The reader the CLI uses refuses it too, instead of reading a format it does not know. (Failed when
+        // only the writer's open checked the format.)
+        let err = crate::inspect::Inspector::open_file(&path).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
     }
 }

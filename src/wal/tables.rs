@@ -68,6 +68,18 @@ pub(crate) struct Meta {
     pub finished: bool,
 }
 
+/// Refuses a store of a format this version does not read: every open and every reader checks it first.
+pub(crate) fn check_format(meta: &Meta) -> Result<(), Error> {
+    if !(STORE_FORMAT_VERSION_OLDEST..=STORE_FORMAT_VERSION).contains(&meta.format_version) {
+        return Err(Error::wrong_store(format!(
+            "store format version {} is not one this version opens ({STORE_FORMAT_VERSION_OLDEST} to \
+             {STORE_FORMAT_VERSION}): open it with the sinkpoint release that wrote it",
+            meta.format_version
+        )));
+    }
+    Ok(())
+}
+
 /// Who a store belongs to, and whether an open may create it: what both opens (local, and through the mirror)
 /// check a store against. The one place that checks a stored [`Meta`] and builds a new one.
 #[derive(Clone, Debug)]
@@ -80,13 +92,7 @@ pub(crate) struct Identity {
 impl Identity {
     /// Refuses a store of another format, job or target.
     pub(crate) fn check(&self, meta: &Meta) -> Result<(), Error> {
-        if !(STORE_FORMAT_VERSION_OLDEST..=STORE_FORMAT_VERSION).contains(&meta.format_version) {
-            return Err(Error::wrong_store(format!(
-                "store format version {} is not one this version opens ({STORE_FORMAT_VERSION_OLDEST} to \
-                 {STORE_FORMAT_VERSION}): open it with the sinkpoint release that wrote it",
-                meta.format_version
-            )));
-        }
+        check_format(meta)?;
         self.check_owner(&meta.job, &meta.target, "the store")
     }
 
