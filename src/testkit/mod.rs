@@ -12,6 +12,8 @@
 //! - [`HistoryTable`]: a target that checks a key only in the versions since the commit was prepared, like a
 //!   Lance adapter reading manifests.
 //! - [`SplitMix64`]: the seeded generator behind every random schedule.
+//! - [`cases`], [`seed`], [`Shard`]: the randomized suites' case count (one variable, `SINKPOINT_CASES`), their
+//!   printed seeds, and the shards a long suite is split into so that it runs on every core.
 //! - [`FaultStore`]: an object store wrapper that fails puts before or after they land, holds them at a gate,
 //!   adds latency, counts requests, bytes and listed objects, and crashes at operation k.
 //! - [`ManualClock`]: a clock that moves only when the test says so.
@@ -26,6 +28,7 @@
 //!   the protocol by hand.
 
 mod backend;
+mod cases;
 mod clock;
 pub mod conformance;
 pub mod crash;
@@ -39,6 +42,7 @@ mod rng;
 mod target;
 
 pub use backend::CrashBackend;
+pub use cases::{CASES_VAR, SHARDS, Shard, cases, seed};
 pub use clock::ManualClock;
 pub use faults::{Counts, FaultStore, Journal, Mutation, PutFault};
 pub use moto::{create_s3_bucket, s3_endpoint};

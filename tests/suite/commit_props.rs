@@ -3,14 +3,20 @@
 //! target exactly once, and that no step ever puts a write result into the table twice. The workloads come from
 //! proptest (so a failure shrinks to a minimal case); each runs through the testkit's conformance case runner.
 //!
-//! Cases: `PROPTEST_CASES` (default 1,000). A failure prints the minimal case and proptest's seed.
+//! Four shards (`commit_props::every_sealed_result_lands_exactly_once::shard_N_of_4`) that the test harness runs
+//! in parallel. `SINKPOINT_CASES` sets the case count (default 1,000, split over the shards) and
+//! `PROPTEST_RNG_SEED` the base seed (shard N starts from the base plus N - 1); both are printed at the start of
+//! each shard, and the same two variables replay a run. A failure prints the minimal case and persists it under
+//! `tests/suite/commit_props.proptest-regressions`.
 
 use crate::common;
 
-use common::memory_table;
+use common::{memory_table, sharded};
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
 use sinkpoint::commit::crash_points;
 use sinkpoint::testkit::conformance::{Step, TargetFaults, run_case};
+use sinkpoint::testkit::{self, Shard};
 
 fn step(inputs: usize) -> impl Strategy<Value = Step> {
     prop_oneof![
@@ -25,23 +31,27 @@ fn workload() -> impl Strategy<Value = (usize, Vec<Step>, u64)> {
     (1usize..6).prop_flat_map(|inputs| (Just(inputs), prop::collection::vec(step(inputs), 1..14), any::<u64>()))
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
-}
+/// The suite's cases when `SINKPOINT_CASES` is not set.
+const CASES_DEFAULT: u64 = 1000;
 
-#[test]
-fn every_sealed_result_lands_exactly_once() {
-    let config = ProptestConfig::with_cases(cases());
-    // Straight to stderr, past the test harness's capture, so that a passing run shows the count too.
-    use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr(),
-        "commit protocol property: {} cases (PROPTEST_CASES to change); failures persist under tests/suite/*.proptest-regressions",
-        config.cases
-    );
+sharded!(mod every_sealed_result_lands_exactly_once => run_shard);
+
+fn run_shard(shard: Shard) {
+    let cases = testkit::cases(CASES_DEFAULT);
+    let base = testkit::seed("PROPTEST_RNG_SEED");
+    shard.announce("commit protocol property", cases, "PROPTEST_RNG_SEED", base);
+    let range = shard.range(cases);
+    if range.is_empty() {
+        return;
+    }
+    let config = ProptestConfig {
+        rng_seed: RngSeed::Fixed(base.wrapping_add(u64::from(shard.index))),
+        ..ProptestConfig::with_cases(u32::try_from(range.end - range.start).unwrap_or(u32::MAX))
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     proptest!(config, |((inputs, steps, seed) in workload())| {
-        let outcome = runtime.block_on(run_case(memory_table(), inputs, &steps, seed, TargetFaults::Injected { one_in: 3 }));
+        let faults = TargetFaults::Injected { one_in: 3 };
+        let outcome = runtime.block_on(run_case(memory_table(), inputs, &steps, seed, faults));
         prop_assert!(outcome.is_ok(), "{}", outcome.err().map(|f| f.to_string()).unwrap_or_default());
     });
 }

@@ -3,6 +3,9 @@
 //! watermark table; that an adapter bringing its own faults and write results runs it unwrapped; and that targets
 //! breaking the contract fail it, a target lacking only key exclusivity included. The suite is what an adapter
 //! author runs against their own target.
+//!
+//! `SINKPOINT_CASES` sets the case count of the targets that pass (defaults of 40 to 300 each); the seeds are
+//! fixed and printed. The targets that must fail run a fixed count.
 
 use std::sync::Arc;
 
@@ -10,17 +13,27 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use sinkpoint::DirTable;
 use sinkpoint::testkit::conformance::{Inspect, SuiteSettings, TargetFaults, run_conformance};
-use sinkpoint::testkit::{FaultyTarget, HistoryTable, WatermarkTable};
+use sinkpoint::testkit::{self, FaultyTarget, HistoryTable, WatermarkTable};
 use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, Format, ProbeOutcome, Target, TargetCommit, WriteResult};
 
+/// The suite's settings for a target that should pass: `SINKPOINT_CASES` cases if set, else `cases`, from `seed`.
 fn settings(cases: u32, seed: u64) -> SuiteSettings {
-    let cases = std::env::var("SINKPOINT_CONFORMANCE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
-    use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr(),
-        "conformance: {cases} cases from seed {seed} (SINKPOINT_CONFORMANCE_CASES to change)"
-    );
+    let cases = u32::try_from(testkit::cases(u64::from(cases))).unwrap_or(u32::MAX);
+    announce(cases, seed, "SINKPOINT_CASES to change");
     SuiteSettings { cases, seed, ..SuiteSettings::default() }
+}
+
+/// The suite's settings for a target that must fail it: always `cases` cases, enough to catch it, whatever
+/// `SINKPOINT_CASES` says (a replay of one case elsewhere must not make these fail).
+fn fixed(cases: u32, seed: u64) -> SuiteSettings {
+    announce(cases, seed, "fixed: the target must fail");
+    SuiteSettings { cases, seed, ..SuiteSettings::default() }
+}
+
+/// Straight to stderr, past the test harness's capture, so that a passing run shows it too.
+fn announce(cases: u32, seed: u64, note: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "conformance: {cases} cases from seed {seed} ({note})");
 }
 
 /// The test targets' write result: the row ids as text, `1,2`.
@@ -154,7 +167,7 @@ impl Inspect for AppendOnlyLiar {
 
 #[tokio::test]
 async fn a_target_that_breaks_the_contract_fails_the_suite() {
-    let failure = run_conformance(AppendOnlyLiar::default, &settings(300, 4)).await.err();
+    let failure = run_conformance(AppendOnlyLiar::default, &fixed(300, 4)).await.err();
     let failure = failure.expect("a target without key exclusivity and with lying probes must fail");
     println!("caught, as it should be: {failure}");
     assert!(failure.message.contains("landed"), "{failure}");
@@ -224,7 +237,7 @@ async fn a_target_without_key_exclusivity_fails_the_suite() {
     for (name, make) in
         [("appending", NonExclusiveTable::appending as fn() -> _), ("overwriting", NonExclusiveTable::overwriting)]
     {
-        let failure = run_conformance(make, &settings(100, 5)).await.err();
+        let failure = run_conformance(make, &fixed(100, 5)).await.err();
         let failure =
             failure.unwrap_or_else(|| panic!("the {name} table has no key exclusivity and must fail the suite"));
         println!("{name} table caught, as it should be: {failure}");

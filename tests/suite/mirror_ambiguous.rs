@@ -1,7 +1,10 @@
-//! Proves that an ambiguous put is settled by reading the slot back, never assumed, on every backend: a lost
+//! Proves that an ambiguous put is settled by reading the slot back, never assumed: a lost
 //! ack (the put landed, the answer did not), a put that failed before landing, a retry that reports
 //! `AlreadyExists` for our own object, and an ambiguous claim and fence at open all go on without a duplicate
 //! or a gap; a put that cannot be settled poisons the store until a reopen resolves the slot.
+//!
+//! Backends: InMemory and a local directory; the tests about conditional creates, listings or request counts
+//! (`mirror_support::kinds_with_s3`) also on moto's S3 API.
 
 use crate::mirror_support;
 
@@ -20,7 +23,7 @@ fn dense(keys: &[String]) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_segment_puts_are_settled_by_reading_back() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "ambiguous");
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a.redb");
@@ -52,7 +55,7 @@ async fn ambiguous_segment_puts_are_settled_by_reading_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ambiguous_claim_and_fence_at_open_are_settled() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "ambiguous-open");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);

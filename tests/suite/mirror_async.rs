@@ -1,7 +1,10 @@
-//! Proves the mirror modes on every backend, on a gate and a logical clock rather than wall time: in asynchronous
+//! Proves the mirror modes, on a gate and a logical clock rather than wall time: in asynchronous
 //! mode the lag never exceeds its bound in groups or in age (callers wait for room), a commit intent is in the mirror
 //! before its call returns (a mark need not be: recovery finds it in the table), `flush` waits for everything; and in
 //! every mode a committed group is exactly one PUT, never one object per call.
+//!
+//! Backends: InMemory and a local directory; the tests about conditional creates, listings or request counts
+//! (`mirror_support::kinds_with_s3`) also on moto's S3 API.
 
 use crate::mirror_support;
 
@@ -220,7 +223,7 @@ fn frames_in(bytes: &[u8]) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_put_per_group_never_one_object_per_call() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         for settings in [sync_settings(), asynchronous(8, u64::MAX)] {
             let bucket = Bucket::new(kind, "one-put");
             let dir = tempfile::tempdir().unwrap();
@@ -488,7 +491,7 @@ async fn callers_behind_a_held_put(kind: Kind, settings: MirrorSettings) -> usiz
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_asynchronous_workers_awaited_calls_share_the_put_of_its_commit() {
     const LIFECYCLES: u32 = 2;
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "async-linger");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);

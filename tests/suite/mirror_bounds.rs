@@ -1,5 +1,7 @@
 //! Proves the mirror's size bounds: snapshots are paced by the bytes shipped as well as by records, so a log of
 //! few but large records is still truncated; a zero byte interval is refused at open.
+//!
+//! Backends: InMemory and a local directory (`mirror_support::kinds`): nothing here depends on how S3 answers.
 
 use crate::mirror_support;
 

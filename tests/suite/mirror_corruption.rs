@@ -1,8 +1,10 @@
-//! Proves fail-closed restore (invariant 6) on every backend: each object a restore reads (the newest manifest, the
+//! Proves fail-closed restore (invariant 6): each object a restore reads (the newest manifest, the
 //! referenced snapshot, every slot from it on) corrupted by one flipped byte, truncated to half or by one byte
 //! is refused with a `Corrupt` error naming that object; a gap in the slots is refused naming the missing slot;
 //! a well-formed segment whose record the state rejects is refused naming the sequence number; objects a restore
 //! does not need (slots behind the snapshot, awaiting collection) do not stop it.
+//!
+//! Backends: InMemory and a local directory (`mirror_support::kinds`): nothing here depends on how S3 answers.
 
 use crate::mirror_support;
 

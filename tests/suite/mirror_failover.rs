@@ -1,8 +1,11 @@
-//! Proves failover between machines on every backend: M1 → M2 → M1, each with its own local file, always ends
+//! Proves failover between machines: M1 → M2 → M1, each with its own local file, always ends
 //! in the mirror's state (a stale local file that is a prefix of the mirror's log takes the tail); a local tail
 //! that a newer epoch fenced is refused as `Fenced` (superseded, not damaged), naming the sequence number and
 //! slot where they diverge;
 //! a local tail no newer epoch fenced (an asynchronous writer that crashed) is re-shipped, not lost.
+//!
+//! Backends: InMemory and a local directory; the tests about conditional creates, listings or request counts
+//! (`mirror_support::kinds_with_s3`) also on moto's S3 API.
 
 use crate::mirror_support;
 
@@ -56,7 +59,7 @@ async fn failover_m1_m2_m1_with_m1s_stale_local_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_tail_fenced_by_a_newer_epoch_is_refused_naming_where_they_diverge() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "diverged");
         let dir = tempfile::tempdir().unwrap();
         let (m1, m2) = (dir.path().join("m1.redb"), dir.path().join("m2.redb"));

@@ -12,14 +12,17 @@
 //! - tell its progress truly (the objects it listed, each delete);
 //! - leave nothing for a second collection to find.
 //!
-//! `PROPTEST_CASES` sets the case count (default 64, about 10 s); `SINKPOINT_GC_SEED` replays a seed (the base
-//! seed is printed, and a failing case prints its own seed and its log); `SINKPOINT_GC_LOG` prints every case's
-//! log and the objects before its collection.
+//! Four shards (`mirror_gc_model::gc_after_any_job_keeps_every_restore_exactly_and_deletes_exactly_what_it_reports::
+//! shard_N_of_4`) that the test harness runs in parallel. `SINKPOINT_CASES` sets the case count (default 64, split
+//! over the shards); `SINKPOINT_GC_SEED` replays a run (the base seed is printed; case `i` runs from the base plus
+//! `i`, and a failing case prints its own seed and its log); `SINKPOINT_GC_LOG` prints every case's log and the
+//! objects before its collection.
 //!
 //! Seen failing on planted bugs: `find_garbage` also reporting the newest manifest (the restore after gc finds
 //! no manifest), and reporting the base's own WAL slot as superseded (the restore after gc finds a gap).
 
 use crate::common;
+use common::sharded;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -32,7 +35,7 @@ use sinkpoint::mirror::{
     Clock as _, GarbageReason, GcProgress, MirrorSettings, SystemClock, delete_garbage_with_progress, find_garbage,
     find_garbage_with_progress,
 };
-use sinkpoint::testkit::{CrashBackend, FaultStore, ManualClock, ProcessCrash, PutFault, SplitMix64};
+use sinkpoint::testkit::{self, CrashBackend, FaultStore, ManualClock, ProcessCrash, PutFault, Shard, SplitMix64};
 use sinkpoint::{
     Attempt, CheckpointId, Committer, DirTable, Format, JobId, Part, StagePart, StateFilter, Store, TargetIdentity,
     WriteResult,
@@ -385,17 +388,19 @@ impl Digest {
     }
 }
 
-#[test]
-fn gc_after_any_job_keeps_every_restore_exactly_and_deletes_exactly_what_it_reports() {
-    let cases: u64 = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    #[expect(clippy::disallowed_methods, reason = "the default seed comes from the clock and is printed")]
-    let base: u64 = std::env::var("SINKPOINT_GC_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
-    });
-    eprintln!("mirror gc model: {cases} cases, seed {base} (replay: SINKPOINT_GC_SEED={base})");
+/// The suite's cases when `SINKPOINT_CASES` is not set.
+const CASES_DEFAULT: u64 = 64;
+
+sharded!(mod gc_after_any_job_keeps_every_restore_exactly_and_deletes_exactly_what_it_reports => run_shard);
+
+/// One shard: its share of the cases, case `i` from seed base + `i`.
+fn run_shard(shard: Shard) {
+    let cases = testkit::cases(CASES_DEFAULT);
+    let base = testkit::seed("SINKPOINT_GC_SEED");
+    shard.announce("mirror gc model", cases, "SINKPOINT_GC_SEED", base);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (mut superseded, mut strays, mut with_strays, mut takeovers) = (0, 0, 0, 0);
-    for i in 0..cases {
+    for i in shard.range(cases) {
         let seed = base.wrapping_add(i);
         rt.block_on(async {
             let mut case = Case::new(seed);
@@ -420,14 +425,14 @@ fn gc_after_any_job_keeps_every_restore_exactly_and_deletes_exactly_what_it_repo
                 eprintln!("case seed {seed}:\n{}\n", case.log.join("\n"));
             }
             if let Err(panic) = outcome {
-                eprintln!("case seed {seed} failed (replay: SINKPOINT_GC_SEED={seed} PROPTEST_CASES=1); its log:");
+                eprintln!("case seed {seed} failed (replay: SINKPOINT_GC_SEED={seed} SINKPOINT_CASES=1); its log:");
                 eprintln!("{}", case.log.join("\n"));
                 std::panic::resume_unwind(panic);
             }
         });
     }
     eprintln!(
-        "mirror gc model: {superseded} superseded and {strays} stray objects collected; {with_strays} jobs left \
-         strays, {takeovers} moved machines"
+        "mirror gc model, shard {shard}: {superseded} superseded and {strays} stray objects collected; \
+         {with_strays} jobs left strays, {takeovers} moved machines"
     );
 }

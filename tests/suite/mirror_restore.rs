@@ -1,8 +1,11 @@
-//! Proves restore and bounded growth on every backend: a store whose local file is deleted mid-job is rebuilt
+//! Proves restore and bounded growth: a store whose local file is deleted mid-job is rebuilt
 //! from the mirror (manifest → snapshot → slots) to exactly the state it had and finishes the job, also when its
 //! log spans several windows of concurrent reads (and a gap in a later window is still refused); snapshots
 //! and collection keep the mirror and the local log bounded, deleting only after the minimum age; a deleted
 //! prefix is reported as missing, never taken for an empty store.
+//!
+//! Backends: InMemory and a local directory; the tests about conditional creates, listings or request counts
+//! (`mirror_support::kinds_with_s3`) also on moto's S3 API.
 
 use crate::mirror_support;
 
@@ -15,7 +18,7 @@ use sinkpoint::{CheckpointState, ErrorKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_after_the_local_file_is_deleted_mid_job() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "restore-mid-job");
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a.redb");
@@ -59,7 +62,7 @@ async fn restore_after_the_local_file_is_deleted_mid_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_of_several_read_windows_restores_exactly_and_a_gap_in_a_later_window_is_refused() {
     // The slots are read several at a time (MIRROR_READS_CONCURRENT_MAX = 16): 41 slots are three windows.
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "restore-windows");
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a.redb");
@@ -171,7 +174,7 @@ async fn snapshots_and_collection_keep_the_mirror_and_the_log_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_prefix_is_reported_as_missing() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "deleted-prefix");
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a.redb");

@@ -1,7 +1,10 @@
-//! Proves the read-only view of the skip set on every backend: a remote worker without the local file answers
+//! Proves the read-only view of the skip set: a remote worker without the local file answers
 //! `is_processed` from the mirror exactly as the store does, `refresh` brings it up to date (seals, aborts),
 //! it restores afresh when collection removed the slots it had reached, and a damaged object stops it.
 //! Runs on the default current-thread test runtime, which the mirror must not depend on.
+//!
+//! Backends: InMemory and a local directory; the tests about conditional creates, listings or request counts
+//! (`mirror_support::kinds_with_s3`) also on moto's S3 API.
 
 use crate::mirror_support;
 
@@ -13,7 +16,7 @@ use sinkpoint::{Attempt, Part, StagePart};
 
 #[tokio::test]
 async fn the_view_answers_from_the_mirror_and_refreshes() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "view");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);

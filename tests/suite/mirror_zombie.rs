@@ -1,8 +1,11 @@
 //! Proves fencing (invariant 5): after a newer writer opened through the mirror, the old one's next write is
 //! refused with `Fenced`, it refuses everything from then on, and nothing it had acked is lost; the mirror's
-//! slots never hold a lower epoch after a higher one. Sequentially on every backend; with real races (a zombie
-//! writing while the new writer fences, several writers opening at once) on InMemory only, whose conditional
-//! put is atomic (moto's is not).
+//! slots never hold a lower epoch after a higher one. Sequentially (the first test) on the backends below; with
+//! real races (a zombie writing while the new writer fences, several writers opening at once) on InMemory only,
+//! whose conditional put is atomic (moto's is not).
+//!
+//! Backends: InMemory and a local directory; the tests about conditional creates, listings or request counts
+//! (`mirror_support::kinds_with_s3`) also on moto's S3 API.
 
 use crate::mirror_support;
 
@@ -28,7 +31,7 @@ async fn slot_epochs(bucket: &Bucket) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_that_keeps_writing_is_refused_and_nothing_is_lost() {
-    for kind in kinds() {
+    for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "zombie");
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);
@@ -258,7 +261,7 @@ async fn a_zombie_with_puts_in_flight_leaves_voids_the_takeover_skips() {
 /// mirror alone holds every acknowledged call; the writer that restores it goes on past the tail's voids; and a
 /// second restore equals that writer's state. Counts the rounds whose mirror ended up holding a void, and fails
 /// if none did (the test would then not test what it is for). Seeded and printed: `SINKPOINT_PIPELINE_SEED`, and
-/// `SINKPOINT_PIPELINE_ROUNDS` for more rounds (default 12).
+/// `SINKPOINT_CASES` for more rounds (default 12).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slot_that_never_lands_with_puts_in_flight_loses_nothing_acknowledged() {
     #[expect(clippy::disallowed_methods, reason = "the default seed only varies the rounds; it is printed")]
@@ -267,7 +270,7 @@ async fn a_slot_that_never_lands_with_puts_in_flight_loses_nothing_acknowledged(
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| now.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
-    let rounds: u64 = std::env::var("SINKPOINT_PIPELINE_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let rounds = sinkpoint::testkit::cases(12);
     println!("pipeline test seed {seed} (replay with SINKPOINT_PIPELINE_SEED={seed}), {rounds} rounds");
     let mut rng = sinkpoint::testkit::SplitMix64::new(seed);
     let (mut with_voids, mut acked_total) = (0, 0);

@@ -2,19 +2,21 @@
 //! parts, key owners, the commit sequence) over random sequences of every operation, including clean and crash
 //! reopens: every answer, every refusal (the same `TransitionError`, with nothing written) and every read agree.
 //!
-//! Runs on the non-fsyncing `CrashBackend`. `PROPTEST_CASES` sets the case count (default 1,000) and
-//! `PROPTEST_RNG_SEED` the seed; both are printed at the start.
+//! Runs on the non-fsyncing `CrashBackend`, as four shards (`model::the_store_matches_the_model::shard_N_of_4`)
+//! that the test harness runs in parallel. `SINKPOINT_CASES` sets the case count (default 1,000, split over the
+//! shards) and `PROPTEST_RNG_SEED` the base seed (shard N starts from the base plus N - 1); both are printed at
+//! the start of each shard, and the same two variables replay a run.
+
+use crate::common::sharded;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use proptest::strategy::Union;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
-use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
-use sinkpoint::testkit::CrashBackend;
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::testkit::{self, CrashBackend, Shard};
 use sinkpoint::{Attempt, Part as PartIndex, StagePart};
 use sinkpoint::{
     CheckpointId, CheckpointInfo, CheckpointState, CommitInfo, Error, ErrorKind, Format, JobId, PendingCheckpoint,
@@ -858,32 +860,38 @@ fn filter_of(state: CheckpointState) -> StateFilter {
     }
 }
 
-/// The case count (`PROPTEST_CASES`, default 1,000) and the seed (`PROPTEST_RNG_SEED`, default from the clock),
-/// printed once, straight to stderr so that a passing run shows them too.
-#[expect(clippy::disallowed_methods, reason = "the default seed comes from the clock and is printed")]
-fn config() -> ProptestConfig {
-    static SETTINGS: OnceLock<(u32, u64)> = OnceLock::new();
-    let (cases, seed) = *SETTINGS.get_or_init(|| {
-        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-        let seed = std::env::var("PROPTEST_RNG_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            now.as_nanos() as u64 ^ u64::from(std::process::id())
-        });
-        let _ = writeln!(
-            std::io::stderr(),
-            "model suite: {cases} cases of up to {TRANSITIONS_MAX} operations, seed {seed} (replay: \
-             PROPTEST_RNG_SEED={seed}); failures persist in tests/suite/model.proptest-regressions"
-        );
-        (cases, seed)
+/// The suite's cases when `SINKPOINT_CASES` is not set.
+const CASES_DEFAULT: u64 = 1000;
+
+sharded!(mod the_store_matches_the_model => run_shard);
+
+/// One shard of the suite: its share of the cases (`SINKPOINT_CASES`, default 1,000, over four shards) from the
+/// base seed (`PROPTEST_RNG_SEED`, default from the clock) plus the shard's index, printed straight to stderr so
+/// that a passing run shows them too.
+fn run_shard(shard: Shard) {
+    let cases = testkit::cases(CASES_DEFAULT);
+    let base = testkit::seed("PROPTEST_RNG_SEED");
+    shard.announce(
+        &format!(
+            "model suite (up to {TRANSITIONS_MAX} operations a case; failures persist in \
+             tests/suite/model.proptest-regressions)"
+        ),
+        cases,
+        "PROPTEST_RNG_SEED",
+        base,
+    );
+    let range = shard.range(cases);
+    if range.is_empty() {
+        return;
+    }
+    let config = ProptestConfig {
+        rng_seed: RngSeed::Fixed(base.wrapping_add(u64::from(shard.index))),
+        ..ProptestConfig::with_cases(u32::try_from(range.end - range.start).unwrap_or(u32::MAX))
+    };
+    let sequences = ModelMachine::sequential_strategy(1..TRANSITIONS_MAX);
+    proptest!(config.clone(), |((initial, transitions, seen) in sequences)| {
+        StoreTest::test_sequential(config.clone(), initial, transitions, seen);
     });
-    ProptestConfig { rng_seed: RngSeed::Fixed(seed), ..ProptestConfig::with_cases(cases) }
-}
-
-prop_state_machine! {
-    #![proptest_config(config())]
-
-    #[test]
-    fn the_store_matches_the_model(sequential 1..TRANSITIONS_MAX => StoreTest);
 }
 
 /// Runs one fixed sequence through the model and the store, as a failing case found by the suite replays.

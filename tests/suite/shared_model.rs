@@ -7,7 +7,12 @@
 //! table must hold each input exactly once, written by the attempt whose seal succeeded, and nothing of any
 //! attempt that lost.
 //!
-//! `PROPTEST_CASES` sets the case count (default 1,000); `SINKPOINT_SHARED_SEED` replays a seed (printed).
+//! Four shards (`shared_model::workers_and_a_restarting_committer_commit_every_input_exactly_once::shard_N_of_4`)
+//! that the test harness runs in parallel. `SINKPOINT_CASES` sets the case count (default 1,000, split over the
+//! shards); `SINKPOINT_SHARED_SEED` replays a run (the base seed is printed; case `i` runs from the base plus `i`,
+//! and a failing case prints its own seed and its log).
+
+use crate::common::sharded;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +22,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{Inbox, SharedStaging, Worker};
-use sinkpoint::testkit::{FaultStore, PutFault, SplitMix64};
+use sinkpoint::testkit::{self, FaultStore, PutFault, Shard, SplitMix64};
 use sinkpoint::{CheckpointId, Committer, DirTable, JobId, Store, TargetIdentity, TransitionError, WriteResult};
 
 /// One attempt of one input's task, staged and not yet sealed (or dead).
@@ -320,16 +325,18 @@ fn key(input: u32) -> Vec<u8> {
     format!("s3://in/{input:03}.parquet").into_bytes()
 }
 
-#[test]
-fn workers_and_a_restarting_committer_commit_every_input_exactly_once() {
-    let cases: u64 = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    #[expect(clippy::disallowed_methods, reason = "the default seed comes from the clock and is printed")]
-    let base: u64 = std::env::var("SINKPOINT_SHARED_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
-    });
-    eprintln!("shared model: {cases} cases, seed {base} (replay: SINKPOINT_SHARED_SEED={base})");
+/// The suite's cases when `SINKPOINT_CASES` is not set.
+const CASES_DEFAULT: u64 = 1000;
+
+sharded!(mod workers_and_a_restarting_committer_commit_every_input_exactly_once => run_shard);
+
+/// One shard: its share of the cases, case `i` from seed base + `i`.
+fn run_shard(shard: Shard) {
+    let cases = testkit::cases(CASES_DEFAULT);
+    let base = testkit::seed("SINKPOINT_SHARED_SEED");
+    shard.announce("shared model", cases, "SINKPOINT_SHARED_SEED", base);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    for i in 0..cases {
+    for i in shard.range(cases) {
         let seed = base.wrapping_add(i);
         rt.block_on(async {
             let mut case = Case::new(seed);
@@ -339,7 +346,10 @@ fn workers_and_a_restarting_committer_commit_every_input_exactly_once() {
                 case.check(inputs).await;
             });
             if let Err(panic) = futures::FutureExt::catch_unwind(run).await {
-                eprintln!("case seed {seed} failed; its log:\n{}", case.log.join("\n"));
+                eprintln!(
+                    "case seed {seed} failed (replay: SINKPOINT_SHARED_SEED={seed} SINKPOINT_CASES=1); its log:\n{}",
+                    case.log.join("\n")
+                );
                 std::panic::resume_unwind(panic);
             }
         });

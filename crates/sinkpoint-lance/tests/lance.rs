@@ -152,9 +152,9 @@ mod conformance {
     use super::*;
 
     fn settings() -> SuiteSettings {
-        let cases = std::env::var("SINKPOINT_CONFORMANCE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+        let cases = u32::try_from(sinkpoint::testkit::cases(100)).unwrap_or(u32::MAX);
         let settings = SuiteSettings { cases, steps_max: 10, ..SuiteSettings::default() };
-        println!("conformance seed {:#x}", settings.seed);
+        println!("conformance: {cases} cases (SINKPOINT_CASES to change), seed {:#x}", settings.seed);
         settings
     }
 

@@ -121,3 +121,38 @@ pub fn process_ends_after(what: &str, e: &sinkpoint::Error, log: &mut Vec<String
         }
     }
 }
+
+/// `sharded!(mod name => run)` declares a randomized suite as [`SHARDS`](sinkpoint::testkit::SHARDS) tests:
+/// the module `name` with tests `shard_1_of_4` to `shard_4_of_4`, each calling `run(Shard)` (a function beside
+/// the module) for its own range of the cases. libtest runs a binary's tests in parallel, so one long suite is
+/// spread over every core; `cargo test --test suite <file>::name` runs them all.
+macro_rules! sharded {
+    ($(#[$meta:meta])* mod $name:ident => $run:ident) => {
+        $(#[$meta])*
+        mod $name {
+            use sinkpoint::testkit::Shard;
+            const _: () = assert!(sinkpoint::testkit::SHARDS == 4, "one test per shard below");
+
+            #[test]
+            fn shard_1_of_4() {
+                super::$run(Shard::of(0));
+            }
+
+            #[test]
+            fn shard_2_of_4() {
+                super::$run(Shard::of(1));
+            }
+
+            #[test]
+            fn shard_3_of_4() {
+                super::$run(Shard::of(2));
+            }
+
+            #[test]
+            fn shard_4_of_4() {
+                super::$run(Shard::of(3));
+            }
+        }
+    };
+}
+pub(crate) use sharded;

@@ -1,5 +1,6 @@
-//! Shared by the `mirror_*` suites: the three object-store backends every mirror test runs on (in-memory, a
-//! local directory, and moto's S3 API when `SINKPOINT_S3_ENDPOINT` is set), each wrapped in a `FaultStore`,
+//! Shared by the `mirror_*` suites: the object-store backends the mirror tests run on (in-memory and a local
+//! directory for all of them, [`kinds`]; moto's S3 API as well, when `SINKPOINT_S3_ENDPOINT` is set, for those
+//! about conditional creates, listings and request counts, [`kinds_with_s3`]), each wrapped in a `FaultStore`,
 //! and small helpers to build stores and checkpoints.
 #![allow(dead_code, reason = "each suite uses a different part of the support module")]
 
@@ -43,10 +44,19 @@ fn unique(test: &str) -> String {
     format!("{name}-{pid}-{n}-{nanos}")
 }
 
-/// Creates a bucket on moto with a plain HTTP `PUT /{name}` (moto does not check signatures).
-/// The backends to run on: the S3 one only when moto is there. Without it, outside CI the test says so loudly
-/// and runs the other two; in CI (`CI` set) a missing moto fails the test.
+/// The backends most mirror tests run on: InMemory and a local directory, which answer at once. What these tests
+/// check (fencing logic, ordering, gates, damaged bytes, bounds) does not depend on the store's wire protocol.
 pub fn kinds() -> Vec<Kind> {
+    vec![Kind::Memory, Kind::Local]
+}
+
+/// The same two and moto's S3 API, for the tests whose subject S3 can answer differently from the local stores:
+/// conditional creates (`PutMode::Create`, `If-None-Match`: a claim or fence that loses, a slot another epoch
+/// took, a retry answered `AlreadyExists` for our own object), listings (what a restore, a view and a
+/// collection find, object ages from the store's own clock) and the requests a group costs. S3 only when moto is
+/// there: without it, outside CI the test says so loudly and runs the other two; in CI (`CI` set) a missing moto
+/// fails the test.
+pub fn kinds_with_s3() -> Vec<Kind> {
     match std::env::var("SINKPOINT_S3_ENDPOINT") {
         Ok(_) => vec![Kind::Memory, Kind::Local, Kind::S3],
         Err(_) => {
