@@ -191,7 +191,8 @@ async fn a_name_rewritten_between_the_collectors_judgement_and_its_delete_is_nev
     let report = collect_data_files(&job.store, &table, &job.clock, &settings).await.unwrap();
     assert_eq!(verdicts(&report), [("a".to_owned(), Verdict::Deleted)]);
     // The newer attempt stages whatever its write gave it, or writes a name of its own when refused.
-    let result = match table.rewritten.lock().unwrap().take().unwrap() {
+    let rewritten = table.rewritten.lock().unwrap().take().unwrap();
+    let result = match rewritten {
         Ok(result) => result,
         Err(e) => {
             assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
