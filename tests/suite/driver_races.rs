@@ -60,6 +60,26 @@ async fn a_second_driver_without_a_mirror_whose_probe_came_first_is_refused() {
     assert_eq!(d2.get(&id("x")).unwrap().unwrap().state, CheckpointState::Sealed, "nothing marked");
 }
 
+/// `store` records its intent for key 0 over `recorded`; then a commit under key 0 of `landed` alone (one
+/// result a checkpoint, `<id>-rows`) lands in `table`, as a commit the store cannot account for would.
+async fn begin_key_0_and_land(store: &Store, table: &HistoryTable, recorded: &[&str], landed: &[&str]) {
+    let version = table.version().await.unwrap();
+    let recorded: Vec<CheckpointId> = recorded.iter().map(|r| id(r)).collect();
+    sinkpoint::testkit::RawProtocol::begin_commit(store, 0, &recorded, version, false).await.unwrap();
+    let key = CommitKey { job: job(), n: 0 };
+    let ids: Vec<CheckpointId> = landed.iter().map(|l| id(l)).collect();
+    let results: Vec<WriteResult> = landed.iter().map(|l| result(&format!("{l}-rows"))).collect();
+    let commit = TargetCommit {
+        key: &key,
+        ids: &ids,
+        epoch: store.epoch(),
+        results: &results,
+        final_commit: false,
+        prepared_version: version,
+    };
+    assert_eq!(table.commit(&commit).await, sinkpoint::CommitOutcome::Committed);
+}
+
 /// A store with x and y bound to key 0 (its intent recorded), on a table that holds key 0 with x alone (a
 /// commit this store cannot account for). The committer reports the mismatch; `settle_landed(0, [x])` records
 /// x Committed under key 0 and y Sealed again, and the next commit takes y under key 1: each row once.
@@ -70,19 +90,7 @@ async fn a_key_that_landed_with_part_of_its_set_is_settled_without_loss() {
     let store = open(&backend).await;
     seal(&store, "x", "x-rows").await;
     seal(&store, "y", "y-rows").await;
-    let version = table.version().await.unwrap();
-    sinkpoint::testkit::RawProtocol::begin_commit(&store, 0, &[id("x"), id("y")], version, false).await.unwrap();
-    let key = CommitKey { job: job(), n: 0 };
-    let landed_ids = [id("x")];
-    let commit = TargetCommit {
-        key: &key,
-        ids: &landed_ids,
-        epoch: store.epoch(),
-        results: &[result("x-rows")],
-        final_commit: false,
-        prepared_version: version,
-    };
-    assert_eq!(table.commit(&commit).await, sinkpoint::CommitOutcome::Committed);
+    begin_key_0_and_land(&store, &table, &["x", "y"], &["x"]).await;
 
     let committer = Committer::new(&store, &table);
     let mismatch = committer.commit_pending().await.unwrap_err();
@@ -112,19 +120,7 @@ async fn an_unbound_key_still_in_the_table_is_refused_with_the_way_out() {
     let backend = CrashBackend::new();
     let store = open(&backend).await;
     seal(&store, "x", "x-rows").await;
-    let version = table.version().await.unwrap();
-    sinkpoint::testkit::RawProtocol::begin_commit(&store, 0, &[id("x")], version, false).await.unwrap();
-    let key = CommitKey { job: job(), n: 0 };
-    let ids = [id("x")];
-    let commit = TargetCommit {
-        key: &key,
-        ids: &ids,
-        epoch: store.epoch(),
-        results: &[result("x-rows")],
-        final_commit: false,
-        prepared_version: version,
-    };
-    assert_eq!(table.commit(&commit).await, sinkpoint::CommitOutcome::Committed);
+    begin_key_0_and_land(&store, &table, &["x"], &["x"]).await;
     store.unbind(0, "an operator un-bound it").await.unwrap();
     // The operator's hatch runs in a process of its own: the job's next run opens the store again.
     store.close();

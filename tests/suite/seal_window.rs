@@ -326,6 +326,18 @@ mod mirrored {
         (released, task)
     }
 
+    /// `flush` reported input 0 landed: the held puts must have been let go first, and the mirror holds it.
+    async fn input_0_was_mirrored_before_it_was_reported(
+        bucket: &FaultStore<InMemory>,
+        released: &AtomicBool,
+        release: tokio::task::JoinHandle<()>,
+    ) {
+        assert!(released.load(Ordering::SeqCst), "flush reported the seal landed before its group was mirrored");
+        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
+        assert!(view.is_processed(&key(0)).unwrap(), "flush reported input 0 landed; the mirror does not hold it");
+        release.await.unwrap();
+    }
+
     /// A window's unsynced seal and `flush`'s barrier in one batch: the batch's group holds only the seal's
     /// frames, and the barrier's answer is what `flush` reports it landed on. In synchronous mode that answer
     /// must wait for the group. (Fails when the barrier does not count for the group's kind: the group lags,
@@ -344,10 +356,7 @@ mod mirrored {
         // The barrier is queued behind the held seal: both land in the writer's next batch.
         let landed = window.flush().await.unwrap();
         assert_eq!(landed.len(), 1);
-        assert!(released.load(Ordering::SeqCst), "flush reported the seal landed before its group was mirrored");
-        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
-        assert!(view.is_processed(&key(0)).unwrap(), "flush reported input 0 landed; the mirror does not hold it");
-        release.await.unwrap();
+        input_0_was_mirrored_before_it_was_reported(&bucket, &released, release).await;
         store.close();
     }
 
@@ -370,10 +379,7 @@ mod mirrored {
         assert!(refused.is_err(), "input 1's key is taken: {refused:?}");
         let landed = window.flush().await.unwrap();
         assert_eq!(landed.iter().map(|l| l.id.clone()).collect::<Vec<_>>(), vec![id(0)]);
-        assert!(released.load(Ordering::SeqCst), "flush reported the seal landed before its group was mirrored");
-        let view = MirrorView::open(Arc::new(bucket.clone()), Path::from("m")).await.unwrap();
-        assert!(view.is_processed(&key(0)).unwrap(), "flush reported input 0 landed; the mirror does not hold it");
-        release.await.unwrap();
+        input_0_was_mirrored_before_it_was_reported(&bucket, &released, release).await;
         store.close();
     }
 
