@@ -85,6 +85,14 @@ enum Sent {
     ProvenNotLanded(Error),
 }
 
+/// Which send of a recorded key landed, once its outcome is marked committed.
+enum Landed {
+    /// This one.
+    ThisSend,
+    /// An earlier send of the same intent (an older epoch's): F1.
+    EarlierSend,
+}
+
 /// Who may have sent a recorded key before a send, which decides what a refusal of that send means when a probe
 /// then finds the key in the table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -385,8 +393,7 @@ impl<'a> Committer<'a> {
     /// Commits a recorded key, and sends it once more right away when the probe after an unknown outcome
     /// proves it did not land: waiting for the next call would leave a window in which another writer's commit
     /// of the key lands and the next probe takes it for ours. `before` says who may have sent it already, which
-    /// decides what a refusal means. Answers whether this send landed ([`Sent::Marked`]) or an earlier send of
-    /// the same intent did ([`Sent::EarlierLanded`]).
+    /// decides what a refusal means. Answers which send landed.
     async fn send(
         &self,
         n: u64,
@@ -395,17 +402,19 @@ impl<'a> Committer<'a> {
         final_commit: bool,
         prepared_version: Option<u64>,
         before: SentBefore,
-    ) -> Result<Sent> {
-        match self.commit_once(n, ids, results, final_commit, prepared_version, before).await? {
+    ) -> Result<Landed> {
+        let sent = match self.commit_once(n, ids, results, final_commit, prepared_version, before).await? {
             Sent::ProvenNotLanded(_) => {
                 // The probe proved our own send did not land; whoever else may send this intent still may.
                 let before = if before == SentBefore::Unproven { SentBefore::ThisIntent } else { before };
-                match self.commit_once(n, ids, results, final_commit, prepared_version, before).await? {
-                    Sent::ProvenNotLanded(error) => Err(error),
-                    landed => Ok(landed),
-                }
+                self.commit_once(n, ids, results, final_commit, prepared_version, before).await?
             }
-            landed => Ok(landed),
+            sent => sent,
+        };
+        match sent {
+            Sent::Marked => Ok(Landed::ThisSend),
+            Sent::EarlierLanded => Ok(Landed::EarlierSend),
+            Sent::ProvenNotLanded(error) => Err(error),
         }
     }
 
@@ -496,8 +505,8 @@ impl<'a> Committer<'a> {
         // Not landed when probed: re-commit the retained results under the same key. An older epoch's send of
         // this intent may still land first (a zombie); the refusal's probe then finds it.
         match self.send(n, &info.ids, &results, info.final_commit, info.target_version, SentBefore::ThisIntent).await? {
-            Sent::EarlierLanded => Ok(InFlight::Landed(n)),
-            Sent::Marked | Sent::ProvenNotLanded(_) => Ok(InFlight::Recommitted(n)),
+            Landed::EarlierSend => Ok(InFlight::Landed(n)),
+            Landed::ThisSend => Ok(InFlight::Recommitted(n)),
         }
     }
 
@@ -507,8 +516,8 @@ impl<'a> Committer<'a> {
     async fn recommit_on_verdict(&self, n: u64, info: &CommitValue, results: &[WriteResult]) -> Result<InFlight> {
         let sent = self.send(n, &info.ids, results, info.final_commit, info.target_version, SentBefore::Unproven).await;
         let error = match sent {
-            Ok(Sent::EarlierLanded) => return Ok(InFlight::Landed(n)),
-            Ok(_) => return Ok(InFlight::Recommitted(n)),
+            Ok(Landed::EarlierSend) => return Ok(InFlight::Landed(n)),
+            Ok(Landed::ThisSend) => return Ok(InFlight::Recommitted(n)),
             Err(e) if e.kind() == ErrorKind::Target => e,
             Err(e) => return Err(e),
         };

@@ -316,7 +316,7 @@ impl Store {
         let seq = snapshot.meta()?.seq;
         let mut records = Vec::with_capacity(3);
         if seq.in_flight == Some(key) {
-            let recorded = self.commit_info(key)?.map(|c| c.ids).unwrap_or_default();
+            let recorded = snapshot.commit_value(key)?.map(|c| c.ids).unwrap_or_default();
             let foreign: Vec<&CheckpointId> = landed.iter().filter(|id| !recorded.contains(id)).collect();
             if !foreign.is_empty() {
                 return Err(Error::invalid_input(format!(
