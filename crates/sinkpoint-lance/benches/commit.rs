@@ -75,7 +75,7 @@ async fn commit_rows(full: bool) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let uri = dir.path().join("bench.lance").to_string_lossy().into_owned();
         create(&uri).await;
-        let target = LanceTarget::new(&uri);
+        let target = LanceTarget::new(&uri).unwrap_or_else(|e| panic!("{e}"));
         let (mut ratios, mut ours_ms, mut plain_ms) = (Vec::new(), Vec::new(), Vec::new());
         let mut n = 0;
         for _ in 0..bursts {
@@ -107,7 +107,7 @@ async fn probe_rows(full: bool) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let uri = dir.path().join("probe.lance").to_string_lossy().into_owned();
         create(&uri).await;
-        let target = LanceTarget::new(&uri);
+        let target = LanceTarget::new(&uri).unwrap_or_else(|e| panic!("{e}"));
         for n in 0..versions {
             let results = fragments(&uri, 1, n).await;
             sinkpoint_commit(&target, n, &results).await;

@@ -199,7 +199,7 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
         .mirror(Arc::new(mirror), object_store::path::Path::from("lance-job"), MirrorSettings::default())
         .open()
         .await?;
-    let table = LanceTarget::new(&uri);
+    let table = LanceTarget::new(&uri)?;
     let unknown = args.crash_at.as_deref() == Some("unknown-outcome");
     let target: Box<dyn Target> = if unknown {
         Box::new(LoseAckThenProbeFails { inner: table, probe_fails: false.into() })

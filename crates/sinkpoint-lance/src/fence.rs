@@ -32,13 +32,22 @@ pub enum Reached {
 pub struct NextVersionOnly {
     inner: Arc<dyn CommitHandler>,
     expected: u64,
+    /// Set into the manifest's table metadata before it is written: the job's mark lands with the rows.
+    metadata: Option<(String, String)>,
     reached: Mutex<Reached>,
 }
 
 impl NextVersionOnly {
     /// A fence letting through only `expected` (V + 1), forwarding it to `inner`.
     pub fn new(inner: Arc<dyn CommitHandler>, expected: u64) -> Self {
-        Self { inner, expected, reached: Mutex::new(Reached::NotCalled) }
+        Self { inner, expected, metadata: None, reached: Mutex::new(Reached::NotCalled) }
+    }
+
+    /// Also sets `key` to `value` in the table metadata of the manifest it lets through, in the same put.
+    #[must_use]
+    pub fn setting_metadata(mut self, key: String, value: String) -> Self {
+        self.metadata = Some((key, value));
+        self
     }
 
     /// How far the attempt got.
@@ -83,6 +92,9 @@ impl CommitHandler for NextVersionOnly {
         if manifest.version != self.expected {
             self.set(Reached::Refused);
             return Err(CommitError::CommitConflict);
+        }
+        if let Some((key, value)) = &self.metadata {
+            manifest.table_metadata.insert(key.clone(), value.clone());
         }
         let result = self
             .inner

@@ -34,6 +34,8 @@
 pub mod fence;
 mod files;
 pub mod limits;
+#[doc(hidden)]
+pub mod mark;
 mod props;
 mod results;
 mod target;

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::{StreamExt as _, TryStreamExt as _};
 use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::builder::DatasetBuilder;
@@ -14,9 +15,14 @@ use sinkpoint::{CommitKey, CommitOutcome, ProbeOutcome, Target, TargetCommit};
 
 use crate::LanceDataFiles;
 use crate::fence::{NextVersionOnly, Reached};
-use crate::limits::FOREIGN_COMMIT_RETRIES_MAX;
+use crate::limits::{FOREIGN_COMMIT_RETRIES_MAX, STAGED_FILE_CHECKS_IN_FLIGHT_MAX};
+use crate::mark::{self, JobMark, KeyCheck, ProbeStep};
 use crate::props::{self, Recorded};
 use crate::results::decode_fragment;
+
+/// The URI schemes whose Lance commit handler is a conditional put (or the local filesystem's atomic rename),
+/// which the V + 1 fence relies on. Lance gives every other scheme an unconditional put.
+const FENCED_SCHEMES: [&str; 8] = ["file", "file-object-store", "s3", "gs", "az", "abfss", "oss", "memory"];
 
 /// A sinkpoint [`Target`] over the Lance dataset at `uri` (which must exist: create it with its schema first).
 #[derive(Clone, Debug)]
@@ -35,9 +41,13 @@ enum Attempt {
 }
 
 impl LanceTarget {
-    /// A target committing into the dataset at `uri` through Lance's own commit handler for that URI.
-    pub fn new(uri: impl Into<String>) -> Self {
-        Self { uri: uri.into(), storage_options: HashMap::new(), handler: None, fenced: true }
+    /// A target committing into the dataset at `uri` (a local path, `file://`, `s3://`, `memory://`…) through
+    /// Lance's own commit handler for that URI. Refused (`InvalidInput`) for a scheme whose Lance handler is not
+    /// a conditional put (`file+uring://`, `s3+ddb://`…): nothing could keep a second commit of one key out.
+    pub fn new(uri: impl Into<String>) -> sinkpoint::Result<Self> {
+        let uri = uri.into();
+        check_fenced_scheme(&uri)?;
+        Ok(Self { uri, storage_options: HashMap::new(), handler: None, fenced: true })
     }
 
     /// Lance's storage options for the dataset's object store (for S3: `aws_endpoint`, `aws_region`,
@@ -72,14 +82,25 @@ impl LanceTarget {
 
     /// Runs Lance's `cleanup_old_versions` with `policy`, keeping every version a probe may still read: those
     /// after `retention_watermark` ([`sinkpoint::Store::retention_watermark`], the version the key in flight
-    /// was prepared against). A probe reads the transactions of the versions since its intent; expiring them
-    /// turns its answer into Unknown, which only an operator can settle. `None`: nothing is in flight, `policy`
-    /// applies as given.
+    /// was prepared against). The probe of a key in flight reads the transaction its commit landed in, for the
+    /// checkpoint ids; expiring it turns the answer into Unknown, which `resolve not-committed` settles (the
+    /// re-send's key check reads the job's mark, which no cleanup removes). `None`: nothing is in flight,
+    /// `policy` applies as given.
+    ///
+    /// Refused for `policy.delete_unverified`: it deletes every file no version references, which includes the
+    /// fragments workers staged and the driver has not committed yet. Lance's default deletes those once they are
+    /// 7 days old, so a staged checkpoint must be committed within 7 days.
     pub async fn cleanup_old_versions(
         &self,
         mut policy: CleanupPolicy,
         retention_watermark: Option<u64>,
     ) -> lance::Result<RemovalStats> {
+        if policy.delete_unverified {
+            return Err(lance::Error::invalid_input(
+                "cleanup with delete_unverified deletes the fragments staged for commits not made yet (their files \
+                 are referenced by no version): leave it off; Lance deletes unreferenced files once they are 7 days old",
+            ));
+        }
         if let Some(watermark) = retention_watermark {
             let keep_from = watermark.saturating_add(1);
             policy.before_version = Some(policy.before_version.map_or(keep_from, |v| v.min(keep_from)));
@@ -111,33 +132,107 @@ impl LanceTarget {
             Err(e) => return Attempt::Done(CommitOutcome::Unknown { reason: format!("opening the dataset: {e}") }),
         };
         let read_version = dataset.version().version;
-        // Unfenced is a plain Append: no key check either, exactly what Lance does by default.
-        match if self.fenced { key_check(&dataset, commit, read_version).await } else { Ok(None) } {
-            Ok(None) => {}
-            Ok(Some(outcome)) => return Attempt::Done(outcome),
-            Err(reason) => return Attempt::Done(CommitOutcome::Unknown { reason }),
-        }
         let fragments = match commit.results.iter().map(decode_fragment).collect::<Result<Vec<_>, _>>() {
             Ok(f) => f,
             Err(reason) => return Attempt::Done(CommitOutcome::NotLanded { reason }),
         };
-        // Properties go on the Transaction: CommitBuilder::with_transaction_properties is a no-op in 14.0.2.
-        let transaction = TransactionBuilder::new(read_version, Operation::Append { fragments })
-            .transaction_properties(Some(Arc::new(props::encode(commit))))
-            .build();
         let inner = match self.inner_handler().await {
             Ok(h) => h,
             Err(e) => return Attempt::Done(CommitOutcome::NotLanded { reason: format!("no commit handler: {e}") }),
         };
-        let fence = Arc::new(NextVersionOnly::new(inner.clone(), read_version + 1));
-        let handler: Arc<dyn CommitHandler> = if self.fenced { fence.clone() as Arc<dyn CommitHandler> } else { inner };
-        let builder = CommitBuilder::new(Arc::new(dataset)).with_commit_handler(handler);
-        // Fenced, Lance must not rebase past V + 1 on its own; unfenced keeps Lance's default retries, so two
-        // racing appends both land whatever their timing (with none, the loser's conflict hid the duplicate).
-        let builder = if self.fenced { builder.with_max_retries(0) } else { builder };
-        let result = builder.execute(transaction).await;
-        classify(result.map(|_| ()), if self.fenced { fence.reached() } else { Reached::Failed })
+        if !self.fenced {
+            // A plain Append with Lance's default retries, so two racing appends both land whatever their timing.
+            let transaction = TransactionBuilder::new(read_version, Operation::Append { fragments }).build();
+            let result = CommitBuilder::new(Arc::new(dataset)).with_commit_handler(inner).execute(transaction).await;
+            return classify(result.map(|_| ()), Reached::Failed);
+        }
+        let digest = mark::digest(commit.ids, &sorted_files(&fragments));
+        let job = commit.key.job.as_str();
+        let landed = match mark::read_mark(&dataset.manifest().table_metadata, job) {
+            Ok(m) => m,
+            Err(reason) => return Attempt::Done(CommitOutcome::NotLanded { reason }),
+        };
+        match mark::key_check(landed.as_ref(), commit.key.n, commit.epoch, &digest) {
+            KeyCheck::Commit => {}
+            // Our own earlier attempt landed (its answer was lost): the same commit, so it is committed.
+            KeyCheck::AlreadyLanded => return Attempt::Done(CommitOutcome::Committed),
+            KeyCheck::Refused(reason) => return Attempt::Done(CommitOutcome::NotLanded { reason }),
+        }
+        if let Err(reason) = check_staged_files(&dataset, &fragments, commit.ids).await {
+            return Attempt::Done(CommitOutcome::NotLanded { reason });
+        }
+        // Properties go on the Transaction: CommitBuilder::with_transaction_properties is a no-op in 14.0.2.
+        let transaction = TransactionBuilder::new(read_version, Operation::Append { fragments })
+            .transaction_properties(Some(Arc::new(props::encode(commit))))
+            .build();
+        let (mark_key, mark_value) = JobMark::new(commit.key.n, commit.epoch, read_version + 1, digest).entry(job);
+        let fence = Arc::new(NextVersionOnly::new(inner, read_version + 1).setting_metadata(mark_key, mark_value));
+        // Lance must not rebase past V + 1 on its own (no retries), and must not run the table's auto-cleanup
+        // inside our commit: it would expire versions and staged files regardless of the retention watermark.
+        let result = CommitBuilder::new(Arc::new(dataset))
+            .with_commit_handler(fence.clone())
+            .with_max_retries(0)
+            .with_skip_auto_cleanup(true)
+            .execute(transaction)
+            .await;
+        classify(result.map(|_| ()), fence.reached())
     }
+}
+
+/// Refuses a URI whose scheme Lance commits to with an unconditional put.
+fn check_fenced_scheme(uri: &str) -> sinkpoint::Result<()> {
+    // A plain path (no `scheme://`) is the local filesystem; Windows drive letters have no `//` after the colon.
+    let Some((scheme, _)) = uri.split_once("://") else { return Ok(()) };
+    if FENCED_SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
+        return Ok(());
+    }
+    Err(sinkpoint::Error::invalid_input(format!(
+        "the Lance URI scheme {scheme:?} ({uri}) commits through Lance's unconditional handler, which cannot keep \
+         a second commit of one key out: use a plain path or file:// for a local dataset, or one of {}",
+        FENCED_SCHEMES.join(", ")
+    )))
+}
+
+/// Checks that every data file the fragments name is still there: a Lance cleanup deletes staged files no
+/// version references (at once with `delete_unverified`, else after 7 days), and committing a fragment whose file
+/// is gone would make every scan of the table fail. `Err` names the missing files and the checkpoints.
+async fn check_staged_files(
+    dataset: &Dataset,
+    fragments: &[lance_table::format::Fragment],
+    ids: &[sinkpoint::CheckpointId],
+) -> Result<(), String> {
+    let store = dataset.object_store(None).await.map_err(|e| format!("opening the dataset's object store: {e}"))?;
+    let data_dir = dataset.data_dir();
+    let mut paths = Vec::new();
+    for file in fragments.iter().flat_map(|f| f.files.iter()) {
+        if file.base_id.is_some() {
+            return Err(format!(
+                "data file {} is in another base of the dataset: sinkpoint commits fragments staged in the \
+                 dataset's own data directory",
+                file.path
+            ));
+        }
+        paths.push(file.path.clone());
+    }
+    let missing: Vec<String> = futures::stream::iter(paths)
+        .map(|path| {
+            let (store, location) = (store.clone(), data_dir.clone().join(path.as_str()));
+            async move { store.exists(&location).await.map(|there| (!there).then_some(path)) }
+        })
+        .buffer_unordered(STAGED_FILE_CHECKS_IN_FLIGHT_MAX)
+        .try_filter_map(|gone| async move { Ok(gone) })
+        .try_collect()
+        .await
+        .map_err(|e| format!("checking the staged data files: {e}"))?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = ids.iter().map(sinkpoint::CheckpointId::as_str).collect();
+    Err(format!(
+        "staged data files are gone (a Lance cleanup deletes files no version references: at once with \
+         delete_unverified, else once they are 7 days old): {missing:?}. Nothing was committed. The checkpoints \
+         of this key ({ids:?}) cannot land: un-bind the key and force-abort them, so their inputs are written again"
+    ))
 }
 
 /// The outcome of one attempt from how far the fence saw it get; Lance's error only words the reason.
@@ -150,44 +245,6 @@ fn classify(result: lance::Result<()>, reached: Reached) -> Attempt {
         }
         (Err(e), _) => Attempt::Done(CommitOutcome::Unknown { reason: e.to_string() }),
     }
-}
-
-/// Checks, on the table as of `read_version`, that key n of the job is not there yet and no newer epoch
-/// wrote after the intent. `Ok(None)`: commit. Only versions after the prepared one are read: key n cannot
-/// land before its intent, which was recorded after the prepared version was read.
-async fn key_check(
-    dataset: &Dataset,
-    commit: &TargetCommit<'_>,
-    read_version: u64,
-) -> Result<Option<CommitOutcome>, String> {
-    let from = commit.prepared_version.map_or(1, |v| v + 1);
-    for (recorded, files) in job_commits(dataset, commit.key.job.as_str(), from, read_version).await? {
-        if recorded.n == commit.key.n {
-            // The same commit, data files included: two stores without a mirror share an epoch and may hold
-            // the same ids, so epoch and ids alone would take another driver's commit for ours.
-            let ours = recorded.epoch == commit.epoch && recorded.ids == commit.ids && files == data_files(commit)?;
-            return Ok(Some(if ours {
-                // Our own earlier attempt landed (its answer was lost): the same commit, so it is committed.
-                CommitOutcome::Committed
-            } else {
-                CommitOutcome::NotLanded {
-                    reason: format!("key {} is taken by epoch {} for {:?}", recorded.n, recorded.epoch, recorded.ids),
-                }
-            }));
-        }
-        if recorded.n > commit.key.n || recorded.epoch > commit.epoch {
-            return Ok(Some(CommitOutcome::NotLanded {
-                reason: format!("fenced: key {} of epoch {} landed after the intent", recorded.n, recorded.epoch),
-            }));
-        }
-    }
-    Ok(None)
-}
-
-/// The data files a commit's fragments name, sorted.
-fn data_files(commit: &TargetCommit<'_>) -> Result<Vec<String>, String> {
-    let fragments = commit.results.iter().map(decode_fragment).collect::<Result<Vec<_>, _>>()?;
-    Ok(sorted_files(&fragments))
 }
 
 fn sorted_files(fragments: &[lance_table::format::Fragment]) -> Vec<String> {
@@ -208,6 +265,10 @@ async fn job_commits(dataset: &Dataset, job: &str, from: u64, to: u64) -> Result
             Err(e) => return Err(format!("version {version} cannot be read (cleaned up?): {e}")),
         };
         let Some(properties) = transaction.transaction_properties.as_deref() else { continue };
+        // Another job's properties are never decoded: damage there is not this job's to report.
+        if properties.get(props::JOB).map(String::as_str) != Some(job) {
+            continue;
+        }
         match props::decode(properties)? {
             Some(recorded) if recorded.job == job => {
                 let files = match &transaction.operation {
@@ -247,15 +308,53 @@ impl Target for LanceTarget {
             Ok(d) => d,
             Err(e) => return ProbeOutcome::Unknown { reason: format!("opening the dataset: {e}") },
         };
-        let from = prepared_version.map_or(1, |v| v + 1);
-        match job_commits(&dataset, key.job.as_str(), from, dataset.version().version).await {
-            Ok(commits) => match commits.into_iter().find(|(c, _)| c.n == key.n) {
-                Some((c, _)) => ProbeOutcome::Committed { ids: Some(c.ids) },
-                // Every version since the intent was read and none holds the key; a late attempt would have to
-                // land at a version after the latest, where the next commit's key check finds it first.
-                None => ProbeOutcome::NotCommitted,
+        let job = key.job.as_str();
+        let landed = match mark::read_mark(&dataset.manifest().table_metadata, job) {
+            Ok(m) => m,
+            Err(reason) => return ProbeOutcome::Unknown { reason },
+        };
+        match mark::probe_step(landed.as_ref(), key.n) {
+            // The latest version holds no key n: a late attempt would have to land at a version after it,
+            // where the next commit's key check finds it first.
+            ProbeStep::NotCommitted => ProbeOutcome::NotCommitted,
+            ProbeStep::ReadIds { version } => match job_commits(&dataset, job, version, version).await {
+                Ok(commits) => match commits.into_iter().find(|(c, _)| c.n == key.n) {
+                    Some((c, _)) => ProbeOutcome::Committed { ids: Some(c.ids) },
+                    None => ProbeOutcome::Unknown {
+                        reason: format!("the job's mark says key {} landed at version {version}, whose transaction \
+                                         does not record it (the mark or the transaction is damaged)", key.n),
+                    },
+                },
+                Err(reason) => ProbeOutcome::Unknown { reason: landed_but_unreadable(key.n, version, &reason) },
             },
-            Err(reason) => ProbeOutcome::Unknown { reason },
+            // Only a second driver or a zombie lands later keys over ours; which set key n holds is in the
+            // versions since its intent. A probe before any intent only asks whether the key is there.
+            ProbeStep::LandedBefore { version } => match prepared_version {
+                None => ProbeOutcome::Committed { ids: None },
+                Some(prepared) => match job_commits(&dataset, job, prepared + 1, version).await {
+                    Ok(commits) => match commits.into_iter().find(|(c, _)| c.n == key.n) {
+                        Some((c, _)) => ProbeOutcome::Committed { ids: Some(c.ids) },
+                        None => ProbeOutcome::Unknown {
+                            reason: format!(
+                                "a later key of the job landed at version {version}, but key {} is in none of the \
+                                 versions since its intent ({}..={version})",
+                                key.n,
+                                prepared + 1
+                            ),
+                        },
+                    },
+                    Err(reason) => ProbeOutcome::Unknown { reason: landed_but_unreadable(key.n, version, &reason) },
+                },
+            },
         }
     }
+}
+
+/// Why a probe cannot say which checkpoints a landed key holds, and the way out.
+fn landed_but_unreadable(n: u64, version: u64, reason: &str) -> String {
+    format!(
+        "key {n} landed (the job's mark, at version {version}), but which checkpoints it holds cannot be read \
+         ({reason}): its version was cleaned up past the retention watermark. `sinkpoint resolve {n} \
+         not-committed` settles it without loss: the re-send compares the landed commit with the recorded one"
+    )
 }

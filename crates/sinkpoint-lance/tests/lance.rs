@@ -16,6 +16,11 @@ use sinkpoint::{
 use sinkpoint_lance::{LanceTarget, write_fragments};
 use tokio::sync::OnceCell;
 
+/// The target over the dataset at `uri` (a path: never refused).
+fn lance_target(uri: &str) -> LanceTarget {
+    LanceTarget::new(uri).unwrap_or_else(|e| panic!("target {uri}: {e}"))
+}
+
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, false)]))
 }
@@ -65,7 +70,7 @@ impl SuiteTable {
     fn new(fenced: bool) -> Self {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let uri = dir.path().join("table.lance").to_string_lossy().into_owned();
-        let target = if fenced { LanceTarget::new(&uri) } else { LanceTarget::new(&uri).unfenced() };
+        let target = if fenced { lance_target(&uri) } else { lance_target(&uri).unfenced() };
         Self { _dir: dir, uri, target, created: OnceCell::new() }
     }
 
@@ -191,7 +196,7 @@ mod racing {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let uri = dir.path().join("race.lance").to_string_lossy().into_owned();
         let dataset = create_empty(&uri).await;
-        let target = if fenced { LanceTarget::new(&uri) } else { LanceTarget::new(&uri).unfenced() };
+        let target = if fenced { lance_target(&uri) } else { lance_target(&uri).unfenced() };
         let mut landed_per_round = Vec::new();
         for n in 0..ROUNDS {
             let prepared = target.version().await.unwrap_or_else(|e| panic!("{e}"));
@@ -304,7 +309,7 @@ mod faults {
         let uri = dir.path().join("faults.lance").to_string_lossy().into_owned();
         let dataset = create_empty(&uri).await;
         let handler = Arc::new(FaultyHandler::default());
-        let target = LanceTarget::new(&uri).with_commit_handler(handler.clone());
+        let target = lance_target(&uri).with_commit_handler(handler.clone());
         run_job_with_fault(dataset, &target, &handler, fault, "faults").await;
         let mut names = names_in(&uri).await;
         names.sort();
@@ -372,7 +377,7 @@ mod faults {
         let uri = dir.path().join("cleanup.lance").to_string_lossy().into_owned();
         let dataset = create_empty(&uri).await;
         let handler = Arc::new(FaultyHandler::default());
-        let target = LanceTarget::new(&uri).with_commit_handler(handler.clone());
+        let target = lance_target(&uri).with_commit_handler(handler.clone());
         let prepared = target.version().await.unwrap_or_else(|e| panic!("{e}"));
         let k = CommitKey { job: JobId::new("cleanup").unwrap_or_else(|e| panic!("{e}")), n: 0 };
         let ids = vec![CheckpointId::new("cp-0").unwrap_or_else(|e| panic!("{e}"))];
@@ -440,7 +445,7 @@ mod foreign {
                 written
             })
         };
-        let target = LanceTarget::new(&uri);
+        let target = lance_target(&uri);
         let job = JobId::new("with-foreign").unwrap_or_else(|e| panic!("{e}"));
         let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
             .backend(CrashBackend::new())
@@ -482,7 +487,7 @@ mod foreign {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let uri = dir.path().join("drivers.lance").to_string_lossy().into_owned();
         let dataset = create_empty(&uri).await;
-        let target = LanceTarget::new(&uri);
+        let target = lance_target(&uri);
         let open = || async {
             let job = JobId::new("two-drivers").unwrap_or_else(|e| panic!("{e}"));
             Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
@@ -612,7 +617,7 @@ mod s3 {
         );
         let handler = Arc::new(FaultyHandler::default());
         let target =
-            LanceTarget::new(&uri).with_storage_options(options(&endpoint)).with_commit_handler(handler.clone());
+            lance_target(&uri).with_storage_options(options(&endpoint)).with_commit_handler(handler.clone());
         run_job_with_fault(dataset, &target, &handler, LAND_THEN_LOSE_ACK, "on-s3").await;
         let dataset = target.open().await.unwrap_or_else(|e| panic!("open: {e}"));
         let mut names = names_of(&dataset).await;
@@ -672,7 +677,7 @@ mod retention {
         let dataset = create_empty(&uri).await;
         let handler = Arc::new(FaultyHandler::default());
         let target = ProbeDown {
-            inner: LanceTarget::new(&uri).with_commit_handler(handler.clone()),
+            inner: lance_target(&uri).with_commit_handler(handler.clone()),
             probe_down: AtomicBool::new(false),
         };
         let job = JobId::new("retention").unwrap_or_else(|e| panic!("{e}"));
@@ -812,7 +817,7 @@ mod collect {
         let root = dir.path().join("collect.lance");
         let uri = root.to_string_lossy().into_owned();
         let dataset = create_empty(&uri).await;
-        let target = LanceTarget::new(&uri);
+        let target = lance_target(&uri);
         let files = target.data_files();
         let job = JobId::new("collect").unwrap_or_else(|e| panic!("{e}"));
         let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
@@ -933,7 +938,7 @@ mod collect {
         let policy = lance::dataset::cleanup::CleanupPolicyBuilder::default()
             .before_timestamp(chrono::Utc::now() + chrono::Duration::seconds(1))
             .build();
-        LanceTarget::new(&uri).cleanup_old_versions(policy, None).await.unwrap_or_else(|e| panic!("cleanup: {e}"));
+        lance_target(&uri).cleanup_old_versions(policy, None).await.unwrap_or_else(|e| panic!("cleanup: {e}"));
         let referenced = files.referenced().await.unwrap_or_else(|e| panic!("referenced: {e}"));
         assert_eq!(referenced, latest);
         assert_eq!(files_on_disk(&root, "data"), latest);
@@ -1005,5 +1010,76 @@ mod collect {
         assert!(files.referenced().await.unwrap_or_else(|e| panic!("{e}")).is_empty());
         assert_eq!(files.stat("data/x.lance").await.unwrap_or_else(|e| panic!("{e}")), None);
         files.delete("data/x.lance").await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Proves the job mark's encoding is stable (golden vectors) and its decisions commit only what is neither
+/// there nor fenced, probing at most one transaction.
+mod mark {
+    use std::collections::HashMap;
+
+    use sinkpoint::{CheckpointId, Epoch};
+    use sinkpoint_lance::mark::*;
+
+    fn ids(names: &[&str]) -> Vec<CheckpointId> {
+        names.iter().map(|n| CheckpointId::new(*n).unwrap_or_else(|e| panic!("{e}"))).collect()
+    }
+
+    fn mark(key: u64, epoch: Epoch, digest: &str) -> JobMark {
+        JobMark::new(key, epoch, 7, digest.to_owned())
+    }
+
+    /// The encoding is a format: these bytes are what tables hold, and what the Python side reads back.
+    #[test]
+    fn golden_mark_and_digest() {
+        let d = digest(&ids(&["cp-b", "cp-a"]), &["f2.lance".to_owned(), "f1.lance".to_owned()]);
+        assert_eq!(d, "661e1c84a0a99cff3fa0090e3bba9303", "the digest of a fixed commit changed: a format change");
+        let (key, value) = JobMark::new(3, 2, 41, d).entry("nightly");
+        assert_eq!(key, "sinkpoint.job.nightly");
+        assert_eq!(value, r#"{"v":1,"key":3,"epoch":2,"version":41,"digest":"661e1c84a0a99cff3fa0090e3bba9303"}"#);
+    }
+
+    #[test]
+    fn the_digest_ignores_order_and_tells_ids_from_files() {
+        let a = digest(&ids(&["x", "y"]), &["f".to_owned()]);
+        assert_eq!(a, digest(&ids(&["y", "x"]), &["f".to_owned()]));
+        assert_ne!(a, digest(&ids(&["x", "y", "f"]), &[]));
+        assert_ne!(a, digest(&ids(&["x"]), &["y".to_owned(), "f".to_owned()]));
+    }
+
+    #[test]
+    fn a_mark_round_trips_and_a_damaged_or_newer_one_is_refused() {
+        let m = mark(4, 1, "ab");
+        let (key, value) = m.entry("j");
+        let mut metadata = HashMap::from([(key.clone(), value)]);
+        assert_eq!(read_mark(&metadata, "j"), Ok(Some(m)));
+        assert_eq!(read_mark(&metadata, "other"), Ok(None));
+        metadata.insert(key.clone(), "{not json".to_owned());
+        assert!(read_mark(&metadata, "j").expect_err("refused").contains("does not parse"));
+        metadata.insert(key, r#"{"v":2,"key":1,"epoch":1,"version":1,"digest":"ab"}"#.to_owned());
+        assert!(read_mark(&metadata, "j").expect_err("refused").contains("format 2"));
+    }
+
+    #[test]
+    fn the_key_check_commits_only_what_is_neither_there_nor_fenced() {
+        assert_eq!(key_check(None, 0, 1, "d"), KeyCheck::Commit);
+        assert_eq!(key_check(Some(&mark(2, 1, "d")), 3, 1, "e"), KeyCheck::Commit);
+        assert_eq!(key_check(Some(&mark(3, 1, "d")), 3, 1, "d"), KeyCheck::AlreadyLanded);
+        for (landed, n, epoch, digest) in [
+            (mark(3, 1, "d"), 3, 1, "e"), // another set under our key
+            (mark(3, 1, "d"), 3, 2, "d"), // the same set by another epoch: the probe decides whose it is
+            (mark(4, 1, "d"), 3, 1, "e"), // a later key landed
+            (mark(2, 5, "d"), 3, 1, "e"), // a newer epoch wrote
+        ] {
+            assert!(matches!(key_check(Some(&landed), n, epoch, digest), KeyCheck::Refused(_)), "{landed:?} vs {n}");
+        }
+    }
+
+    #[test]
+    fn the_probe_reads_at_most_the_landed_keys_transaction() {
+        assert_eq!(probe_step(None, 0), ProbeStep::NotCommitted);
+        assert_eq!(probe_step(Some(&mark(2, 1, "d")), 3), ProbeStep::NotCommitted);
+        assert_eq!(probe_step(Some(&mark(3, 1, "d")), 3), ProbeStep::ReadIds { version: 7 });
+        assert_eq!(probe_step(Some(&mark(4, 1, "d")), 3), ProbeStep::LandedBefore { version: 7 });
     }
 }
