@@ -10,10 +10,13 @@ conformance suite's writer scenarios); a lost acknowledgement is also run here, 
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import urllib.request
+import uuid
 
 import pytest
 
@@ -212,6 +215,31 @@ def test_a_result_that_is_not_a_lance_fragment_never_reaches_the_table(job, uri)
     assert rows(uri) == []
     assert latest(uri) == v0
     assert LanceTarget(uri).probe(JOB, 0, v0) == "not_committed"
+
+
+def test_a_job_commits_into_a_dataset_on_the_s3_api_through_the_storage_options(tmp_path):
+    """The target's storage options reach the wheel's Lance (moto's S3 API; skipped without
+    SINKPOINT_S3_ENDPOINT, which .ci/run sets)."""
+    endpoint = os.environ.get("SINKPOINT_S3_ENDPOINT", "").rstrip("/")
+    if not endpoint:
+        pytest.skip("SINKPOINT_S3_ENDPOINT is unset (source .ci/moto.sh && moto_start)")
+    bucket = f"lance-{uuid.uuid4().hex[:12]}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT", data=b""), timeout=10)
+    options = {"aws_endpoint": endpoint, "aws_access_key_id": "test", "aws_secret_access_key": "test",
+               "aws_region": "us-east-1", "allow_http": "true"}
+    uri = f"s3://{bucket}/t.lance"
+    create_dataset(uri, SCHEMA, storage_options=options)
+    staging = SharedStaging(f"file://{tmp_path}/staging", JOB)
+    fragments = write_fragment(uri, pa.table({"x": pa.array([1, 2], pa.int64())}), schema=SCHEMA,
+                               storage_options=options)
+    staging.worker("w").stage_and_seal(checkpoint_id_for_key("in-0"), ["in-0"], fragments)
+    target = LanceTarget(uri, storage_options=options)
+    with Driver(str(tmp_path / "store.redb"), JOB, target, staging=staging) as driver:
+        driver.adopt()
+        assert driver.finish().committed_keys == [0]
+
+    assert sorted(lance.dataset(uri, storage_options=options).to_table().column("x").to_pylist()) == [1, 2]
+    assert target.probe(JOB, 0) == ("committed", [checkpoint_id_for_key("in-0")])
 
 
 # ----------------------------------------------------------------------------------------------------------
