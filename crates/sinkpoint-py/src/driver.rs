@@ -172,9 +172,10 @@ impl PyDriver {
 #[pymethods]
 impl PyDriver {
     /// A driver for `job` with its store at `path` (a local file, created if missing) committing into
-    /// `target` (a DirTable, a LanceTarget, or a Python object with version(), commit() and probe()). `mirror`: an object
-    /// store URL the store is mirrored to (a driver that lost its disk restores from it). `staging`: the
-    /// job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until first use.
+    /// `target` (a DirTable, a LanceTarget, or a Python object with version(), commit() and probe()).
+    /// `mirror`: an object store URL the store is mirrored to (a driver that lost its disk restores from it).
+    /// `staging`: the job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until
+    /// first use.
     #[new]
     #[pyo3(signature = (path, job, target, target_identity = None, mirror = None, mirror_options = None, staging = None, crash_at = None))]
     #[allow(clippy::too_many_arguments)]
