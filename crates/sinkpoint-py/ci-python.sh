@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# The Python package's CI step (issue 13), run by .ci/run: builds the wheel with maturin (release, abi3) into the
-# shared target dir, installs it into a cached venv holding Daft, Ray, pylance (requirements-ci.txt), and runs
+# The Python package's CI step, run by .ci/run: builds the wheel with maturin (abi3, the dev profile, stripped) into
+# the shared target dir, installs it into a cached venv holding Daft, Ray, pylance (requirements-ci.txt), and runs
 # pytest over crates/sinkpoint-py/tests. Prints the wheel's build time and size.
+#
+# The dev profile, not release: the wheel links the Lance adapter, and so Lance, DataFusion and Arrow (400+ crates).
+# Built in the dev profile with the features `cargo test --workspace` resolves (sinkpoint-py's Cargo.toml asks for
+# tokio's), the wheel reuses the Lance that step built in the same target dir: only sinkpoint, sinkpoint-lance,
+# pyo3 and sinkpoint-py are compiled here. A release build compiles all of Lance again, optimised (far too slow
+# for CI on 2 cores). Wheels for users are built with `maturin build --release`.
 #
 #   bash crates/sinkpoint-py/ci-python.sh [pytest args...]
 #
@@ -30,9 +36,9 @@ _py_log() { printf 'python: %s\n' "$*" >&2; }
 
 dist="$(mktemp -d)"
 start=$(date +%s)
-"$venv/bin/maturin" build --quiet --release --manifest-path "$here/Cargo.toml" --out "$dist" >&2
+"$venv/bin/maturin" build --quiet --profile dev --strip --manifest-path "$here/Cargo.toml" --out "$dist" >&2
 wheel=$(ls "$dist"/*.whl)
-printf 'wheel: %s, %s KiB, built in %ss (release; warm target dir: only sinkpoint-py and what changed)\n' \
+printf 'wheel: %s, %s KiB, built in %ss (dev profile, stripped; warm target dir: only the workspace crates that changed)\n' \
     "$(basename "$wheel")" "$(( $(stat -c %s "$wheel") / 1024 ))" "$(( $(date +%s) - start ))"
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 rm -rf "$dist"

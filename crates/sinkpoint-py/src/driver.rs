@@ -14,6 +14,7 @@ use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, Target, Target
 
 use crate::collect::{DATA_FILE_GRACE_S_DEFAULT, PyCollectReport, PyDataFiles, PyGarbageEntry, grace_ms};
 use crate::errors::{invalid, to_py};
+use crate::lance_target::PyLanceTarget;
 use crate::runtime::block_on;
 use crate::staging::PySharedStaging;
 use crate::target::{PyDirTable, PyTarget};
@@ -59,14 +60,17 @@ pub(crate) struct PyDriver {
     opened: Mutex<Option<Arc<Opened>>>,
 }
 
-/// The identity a store records for `target`: the given one, else the target's own `identity` attribute, else
-/// a DirTable's `file://` URL.
+/// The identity a store records for `target`: the given one, else a DirTable's `file://` URL, a LanceTarget's
+/// `lance:<uri>`, or a Python target's own `identity` attribute.
 fn identity_of(target: &Bound<'_, PyAny>, given: Option<String>) -> PyResult<String> {
     if let Some(identity) = given {
         return Ok(identity);
     }
     if let Ok(table) = target.cast::<PyDirTable>() {
         return Ok(format!("file://{}", table.get().path_str()));
+    }
+    if let Ok(lance) = target.cast::<PyLanceTarget>() {
+        return Ok(lance.get().identity_str());
     }
     if target.hasattr("identity")? {
         return target.getattr("identity")?.extract();
@@ -77,14 +81,14 @@ fn identity_of(target: &Bound<'_, PyAny>, given: Option<String>) -> PyResult<Str
 }
 
 fn check_target(target: &Bound<'_, PyAny>) -> PyResult<()> {
-    if target.cast::<PyDirTable>().is_ok() {
+    if target.cast::<PyDirTable>().is_ok() || target.cast::<PyLanceTarget>().is_ok() {
         return Ok(());
     }
     for method in ["version", "commit", "probe"] {
         if !target.hasattr(method)? {
             let type_name = target.get_type().name()?;
             return Err(invalid(format!(
-                "the target {type_name} has no {method}(): a target is a sinkpoint.DirTable or an object with version(), commit(commit) and probe(job, key, prepared_version)"
+                "the target {type_name} has no {method}(): a target is a sinkpoint.DirTable, a sinkpoint.LanceTarget or an object with version(), commit(commit) and probe(job, key, prepared_version)"
             )));
         }
     }
@@ -129,9 +133,14 @@ impl PyDriver {
             let (objects, prefix) = crate::objects::open(url, &self.mirror_options)?;
             builder = builder.mirror(objects, prefix, MirrorSettings::default());
         }
-        let target: Arc<dyn Target> = match self.target.bind(py).cast::<PyDirTable>() {
-            Ok(table) => Arc::new(table.get().table.clone()),
-            Err(_) => Arc::new(PyTarget::new(self.target.clone_ref(py))),
+        // The compiled targets are driven natively; any other object through its Python methods.
+        let bound = self.target.bind(py);
+        let target: Arc<dyn Target> = if let Ok(table) = bound.cast::<PyDirTable>() {
+            Arc::new(table.get().table.clone())
+        } else if let Ok(lance) = bound.cast::<PyLanceTarget>() {
+            Arc::new(lance.get().target.clone())
+        } else {
+            Arc::new(PyTarget::new(self.target.clone_ref(py)))
         };
         let inbox = match &self.staging {
             Some(s) => Some(Inbox::new(s.get().get()?)),
@@ -163,9 +172,10 @@ impl PyDriver {
 #[pymethods]
 impl PyDriver {
     /// A driver for `job` with its store at `path` (a local file, created if missing) committing into
-    /// `target` (a DirTable or a Python target such as sinkpoint.lance.LanceTarget). `mirror`: an object
-    /// store URL the store is mirrored to (a driver that lost its disk restores from it). `staging`: the
-    /// job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until first use.
+    /// `target` (a DirTable, a LanceTarget, or a Python object with version(), commit() and probe()).
+    /// `mirror`: an object store URL the store is mirrored to (a driver that lost its disk restores from it).
+    /// `staging`: the job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until
+    /// first use.
     #[new]
     #[pyo3(signature = (path, job, target, target_identity = None, mirror = None, mirror_options = None, staging = None, crash_at = None))]
     #[allow(clippy::too_many_arguments)]

@@ -3,7 +3,8 @@
 //! - `staging`: `SharedStaging` and `Worker`, the worker side of a job whose tasks run on many machines.
 //! - `driver`: `Driver`, the committer side (store, mirror, target, adoption, recovery, operator hatches).
 //! - `target`: the reference `DirTable`, and the bridge that lets the Rust committer drive a target written
-//!   in Python (`sinkpoint.lance.LanceTarget` over pylance is one).
+//!   in Python.
+//! - `lance_target`: `LanceTarget`, the Rust Lance adapter (`sinkpoint-lance`) compiled in and driven natively.
 //! - `collect`: `Driver.garbage` and `Driver.collect_data_files`, the orphan data-file collector over a Python
 //!   object that knows the table's files (`sinkpoint.lance.LanceDataFiles` is one).
 //! - `errors`: one exception class per `ErrorKind`.
@@ -11,14 +12,15 @@
 //! Every blocking call runs on one tokio runtime per process with the GIL released (`runtime`). Handles
 //! are configuration until first used: they pickle as it and reopen lazily where they are unpickled.
 //!
-//! Why the Lance commit is Python (pylance) and not the Rust adapter compiled into this wheel: see
-//! `docs/decisions/0013-lance-commit-in-python.md`.
+//! Why the Lance commit is the Rust adapter compiled into this wheel and not pylance: see
+//! `docs/decisions/0032-the-wheel-commits-through-the-rust-lance-target.md`.
 
 #![forbid(unsafe_code)]
 
 mod collect;
 mod driver;
 mod errors;
+mod lance_target;
 mod objects;
 mod runtime;
 mod staging;
@@ -52,6 +54,8 @@ fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::PyCheckpointInfo>()?;
     m.add_class::<target::PyTargetCommit>()?;
     m.add_class::<target::PyDirTable>()?;
+    m.add_class::<lance_target::PyLanceTarget>()?;
+    m.add_class::<lance_target::PyCleanupStats>()?;
     m.add_class::<staging::PySharedStaging>()?;
     m.add_class::<staging::PyWorker>()?;
     m.add_class::<driver::PyDriver>()?;

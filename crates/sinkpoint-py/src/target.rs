@@ -1,7 +1,8 @@
 //! Targets the committer drives from Python: the reference [`DirTable`], and any Python object meeting the
-//! `Target` protocol (`version`, `commit`, `probe`; `sinkpoint.lance.LanceTarget` is one), called with the GIL
-//! re-attached. A Python target must keep the four guarantees of the Rust trait; this bridge keeps one more:
-//! whatever it cannot read as a clear answer is Unknown, never NotLanded.
+//! `Target` protocol (`version`, `commit`, `probe`), called with the GIL re-attached. (`sinkpoint.LanceTarget`
+//! is compiled in and driven natively, as `DirTable` is: `lance_target`.) A Python target must keep the four
+//! guarantees of the Rust trait; this bridge keeps one more: whatever it cannot read as a clear answer is
+//! Unknown, never NotLanded.
 
 use async_trait::async_trait;
 use pyo3::prelude::*;

@@ -14,7 +14,7 @@ pub(crate) type Reduced<'py, A> = PyResult<(Bound<'py, PyAny>, A)>;
 
 /// The format tag of a pylance `FragmentMetadata` staged as its JSON (`to_json()`), as the Lance adapter
 /// reads it.
-pub(crate) const LANCE_FRAGMENT_JSON: &str = "lance-fragment-json";
+pub(crate) const LANCE_FRAGMENT_JSON: &str = sinkpoint_lance::FRAGMENT_JSON_FORMAT;
 
 /// The tag a format is known by in Python.
 pub(crate) fn format_name(format: &Format) -> String {

@@ -9,7 +9,8 @@ every sealed checkpoint into the table exactly once, whatever crashed and was re
   ``recover`` / ``adopt`` / ``commit_pending`` / ``finish``, the operator hatches ``resolve`` and
   ``force_abort``, and the orphan data-file collector: ``garbage`` (the ledger of dropped attempts' results) and
   ``collect_data_files`` (over ``sinkpoint.lance.LanceDataFiles`` or any object of the stubs' ``DataFiles`` protocol).
-- Targets: :class:`DirTable` (the reference directory table) and ``sinkpoint.lance.LanceTarget`` (pylance).
+- Targets: :class:`DirTable` (the reference directory table) and :class:`LanceTarget` (the Rust Lance adapter,
+  compiled in; ``sinkpoint.lance`` has it with the worker-side helpers over pylance).
 - ``sinkpoint.daft.LanceSink`` — a Daft ``DataSink`` writing Lance exactly once.
 
 Errors are :class:`SinkpointError` subclasses, one per kind; each message says what to do.
@@ -26,6 +27,7 @@ from ._sinkpoint import (
     AlreadyOpen,
     Bug,
     CheckpointInfo,
+    CleanupStats,
     CollectReport,
     CommitMismatch,
     CommitReport,
@@ -37,6 +39,7 @@ from ._sinkpoint import (
     IllegalTransition,
     InvalidInput,
     IoError,
+    LanceTarget,
     OrphanFile,
     Poisoned,
     RecoveryReport,
@@ -64,6 +67,7 @@ __all__ = [
     "AlreadyOpen",
     "Bug",
     "CheckpointInfo",
+    "CleanupStats",
     "CollectReport",
     "CommitMismatch",
     "CommitReport",
@@ -75,6 +79,7 @@ __all__ = [
     "IllegalTransition",
     "InvalidInput",
     "IoError",
+    "LanceTarget",
     "OrphanFile",
     "Poisoned",
     "RecoveryReport",

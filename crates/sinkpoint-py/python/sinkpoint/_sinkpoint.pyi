@@ -106,7 +106,8 @@ class TargetCommit:
     prepared_version: int | None
 
 class Target(Protocol):
-    """A table target written in Python, driven by the Rust committer (see ``sinkpoint.lance.LanceTarget``).
+    """A table target written in Python, driven by the Rust committer (``DirTable`` and ``LanceTarget`` are
+    compiled targets, driven without calling back into Python).
 
     The same four guarantees as the Rust ``Target`` trait: one commit per key, key/ids/epoch atomic with the
     data, honest probes, no hidden retries. Raising from ``commit`` or ``probe`` counts as an unknown outcome.
@@ -293,6 +294,54 @@ class DirTable:
         """Every line of every data file of every landed commit, in commit order (a file committed twice is
         read twice, as a duplicate would be)."""
 
+class CleanupStats:
+    """What one ``LanceTarget.cleanup_old_versions`` removed (Lance's ``RemovalStats``)."""
+
+    bytes_removed: int
+    old_versions: int
+    data_files_removed: int
+    transaction_files_removed: int
+    index_files_removed: int
+    deletion_files_removed: int
+    #: Files Lance could not delete (the next cleanup finds them again).
+    failed_deletes: int
+
+class LanceTarget:
+    """The Lance target: the Rust adapter ``sinkpoint_lance::LanceTarget`` compiled in, driven natively by the
+    ``Driver``. Commits go through Lance's conditional-put commit handler, fenced to version V + 1 (V: the version
+    the key check read), so a racing writer's manifest is never overwritten. The dataset at ``uri`` must exist
+    (``sinkpoint.lance.create_dataset``). Keeps no state between calls; pickles as its URI and options."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        """``storage_options``: Lance's (pylance's) object-store options (for S3: ``aws_endpoint``,
+        ``aws_region``, ``allow_http``, credentials)."""
+    @property
+    def uri(self) -> str: ...
+    @property
+    def storage_options(self) -> dict[str, str] | None: ...
+    @property
+    def identity(self) -> str:
+        """What a ``Driver`` records in its store for this target: ``lance:<uri>``."""
+    def version(self) -> int | None:
+        """The dataset's latest version. Raises ``TargetError`` when it cannot be read."""
+    def probe(
+        self, job: str, key: int, prepared_version: int | None = None
+    ) -> Union[
+        Literal["not_committed"],
+        tuple[Literal["committed"], list[str] | None],
+        tuple[Literal["unknown"], str],
+    ]:
+        """Whether key ``key`` of ``job`` landed in the versions after ``prepared_version`` (all of them for
+        ``None``); ``("unknown", reason)`` when a version in that range is gone (cleaned up) or unreadable."""
+    def cleanup_old_versions(
+        self, older_than_seconds: float = 1209600.0, retention_watermark: int | None = None
+    ) -> CleanupStats:
+        """Lance's ``cleanup_old_versions``: removes versions older than ``older_than_seconds`` (two weeks by
+        default), keeping every version after ``retention_watermark`` (``Driver.retention_watermark()``; None:
+        nothing in flight). Lance also deletes unreferenced data files (staged, not yet committed ones included)
+        once they are 7 days old: commit a staged input within 7 days. Raises ``TargetError`` when it fails
+        (retry). Raises ``InvalidInput`` for a negative or non-finite age."""
+
 class Driver:
     """The committer side: a store (local redb file, optionally mirrored), a target, and optionally the shared
     staging whose sealed checkpoints it adopts. Opening (lazily, on first use) claims a new epoch and fences
@@ -302,7 +351,7 @@ class Driver:
         self,
         path: str,
         job: str,
-        target: Union[DirTable, Target],
+        target: Union[DirTable, LanceTarget, Target],
         *,
         target_identity: str | None = None,
         mirror: str | None = None,

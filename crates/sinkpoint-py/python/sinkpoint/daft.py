@@ -3,8 +3,9 @@
 Each input file of a job is one sinkpoint checkpoint (``checkpoint_id_for_key(input)``). Workers write the input's
 rows as uncommitted Lance fragments and seal the checkpoint in shared staging themselves (nothing goes through the
 driver); ``finalize`` on the driver adopts every sealed checkpoint into the committer's store and commits them into
-the Lance table through :class:`sinkpoint.lance.LanceTarget`. A rerun after any crash skips what was sealed and
-finishes the job; a rerun after the job finished does nothing. The protocol is in
+the Lance table through :class:`sinkpoint.LanceTarget` (the Rust Lance adapter compiled into the wheel: no commit
+overwrites a racing writer's, so several jobs may append to one table at once). A rerun after any crash skips what
+was sealed and finishes the job; a rerun after the job finished does nothing. The protocol is in
 ``docs/protocols/shared-staging.md``; the sink in ``docs/protocols/python.md``.
 
 Usage (``examples/daft_lance_job.py`` is the full job)::
@@ -77,8 +78,12 @@ Limits:
   not delete stays and is reported: :attr:`LanceSink.report` ``garbage``, the deleted ones in ``garbage_deleted``).
   Those of losers the driver's adoption finds and of force-aborted checkpoints are in the store's garbage ledger:
   :meth:`LanceSink.collect_orphans` deletes them. Those of a worker that died before staging anything are named
-  nowhere: Lance's ``cleanup_old_versions`` removes unreferenced files once they are a week old (sooner with
-  ``delete_unverified=True``).
+  nowhere: Lance's ``cleanup_old_versions`` removes them, as it removes every unreferenced file once it is 7 days
+  old.
+- That includes the fragments of inputs staged and not yet committed: commit a staged input (rerun the job) within
+  7 days of its write, or its commit names files that are gone. Never run Lance's cleanup with
+  ``delete_unverified=True`` while a job on the table runs: it deletes the staged fragments at once, whatever
+  their age (``sinkpoint.LanceTarget.cleanup_old_versions`` never sets it).
 - ``finalize``'s ``rows`` is ``None`` for a commit holding checkpoints sealed by an earlier run (their counts were in
   that run's write results).
 """
@@ -864,8 +869,7 @@ class LanceSink(DataSink):
         if "://" not in self.store_path:
             parent = os.path.dirname(os.path.abspath(self.store_path))
             os.makedirs(parent, exist_ok=True)
-        lance_mod = _lance()
-        target = lance_mod.LanceTarget(self.uri, storage_options=self.storage_options)
+        target = sp.LanceTarget(self.uri, storage_options=self.storage_options)
         deadline = time.monotonic() + self.open_timeout_s
         delay = 0.05
         while True:

@@ -1,53 +1,38 @@
-"""A sinkpoint target over a Lance dataset, in pure Python over pylance 14.0.2.
-
-The Python twin of the Rust ``sinkpoint_lance::LanceTarget`` (``crates/sinkpoint-lance/src/target.rs``): the same
-transaction properties, the same key check, the same "only version V + 1" fence and the same outcomes, so the
-Rust adapter, the CLI and this module read each other's commits. The design is in ``docs/protocols/lance.md``
-and ``docs/protocols/python.md``.
+"""The Lance target of the ``sinkpoint`` package: the worker-side helpers over pylance 14.0.2, the native
+:class:`LanceTarget` and the orphan data-file collector :class:`LanceDataFiles`. The design is in
+``docs/protocols/lance.md`` and ``docs/protocols/python.md``.
 
 - Workers call :func:`write_fragment` (uncommitted fragments, invisible to readers) and stage each fragment as a
   ``lance-fragment-json`` write result (``sinkpoint.WriteResult.from_lance_fragment`` or :func:`fragment_json`).
-- The driver passes a :class:`LanceTarget` to ``sinkpoint.Driver``; the Rust committer calls its ``version``,
-  ``commit`` and ``probe`` (the ``sinkpoint.Target`` protocol).
-- Maintenance calls :meth:`LanceTarget.cleanup_old_versions` with ``Driver.retention_watermark()``, and
+- The driver passes a :class:`LanceTarget` to ``sinkpoint.Driver``. It is the Rust adapter
+  (``sinkpoint_lance::LanceTarget``) compiled into the wheel, and the driver commits through it without calling
+  back into Python: each key is one Append carrying the ``sinkpoint.*`` transaction properties, checked against
+  the versions since the key's intent and written through Lance's conditional-put commit handler, fenced so that
+  only version V + 1 (V being the version it checked) can be written. A writer racing it (another sinkpoint job,
+  a plain pylance append) either lands first, and the commit is checked again past it, or finds the version
+  taken: no commit overwrites another.
+- Maintenance calls ``LanceTarget.cleanup_old_versions`` with ``Driver.retention_watermark()``, and
   ``Driver.collect_data_files(LanceDataFiles(uri))`` to delete the data files of dropped attempts (restarted,
   aborted, lost seals) that no commit will ever reference.
 
-This module does not import the compiled ``sinkpoint._sinkpoint``: it works (and its tests run) without it.
-
-The fence is weaker than the Rust one, and why: pylance has no way to wrap Lance's own commit handler, only a
-``commit_lock``. Lance then commits through its lock-based handler, which checks that the manifest of V + 1 is
-absent and then writes it unconditionally (not with the conditional put of the default handler). Against
-writers that do not hold the same lock (another process, the Rust adapter, any plain pylance writer) there is a
-window between that check and that write in which their commit of V + 1 can be overwritten by ours. Keep one
-committing driver per dataset at a time (the store's epochs fence older drivers) and expect foreign writers to be
-rare; where that is not acceptable, commit through the Rust adapter.
+Importing this module needs pylance and pyarrow (``pip install sinkpoint[lance]``) and the compiled core.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import lance
 import pyarrow as pa
-from lance.commit import CommitConflictError
 from lance.fragment import FragmentMetadata, write_fragments
 
+from ._sinkpoint import LANCE_FRAGMENT_JSON, CleanupStats, LanceTarget
+
 __all__ = [
-    "CHECKPOINT_ID_BYTES_MAX",
-    "DEFAULT_CLEANUP_AGE",
-    "FOREIGN_COMMIT_RETRIES_MAX",
     "LANCE_FRAGMENT_JSON",
-    "PROP_EPOCH",
-    "PROP_FINAL",
-    "PROP_IDS",
-    "PROP_JOB",
-    "PROP_KEY",
+    "CleanupStats",
     "LanceDataFiles",
     "LanceTarget",
     "create_dataset",
@@ -55,49 +40,8 @@ __all__ = [
     "write_fragment",
 ]
 
-# ----------------------------------------------------------------------------------------------------------
-# Limits and names shared with the Rust adapter (keep them equal to the Rust constants named beside them).
-
-#: How many times one commit re-reads the table after a foreign commit took V + 1 before it gives up (and answers
-#: not_landed: every attempt was refused before publishing anything). ``sinkpoint_lance::limits``.
-FOREIGN_COMMIT_RETRIES_MAX = 32
-
-#: The most bytes of a checkpoint id (``sinkpoint::limits::CHECKPOINT_ID_BYTES_MAX``); a recorded id over it, or
-#: with a character outside ``[A-Za-z0-9._-]``, is damage.
-CHECKPOINT_ID_BYTES_MAX = 128
-
-#: The format tag of a pylance ``FragmentMetadata`` staged as its JSON (``sinkpoint_lance::FRAGMENT_JSON_FORMAT``,
-#: the binding's ``LANCE_FRAGMENT_JSON``).
-LANCE_FRAGMENT_JSON = "lance-fragment-json"
-
-#: The transaction properties of a sinkpoint commit (``sinkpoint_lance`` ``props.rs``).
-PROP_JOB = "sinkpoint.job"
-PROP_KEY = "sinkpoint.key"
-PROP_EPOCH = "sinkpoint.epoch"
-PROP_IDS = "sinkpoint.ids"
-PROP_FINAL = "sinkpoint.final"
-
-#: The age pylance's ``cleanup_old_versions`` removes by default when given neither an age nor a count.
-DEFAULT_CLEANUP_AGE = timedelta(days=14)
-
-#: The first version of a Lance dataset (the one its creation wrote).
-_FIRST_VERSION = 1
-#: The largest value a Rust ``u64`` (key number, epoch) holds.
-_U64_MAX = 2**64 - 1
-_U64_TEXT = re.compile(r"\+?[0-9]+")  # what Rust's `str::parse::<u64>` accepts
-_CHECKPOINT_ID = re.compile(r"[A-Za-z0-9._-]+")
-
-# What the Rust committer accepts back from a Python target.
-CommitAnswer = Union[Literal["committed"], Tuple[Literal["not_landed", "unknown"], str]]
-ProbeAnswer = Union[
-    Literal["not_committed"],
-    Tuple[Literal["committed"], Optional[List[str]]],
-    Tuple[Literal["unknown"], str],
-]
-
 # The exceptions pylance raises for its own failures (I/O, not found, conflicts: OSError and its subclass
-# CommitConflictError; invalid input and a missing dataset: ValueError). Anything else is a bug and propagates:
-# raising from ``commit`` or ``probe`` counts as an unknown outcome for the committer, never as a guess.
+# CommitConflictError; invalid input and a missing dataset: ValueError).
 _LANCE_ERRORS = (OSError, ValueError)
 
 
@@ -153,398 +97,6 @@ def create_dataset(
     if not existing.schema.equals(schema, check_metadata=False):
         raise ValueError(f"the dataset at {uri} exists with another schema: {existing.schema} (wanted {schema})")
     return existing
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Transaction properties
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What a landed sinkpoint commit recorded in its transaction properties."""
-
-    job: str
-    n: int
-    epoch: int
-    ids: List[str]
-
-
-def encode_properties(commit: Any) -> Dict[str, str]:
-    """The transaction properties of ``commit`` (a ``TargetCommit``), byte for byte as the Rust adapter writes them:
-    decimal key and epoch, the ids as a compact JSON array of strings, ``final`` as ``"true"``/``"false"``."""
-    return {
-        PROP_JOB: str(commit.job),
-        PROP_KEY: str(int(commit.key)),
-        PROP_EPOCH: str(int(commit.epoch)),
-        PROP_IDS: json.dumps([str(i) for i in commit.ids], separators=(",", ":"), ensure_ascii=False),
-        PROP_FINAL: "true" if commit.final else "false",
-    }
-
-
-class PropertiesDamaged(ValueError):
-    """A sinkpoint commit's properties do not parse: damage. Never guess a key from it; report it."""
-
-
-def decode_properties(props: Optional[Mapping[str, str]]) -> Optional[Recorded]:
-    """The sinkpoint commit recorded in ``props``: ``None`` for a commit that is not sinkpoint's (no
-    ``sinkpoint.job``). Raises :class:`PropertiesDamaged` for a sinkpoint commit whose key, epoch or ids do not
-    parse, exactly where the Rust adapter's ``props::decode`` fails (``sinkpoint.final`` is not read)."""
-    if not props or PROP_JOB not in props:
-        return None
-
-    def field(name: str) -> str:
-        value = props.get(name)
-        if value is None:
-            raise PropertiesDamaged(f"property {name} is missing")
-        return value
-
-    def u64(name: str) -> int:
-        text = field(name)
-        if not _U64_TEXT.fullmatch(text) or int(text) > _U64_MAX:
-            raise PropertiesDamaged(f"property {name}: {text!r} is not a u64")
-        return int(text)
-
-    n = u64(PROP_KEY)
-    epoch = u64(PROP_EPOCH)
-    try:
-        raw = json.loads(field(PROP_IDS))
-    except ValueError as e:
-        raise PropertiesDamaged(f"property {PROP_IDS}: {e}") from None
-    if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
-        raise PropertiesDamaged(f"property {PROP_IDS}: not a JSON array of strings")
-    for i in raw:
-        if (
-            not _CHECKPOINT_ID.fullmatch(i)
-            or len(i.encode()) > CHECKPOINT_ID_BYTES_MAX
-            or i in (".", "..")
-        ):
-            raise PropertiesDamaged(f"property {PROP_IDS}: {i!r} is not a checkpoint id")
-    return Recorded(job=props[PROP_JOB], n=n, epoch=epoch, ids=raw)
-
-
-class _RangeUnreadable(Exception):
-    """A version's transaction cannot be read, or its sinkpoint properties are damaged: nothing can be concluded
-    about the range. ``args[0]`` is the reason."""
-
-
-def _job_commits(dataset: lance.LanceDataset, job: str, first: int, last: int) -> List[Recorded]:
-    """The job's sinkpoint commits in versions ``first ..= last``, oldest first (``LanceDataset.read_transaction``
-    per version). Raises :class:`_RangeUnreadable` when a version's transaction is gone (``cleanup_old_versions``),
-    missing or unreadable, or a sinkpoint commit's properties are damaged."""
-    out = []
-    for version in range(first, last + 1):
-        try:
-            transaction = dataset.read_transaction(version)
-        except _LANCE_ERRORS as e:
-            raise _RangeUnreadable(f"version {version} cannot be read (cleaned up?): {e}") from None
-        if transaction is None:
-            raise _RangeUnreadable(f"version {version} has no transaction file")
-        try:
-            recorded = decode_properties(transaction.transaction_properties)
-        except PropertiesDamaged as e:
-            raise _RangeUnreadable(f"version {version}: {e}") from None
-        if recorded is not None and recorded.job == job:
-            out.append(recorded)
-    return out
-
-
-def _key_check(dataset: lance.LanceDataset, commit: Any, read_version: int) -> Optional[CommitAnswer]:
-    """Checks, on the table as of ``read_version``, that key n of the job is not there yet and no newer key or
-    epoch of the job landed after the intent. ``None``: commit. Only versions after ``prepared_version`` are read:
-    our key n cannot land before its intent, which was recorded after the prepared version was read."""
-    first = _FIRST_VERSION if commit.prepared_version is None else int(commit.prepared_version) + 1
-    try:
-        recorded_commits = _job_commits(dataset, str(commit.job), first, read_version)
-    except _RangeUnreadable as e:
-        return ("unknown", e.args[0])
-    ids = [str(i) for i in commit.ids]
-    for recorded in recorded_commits:
-        if recorded.n == commit.key:
-            if recorded.epoch == commit.epoch and recorded.ids == ids:
-                # Our own earlier attempt landed (its answer was lost): the same commit, so it is committed.
-                return "committed"
-            return ("not_landed", f"key {recorded.n} is taken by epoch {recorded.epoch} for {recorded.ids}")
-        if recorded.n > commit.key or recorded.epoch > commit.epoch:
-            return ("not_landed", f"fenced: key {recorded.n} of epoch {recorded.epoch} landed after the intent")
-    return None
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The fence
-
-
-class _NextVersionOnly:
-    """A pylance ``commit_lock`` that lets through only manifest version ``expected`` (V + 1) and records how far
-    the commit got (pylance's errors do not say it reliably).
-
-    pylance calls ``lock(version)`` for the version it is about to write, then ``__enter__``; raising there stops
-    the commit before anything is written (it surfaces as a generic ``OSError``, "internal error ... Error from
-    commit handler"). Once entered, Lance checks the manifest of ``version`` is absent and writes it. ``__exit__``
-    is called with ``(None, None, None)`` whether that write happened or Lance found the version taken (pylance
-    14.0.2), so entering is the last thing this lock can know.
-    """
-
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        #: Every version pylance asked for, in order.
-        self.asked: List[int] = []
-        #: The versions refused (pylance rebased the commit past V + 1: a foreign commit landed first).
-        self.refused: List[int] = []
-        #: How many times the commit entered the lock for V + 1 (Lance went on to check and write it).
-        self.entered = 0
-        #: How many times it left the lock (with no telling whether the write happened).
-        self.exited = 0
-
-    def __call__(self, version: int) -> "_Lease":
-        self.asked.append(version)
-        return _Lease(self, version)
-
-    def __repr__(self) -> str:
-        return f"_NextVersionOnly(expected={self.expected}, asked={self.asked})"
-
-
-class _Lease:
-    """One entry of :class:`_NextVersionOnly` (the context manager pylance enters and exits)."""
-
-    def __init__(self, fence: _NextVersionOnly, version: int) -> None:
-        self.fence = fence
-        self.version = version
-
-    def __enter__(self) -> None:
-        if self.version != self.fence.expected:
-            self.fence.refused.append(self.version)
-            raise CommitConflictError(
-                f"sinkpoint fence: version {self.version} refused, only {self.fence.expected} may be written"
-            )
-        self.fence.entered += 1
-
-    def __exit__(self, *exc: Any) -> Literal[False]:
-        self.fence.exited += 1
-        return False
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The target
-
-
-class LanceTarget:
-    """A sinkpoint target (the ``sinkpoint.Target`` protocol) over the Lance dataset at ``uri``.
-
-    The dataset must exist (:func:`create_dataset`). ``storage_options`` are pylance's (for S3: ``aws_endpoint``,
-    ``aws_region``, ``allow_http``, credentials). The target keeps no state between calls: any number of them may
-    point at one dataset, and it pickles as its URI and options.
-
-    Commit of key n is one Append of every fragment of the key, carrying the properties ``sinkpoint.job``,
-    ``.key``, ``.epoch``, ``.ids`` and ``.final`` on its transaction. Each attempt opens the latest version V,
-    reads the transactions of ``prepared_version + 1 ..= V`` (the key check) and commits with Lance's retries off
-    through a lock that refuses every manifest version but V + 1.
-    """
-
-    def __init__(self, uri: str, storage_options: Optional[Dict[str, str]] = None) -> None:
-        self._uri = str(uri)
-        self._storage_options = dict(storage_options) if storage_options else None
-
-    @property
-    def uri(self) -> str:
-        """The dataset's URI."""
-        return self._uri
-
-    @property
-    def storage_options(self) -> Optional[Dict[str, str]]:
-        """pylance's storage options for the dataset (a copy)."""
-        return dict(self._storage_options) if self._storage_options else None
-
-    @property
-    def identity(self) -> str:
-        """The identity to record in the store (``Driver(..., target_identity=target.identity)``): ``lance:<uri>``.
-        A store opened against another identity refuses it (``WrongStore``)."""
-        return f"lance:{self._uri}"
-
-    def __repr__(self) -> str:
-        return f"LanceTarget({self._uri!r})"
-
-    def open(self) -> lance.LanceDataset:
-        """The dataset at its latest version. Raises pylance's error (``ValueError`` when it does not exist,
-        ``OSError`` for I/O)."""
-        return lance.dataset(self._uri, storage_options=self._storage_options)
-
-    # -- the Target protocol ------------------------------------------------------------------------------
-
-    def version(self) -> Optional[int]:
-        """The dataset's latest version. Raises pylance's error when it cannot be read (the committer reports it
-        as a target error: retry later)."""
-        return self.open().version
-
-    def commit(self, commit: Any) -> CommitAnswer:
-        """Commits key ``commit.key`` of ``commit.job``: one Append of ``commit.results``, at most once.
-
-        Answers:
-
-        - ``"committed"``: the key's commit is in the table (this call's, or an earlier attempt's whose answer was
-          lost: the key check found the same epoch and ids).
-        - ``("not_landed", reason)``: nothing of this call is in the table: the key is taken by another writer or
-          epoch, a newer key or epoch landed after the intent ("fenced"), a result is not a Lance fragment, Lance
-          failed before publishing, or foreign commits took the next version ``FOREIGN_COMMIT_RETRIES_MAX + 1``
-          times in a row. The committer decides (a fenced driver stops; a taken key is probed).
-        - ``("unknown", reason)``: the table could not be read, a sinkpoint commit in the range is damaged or was
-          cleaned up, or the commit failed after Lance began writing its manifest and the outcome could not be
-          read back. The committer probes the key later; an operator settles what a probe cannot.
-
-        Raising (only for a bug, never for pylance's own failures) counts as unknown.
-        """
-        results = _decode_results(commit.results)
-        for _ in range(FOREIGN_COMMIT_RETRIES_MAX + 1):
-            outcome = self._attempt(commit, results)
-            if outcome is not None:
-                return outcome
-        return (
-            "not_landed",
-            f"foreign commits took the next version {FOREIGN_COMMIT_RETRIES_MAX} times in a row",
-        )
-
-    def probe(self, job: str, key: int, prepared_version: Optional[int]) -> ProbeAnswer:
-        """Whether key ``key`` of ``job`` landed in the versions after ``prepared_version`` (all of them for
-        ``None``).
-
-        ``("committed", ids)``: it did, with these checkpoint ids. ``"not_committed"``: every version since the
-        intent was read and none holds it (a late attempt could only land above them, where the next commit's key
-        check finds it first). ``("unknown", reason)``: a version in the range is gone (``cleanup_old_versions``
-        past the retention watermark), unreadable, or holds damaged sinkpoint properties: never a guess; the key
-        waits for an operator (``sinkpoint resolve``).
-        """
-        try:
-            dataset = self.open()
-        except _LANCE_ERRORS as e:
-            return ("unknown", f"opening the dataset: {e}")
-        first = _FIRST_VERSION if prepared_version is None else int(prepared_version) + 1
-        try:
-            commits = _job_commits(dataset, str(job), first, dataset.version)
-        except _RangeUnreadable as e:
-            return ("unknown", e.args[0])
-        for recorded in commits:
-            if recorded.n == key:
-                return ("committed", list(recorded.ids))
-        return "not_committed"
-
-    # -- maintenance --------------------------------------------------------------------------------------
-
-    def cleanup_old_versions(
-        self,
-        older_than: Optional[timedelta] = None,
-        retain_versions: Optional[int] = None,
-        *,
-        retention_watermark: Optional[int] = None,
-        delete_unverified: bool = False,
-        error_if_tagged_old_versions: bool = True,
-    ) -> Optional[Any]:
-        """pylance's ``cleanup_old_versions``, never removing a version after ``retention_watermark``.
-
-        ``retention_watermark`` is ``Driver.retention_watermark()``: the version the key in flight was prepared
-        against. Its probe reads every version after it; removing them turns its answer into unknown, which only an
-        operator can settle. ``None``: nothing is in flight, the policy applies as given. With neither
-        ``older_than`` nor ``retain_versions``, versions older than ``DEFAULT_CLEANUP_AGE`` go (pylance's default).
-
-        Returns pylance's ``CleanupStats``, or ``None`` when the watermark leaves no version to remove. Raises
-        pylance's error when the cleanup fails (retry it: what was removed stays removed, nothing else changes).
-        """
-        dataset = self.open()
-        if older_than is None and retain_versions is None:
-            # pylance applies its default only when no explicit versions are given; ours are, so apply it here.
-            older_than = DEFAULT_CLEANUP_AGE
-        options = dict(
-            delete_unverified=delete_unverified, error_if_tagged_old_versions=error_if_tagged_old_versions
-        )
-        if retention_watermark is None:
-            return dataset.cleanup_old_versions(older_than, retain_versions, **options)
-        # Lance removes a version only when it satisfies every filter, so listing the versions up to the watermark
-        # clamps the policy exactly as the Rust adapter's `before_version = watermark + 1` does.
-        keep_from = int(retention_watermark) + 1
-        candidates = [v["version"] for v in dataset.versions() if v["version"] < keep_from]
-        if not candidates:
-            return None
-        return dataset.cleanup_old_versions(older_than, retain_versions, versions=candidates, **options)
-
-    # -- one attempt --------------------------------------------------------------------------------------
-
-    def _attempt(self, commit: Any, results: Union[List[FragmentMetadata], str]) -> Optional[CommitAnswer]:
-        """One fenced attempt; ``None`` when a foreign commit took V + 1 and nothing of ours was published (retry
-        from a fresh read)."""
-        try:
-            dataset = self.open()
-        except _LANCE_ERRORS as e:
-            return ("unknown", f"opening the dataset: {e}")
-        read_version = dataset.version
-        checked = _key_check(dataset, commit, read_version)
-        if checked is not None:
-            return checked
-        if isinstance(results, str):
-            return ("not_landed", results)
-        # pylance's Transaction carries the properties (the `transaction_properties` field); read_version is the
-        # one the key check read, and the fence lets only read_version + 1 through.
-        transaction = lance.Transaction(
-            read_version=read_version,
-            operation=lance.LanceOperation.Append(results),
-            transaction_properties=encode_properties(commit),
-        )
-        fence = _NextVersionOnly(read_version + 1)
-        try:
-            lance.LanceDataset.commit(
-                self._uri,
-                transaction,
-                commit_lock=fence,
-                storage_options=self._storage_options,
-                max_retries=0,
-            )
-        except _LANCE_ERRORS as e:
-            return self._after_failure(e, fence, transaction.uuid)
-        return "committed"
-
-    def _after_failure(self, error: Exception, fence: _NextVersionOnly, uuid: str) -> Optional[CommitAnswer]:
-        """The outcome of a commit that raised, from how far the fence saw it get; ``None``: retry."""
-        if fence.entered:
-            # Lance went on to check and write V + 1 and the exit does not say which happened. Our commit can only
-            # be at V + 1 (every other version is refused, and there are no retries), so V + 1's transaction
-            # decides: ours -> it landed; another -> nothing of ours was published (Lance found it taken).
-            return self._read_back(fence.expected, uuid, error)
-        if fence.refused:
-            # Lance rebased past V + 1 (a foreign commit landed after the key check) and was stopped before writing.
-            return None
-        if not fence.asked:
-            # Lance failed before it reached the lock: no manifest of ours was written.
-            return ("not_landed", f"{type(error).__name__}: {error}")
-        # Asked for V + 1 yet never entered: pylance's protocol does not allow it; nothing proves either way.
-        return ("unknown", f"the fence was asked for {fence.asked} and never entered: {error}")
-
-    def _read_back(self, version: int, uuid: str, error: Exception) -> Optional[CommitAnswer]:
-        """Reads who holds ``version`` after a commit that entered the fence for it and raised."""
-        try:
-            transaction = self.open().read_transaction(version)
-        except _LANCE_ERRORS as e:
-            return ("unknown", f"the commit of version {version} failed ({error}) and it cannot be read back: {e}")
-        if transaction is None:
-            return ("unknown", f"the commit of version {version} failed ({error}) and it has no transaction")
-        if transaction.uuid == uuid:
-            return "committed"
-        return None
-
-
-def _decode_results(results: Sequence[Any]) -> Union[List[FragmentMetadata], str]:
-    """The fragments ``results`` carry, or why one is not a Lance fragment (the reason of a not_landed)."""
-    fragments = []
-    for result in results:
-        if result.format != LANCE_FRAGMENT_JSON:
-            return (
-                f"not a Lance fragment: a Python Lance target commits {LANCE_FRAGMENT_JSON!r} write results, "
-                f"not {result.format!r}"
-            )
-        try:
-            text = bytes(result.data).decode()
-            if not isinstance(json.loads(text), dict):
-                return "not a Lance fragment: not FragmentMetadata JSON: not a JSON object"
-            fragments.append(FragmentMetadata.from_json(text))
-        except (ValueError, KeyError, TypeError) as e:  # bad UTF-8 or JSON, a missing or unexpected field
-            return f"not a Lance fragment: not FragmentMetadata JSON: {type(e).__name__}: {e}"
-    return fragments
 
 
 # ----------------------------------------------------------------------------------------------------------
