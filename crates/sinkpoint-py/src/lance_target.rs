@@ -95,12 +95,15 @@ fn probe_to_py(py: Python<'_>, outcome: ProbeOutcome) -> PyResult<Bound<'_, PyAn
 impl PyLanceTarget {
     /// The target over the dataset at `uri`. `storage_options` are Lance's (pylance's) object-store options
     /// (for S3: `aws_endpoint`, `aws_region`, `allow_http`, credentials). Nothing is opened until first used.
+    /// Raises InvalidInput for a URI scheme whose commits Lance does not make conditional
+    /// (`file+uring://`…): use a plain path, `file://` or `s3://`.
     #[new]
     #[pyo3(signature = (uri, storage_options = None))]
-    fn new(uri: String, storage_options: Option<HashMap<String, String>>) -> Self {
+    fn new(uri: String, storage_options: Option<HashMap<String, String>>) -> PyResult<Self> {
         let target = sinkpoint_lance::LanceTarget::new(uri.as_str())
+            .map_err(crate::errors::to_py)?
             .with_storage_options(storage_options.clone().unwrap_or_default());
-        Self { uri, storage_options, target }
+        Ok(Self { uri, storage_options, target })
     }
 
     /// The dataset's URI.
