@@ -10,6 +10,7 @@ use lance::dataset::CommitBuilder;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::cleanup::{CleanupPolicy, RemovalStats};
 use lance::dataset::transaction::{Operation, TransactionBuilder};
+use lance_io::object_store::{ObjectStoreParams, WrappingObjectStore};
 use lance_table::io::commit::{CommitHandler, commit_handler_from_url};
 use sinkpoint::{CommitKey, CommitOutcome, ProbeOutcome, Target, TargetCommit};
 
@@ -30,6 +31,7 @@ pub struct LanceTarget {
     uri: String,
     storage_options: HashMap<String, String>,
     handler: Option<Arc<dyn CommitHandler>>,
+    store_wrapper: Option<Arc<dyn WrappingObjectStore>>,
     fenced: bool,
 }
 
@@ -47,7 +49,7 @@ impl LanceTarget {
     pub fn new(uri: impl Into<String>) -> sinkpoint::Result<Self> {
         let uri = uri.into();
         check_fenced_scheme(&uri)?;
-        Ok(Self { uri, storage_options: HashMap::new(), handler: None, fenced: true })
+        Ok(Self { uri, storage_options: HashMap::new(), handler: None, store_wrapper: None, fenced: true })
     }
 
     /// Lance's storage options for the dataset's object store (for S3: `aws_endpoint`, `aws_region`,
@@ -60,7 +62,20 @@ impl LanceTarget {
 
     /// The dataset at its latest version, opened with the target's storage options.
     pub async fn open(&self) -> lance::Result<Dataset> {
-        DatasetBuilder::from_uri(&self.uri).with_storage_options(self.storage_options.clone()).load().await
+        let params = ObjectStoreParams { object_store_wrapper: self.store_wrapper.clone(), ..Default::default() };
+        DatasetBuilder::from_uri(&self.uri)
+            .with_store_params(params)
+            .with_storage_options(self.storage_options.clone())
+            .load()
+            .await
+    }
+
+    /// Opens the dataset's object store through `wrapper`: how the benchmarks count the requests a probe makes.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_object_store_wrapper(mut self, wrapper: Arc<dyn WrappingObjectStore>) -> Self {
+        self.store_wrapper = Some(wrapper);
+        self
     }
 
     /// Commits through `handler` (wrapped in the fence) instead of the URI's default: how tests inject a lost
