@@ -10,8 +10,11 @@ conformance suite's writer scenarios); a lost acknowledgement is also run here, 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
+import struct
 import subprocess
 import sys
 import textwrap
@@ -147,8 +150,6 @@ def test_a_commit_lands_once_and_its_probe_finds_its_ids(job, uri):
     }
     assert target.probe(JOB, 0, v0) == ("committed", ids)
     assert target.probe(JOB, 0) == ("committed", ids)
-    # Versions up to the prepared one are not read.
-    assert target.probe(JOB, 0, v0 + 1) == "not_committed"
     # Another job's key 0 is not ours, nor is our key 1.
     assert target.probe("job-2", 0) == "not_committed"
     assert target.probe(JOB, 1, v0) == "not_committed"
@@ -281,39 +282,56 @@ def test_a_second_store_of_the_same_job_cannot_land_the_key_again(tmp_path, uri,
     twin.driver.close()
 
 
+def mark_digest(ids, files):
+    """The job mark's digest, computed here from its definition in docs/FORMATS.md ("Lance job mark")."""
+    def part(tag, items):
+        out = tag + struct.pack("<Q", len(items))
+        for item in sorted(items):
+            out += struct.pack("<Q", len(item.encode())) + item.encode()
+        return out
+
+    return hashlib.sha256(part(b"i", ids) + part(b"f", files)).hexdigest()[:32]
+
+
+def test_the_mark_digest_golden_vector_matches_the_rust_one():
+    # The same vector as mark::golden_mark_and_digest in crates/sinkpoint-lance/tests/lance.rs.
+    assert mark_digest(["cp-b", "cp-a"], ["f2.lance", "f1.lance"]) == "661e1c84a0a99cff3fa0090e3bba9303"
+
+
+def test_a_commit_sets_the_jobs_mark_in_the_manifest_pylance_reads(job, uri):
+    ids = sorted([job.seal("in-0", [1, 2]), job.seal("in-1", [3])])
+    job.commit(final=True)
+    foreign_append(uri, [9])  # a plain pylance append carries the mark on
+
+    dataset = lance.dataset(uri)
+    mark = json.loads(dataset.metadata[f"sinkpoint.job.{JOB}"])
+    landed = mark["version"]
+    files = [f.path for fragment in dataset.read_transaction(landed).operation.fragments for f in fragment.files]
+    assert mark == {"v": 1, "key": 0, "epoch": job.driver.epoch, "version": landed, "digest": mark_digest(ids, files)}
+    assert landed == dataset.version - 1
+
+
 @pytest.mark.parametrize(
     "damage",
-    [
-        {"sinkpoint.key": "one"},
-        {"sinkpoint.epoch": "-1"},
-        {"sinkpoint.ids": "[1]"},
-        {"sinkpoint.ids": "not json"},
-        {"sinkpoint.ids": '["a/b"]'},
-        {"sinkpoint.key": None},
-    ],
+    ["not json", '{"v":2,"key":0,"epoch":1,"version":1,"digest":"00"}', '{"v":1,"key":"zero"}'],
 )
-def test_damaged_sinkpoint_properties_make_the_probe_unknown(uri, damage):
-    v0 = latest(uri)
-    properties = {"sinkpoint.job": JOB, "sinkpoint.key": "0", "sinkpoint.epoch": "1",
-                  "sinkpoint.ids": '["x"]', "sinkpoint.final": "false"}
-    properties.update(damage)
-    foreign_append(uri, [9], {k: v for k, v in properties.items() if v is not None})
+def test_a_damaged_mark_makes_the_probe_unknown(uri, damage):
+    lance.dataset(uri).update_metadata({f"sinkpoint.job.{JOB}": damage})
 
-    outcome = LanceTarget(uri).probe(JOB, 0, v0)
+    outcome = LanceTarget(uri).probe(JOB, 0)
 
-    assert outcome[0] == "unknown" and "property" in outcome[1]
+    assert outcome[0] == "unknown" and "mark of job" in outcome[1]
+    assert LanceTarget(uri).probe("job-2", 0) == "not_committed", "another job's damage is not this job's"
 
 
-def test_damaged_properties_stop_a_commit_rather_than_land_a_second_copy(uri, job):
+def test_a_damaged_mark_stops_a_commit_rather_than_land_a_second_copy(uri, job):
     job.seal("in-0", [1, 2])
-    job.driver.recover()  # the store's first probe, before the damage
-    foreign_append(uri, [9], {"sinkpoint.job": JOB, "sinkpoint.key": "zero", "sinkpoint.epoch": "1",
-                              "sinkpoint.ids": "[]"})
+    lance.dataset(uri).update_metadata({f"sinkpoint.job.{JOB}": "{damaged"})
 
     with pytest.raises(TargetError):
         job.commit(final=True)
 
-    assert rows(uri) == [9]
+    assert rows(uri) == []
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -367,13 +385,17 @@ def test_cleanup_keeps_the_fragments_of_inputs_staged_and_not_yet_committed(uri,
     job.seal("in-0", [1, 2])
     foreign_append(uri, [9])
     foreign_append(uri, [8])
-    # The store's first probe of an open reads every version from 1: made before the cleanup removes it.
-    assert job.driver.recover().blocked is None
 
+    # Version 1 goes too: the store's first probe reads the job's mark in the latest manifest, not the history.
     assert LanceTarget(uri).cleanup_old_versions(older_than_seconds=0).old_versions >= 1
     job.commit(final=True)
 
     assert rows(uri) == [1, 2, 8, 9]
+
+
+def test_a_uri_scheme_lance_commits_to_unconditionally_is_refused(tmp_path):
+    with pytest.raises(InvalidInput, match="file\\+uring"):
+        LanceTarget(f"file+uring://{tmp_path}/t.lance")
 
 
 def test_cleanup_refuses_an_age_that_is_not_one(uri):
