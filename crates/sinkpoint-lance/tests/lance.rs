@@ -369,6 +369,55 @@ mod faults {
         assert_eq!(job_with_fault(REPORT_UNKNOWN).await, every_row_once());
     }
 
+    /// A handler that always finds the next version taken, as if a foreign writer won every race.
+    #[derive(Debug, Default)]
+    struct AlwaysTaken {
+        attempts: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait]
+    impl CommitHandler for AlwaysTaken {
+        fn is_version_not_found_definitive(&self) -> bool {
+            true
+        }
+
+        async fn commit(
+            &self,
+            _manifest: &mut Manifest,
+            _indices: Option<Vec<IndexMetadata>>,
+            _base_path: &Path,
+            _object_store: &ObjectStore,
+            _manifest_writer: ManifestWriter,
+            _naming_scheme: ManifestNamingScheme,
+            _transaction: Option<Transaction>,
+        ) -> Result<ManifestLocation, CommitError> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            Err(CommitError::CommitConflict)
+        }
+    }
+
+    /// Foreign commits that take the next version every time: the commit re-reads and tries again a bounded
+    /// number of times, then answers NotLanded (nothing of ours was published).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_next_version_taken_every_time_ends_not_landed_after_the_retry_limit() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("taken.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let handler = Arc::new(AlwaysTaken::default());
+        let target = lance_target(&uri).with_commit_handler(handler.clone());
+        let key = CommitKey { job: JobId::new("taken").unwrap_or_else(|e| panic!("{e}")), n: 0 };
+        let ids = vec![CheckpointId::new("cp-0").unwrap_or_else(|e| panic!("{e}"))];
+        let results = write_fragments(dataset, vec![rows(&["ours"])]).await.unwrap_or_else(|e| panic!("{e}"));
+        let prepared_version = target.version().await.unwrap_or_else(|e| panic!("{e}"));
+        let commit =
+            TargetCommit { key: &key, ids: &ids, epoch: 1, results: &results, final_commit: true, prepared_version };
+        let outcome = target.commit(&commit).await;
+        assert!(matches!(&outcome, CommitOutcome::NotLanded { reason } if reason.contains("in a row")), "{outcome:?}");
+        let attempts = handler.attempts.load(Ordering::SeqCst);
+        assert_eq!(attempts, sinkpoint_lance::limits::FOREIGN_COMMIT_RETRIES_MAX + 1);
+        assert!(names_in(&uri).await.is_empty());
+    }
+
     /// An unknown outcome whose versions are cleaned up before the probe: the probe must say Unknown, never
     /// NotCommitted (which would re-commit blindly).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
