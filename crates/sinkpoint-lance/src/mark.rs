@@ -21,10 +21,10 @@ use sinkpoint::{CheckpointId, Epoch};
 /// The table-metadata key of a job's mark is this prefix followed by the job id.
 pub const MARK_PREFIX: &str = "sinkpoint.job.";
 /// The mark's encoding; a mark of another version is refused, never guessed.
-const MARK_FORMAT_VERSION: u32 = 1;
+pub const MARK_FORMAT_VERSION: u32 = 1;
 /// Bytes of the SHA-256 of a commit's checkpoint ids and data files kept in the mark (128 bits: a collision
 /// between two sets of one key is not a practical concern).
-const DIGEST_BYTES: usize = 16;
+pub const DIGEST_BYTES: usize = 16;
 
 /// What the latest version says of a job's last landed key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
