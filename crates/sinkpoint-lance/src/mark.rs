@@ -100,7 +100,7 @@ pub fn digest(ids: &[CheckpointId], files: &[String]) -> String {
 pub enum KeyCheck {
     /// The key is not in the table and nothing newer of the job is: commit at the next version.
     Commit,
-    /// The same commit (epoch and digest) is there: an earlier attempt landed and its answer was lost.
+    /// The same commit (epoch and digest) is there: an earlier send landed and its answer was lost.
     AlreadyLanded,
     /// Another commit holds the key, or a later key or a newer epoch landed: ours must not land.
     Refused(String),
@@ -111,6 +111,8 @@ pub enum KeyCheck {
 pub fn key_check(mark: Option<&JobMark>, n: u64, epoch: Epoch, digest: &str) -> KeyCheck {
     let Some(mark) = mark else { return KeyCheck::Commit };
     if mark.key == n {
+        // A re-send of a recorded intent carries the epoch that began it, so a send of this very commit after a
+        // crash or a takeover matches here; the digest covers the data files, which every attempt names afresh.
         return if mark.epoch == epoch && mark.digest == digest {
             KeyCheck::AlreadyLanded
         } else {

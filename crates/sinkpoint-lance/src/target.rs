@@ -328,6 +328,10 @@ impl Target for LanceTarget {
             Ok(m) => m,
             Err(reason) => return ProbeOutcome::Unknown { reason },
         };
+        let unreadable = |reason: String| match &landed {
+            Some(mark) => landed_but_unreadable(key.n, mark, &reason),
+            None => reason,
+        };
         match mark::probe_step(landed.as_ref(), key.n) {
             // The latest version holds no key n: a late attempt would have to land at a version after it,
             // where the next commit's key check finds it first.
@@ -343,7 +347,7 @@ impl Target for LanceTarget {
                         ),
                     },
                 },
-                Err(reason) => ProbeOutcome::Unknown { reason: landed_but_unreadable(key.n, version, &reason) },
+                Err(reason) => ProbeOutcome::Unknown { reason: unreadable(reason) },
             },
             // Only a second driver or a zombie lands later keys over ours; which set key n holds is in the
             // versions since its intent. A probe before any intent only asks whether the key is there.
@@ -361,18 +365,21 @@ impl Target for LanceTarget {
                             ),
                         },
                     },
-                    Err(reason) => ProbeOutcome::Unknown { reason: landed_but_unreadable(key.n, version, &reason) },
+                    Err(reason) => ProbeOutcome::Unknown { reason: unreadable(reason) },
                 },
             },
         }
     }
 }
 
-/// Why a probe cannot say which checkpoints a landed key holds, and the way out.
-fn landed_but_unreadable(n: u64, version: u64, reason: &str) -> String {
+/// Why a probe cannot say which checkpoints a landed key holds, and the ways out.
+fn landed_but_unreadable(n: u64, mark: &JobMark, reason: &str) -> String {
     format!(
-        "key {n} landed (the job's mark, at version {version}), but which checkpoints it holds cannot be read \
-         ({reason}): its version was cleaned up past the retention watermark. `sinkpoint resolve {n} \
-         not-committed` settles it without loss: the re-send compares the landed commit with the recorded one"
+        "key {n} landed (the job's mark: epoch {} at version {}), but which checkpoints it holds cannot be read \
+         ({reason}): its version was cleaned up past the retention watermark. Nothing can land twice, whichever \
+         verdict is given: `sinkpoint resolve {n} not-committed` re-sends the key, and the re-send is known as the \
+         landed commit when this store's epoch sent it ({}); after the store was reopened, a landed key {n} of a \
+         job with one driver is this store's, and `sinkpoint resolve {n} committed` settles it",
+        mark.epoch, mark.version, mark.epoch
     )
 }

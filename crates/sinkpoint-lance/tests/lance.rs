@@ -1116,7 +1116,7 @@ mod mark {
         assert_eq!(key_check(Some(&mark(3, 1, "d")), 3, 1, "d"), KeyCheck::AlreadyLanded);
         for (landed, n, epoch, digest) in [
             (mark(3, 1, "d"), 3, 1, "e"), // another set under our key
-            (mark(3, 1, "d"), 3, 2, "d"), // the same set by another epoch: the probe decides whose it is
+            (mark(3, 1, "d"), 3, 2, "d"), // the same set begun by another epoch: the probe decides whose it is
             (mark(4, 1, "d"), 3, 1, "e"), // a later key landed
             (mark(2, 5, "d"), 3, 1, "e"), // a newer epoch wrote
         ] {
@@ -1267,6 +1267,52 @@ mod maintenance {
         assert_eq!(report.recommitted, Some(1), "the probe is exact after the cleanup: {report:?}");
         Committer::new(&store, &target).finish().await.unwrap_or_else(|e| panic!("finish: {e}"));
         assert_eq!(sorted_names(&uri).await, ["a", "b", "foreign"]);
+    }
+
+    /// A key landed and the process died before marking it; compaction and a cleanup ignoring the watermark
+    /// removed its version, so the reopened store's probe cannot read its ids: the key is blocked, never
+    /// re-sent blindly. A not-committed verdict lands nothing twice (the re-send is refused: the mark holds the
+    /// older epoch's send), and the committed verdict the message gives for a job with one driver settles it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_landed_key_whose_version_was_cleaned_before_a_reopen_is_settled_by_the_verdict_the_error_names() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = table(dir.path());
+        create_empty(&uri).await;
+        let target = lance_target(&uri);
+        {
+            let store = open_store(dir.path(), "nightly", &uri).await;
+            seal(&store, &uri, "a").await;
+            let crash: CrashHook = Arc::new(|point| point == "after-target-commit-before-mark");
+            let crashed = Committer::new(&store, &target).with_crash_hook(crash).finish().await;
+            assert!(crashed.is_err(), "stopped after the landing: {crashed:?}");
+            store.close_async().await;
+        }
+        foreign_append(&uri, "foreign").await;
+        compact(&uri).await;
+        Dataset::open(&uri)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .cleanup_with_policy(expire_everything())
+            .await
+            .unwrap_or_else(|e| panic!("cleanup ignoring the watermark: {e}"));
+        let store = open_store(dir.path(), "nightly", &uri).await;
+        let report = Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        let Some(sinkpoint::commit::Blocked::Unknown { reason, .. }) = report.blocked else { panic!("{report:?}") };
+        assert!(reason.contains("key 0 landed") && reason.contains("resolve 0 committed"), "{reason}");
+        store
+            .resolve(0, sinkpoint::Resolution::NotCommitted, "try the re-send")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let resent = Committer::new(&store, &target).recover().await;
+        println!("after the not-committed verdict: {resent:?}");
+        assert_eq!(sorted_names(&uri).await, ["a", "foreign"], "nothing landed twice");
+        store
+            .resolve(0, sinkpoint::Resolution::Committed, "the mark says key 0 landed; this job has one driver")
+            .await
+            .unwrap_or_else(|e| panic!("resolve: {e}"));
+        let report = Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
+        assert!(report.blocked.is_none() && report.finished, "{report:?}");
+        assert_eq!(sorted_names(&uri).await, ["a", "foreign"]);
     }
 
     /// Lance's auto-cleanup, configured on the dataset, ran inside sinkpoint's own commits, expiring versions
