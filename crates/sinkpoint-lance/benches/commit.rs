@@ -244,8 +244,11 @@ struct Place {
 impl Place {
     fn local(versions: u64) -> Self {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let uri = dir.path().join(format!("history-{versions}.lance")).to_string_lossy().into_owned();
-        Self { name: "local", uri, options: HashMap::new(), _dir: Some(dir) }
+        // Lance reads a plain local path's files directly, past any wrapper; `file-object-store://` sends the
+        // same reads to the same directory as object-store requests, which the wrapper counts.
+        let path = dir.path().join(format!("history-{versions}.lance"));
+        let uri = format!("file-object-store://{}", path.to_string_lossy());
+        Self { name: "local (file-object-store://)", uri, options: HashMap::new(), _dir: Some(dir) }
     }
 
     fn s3(endpoint: &str, versions: u64) -> Self {
@@ -282,13 +285,21 @@ impl Place {
     }
 }
 
-/// Foreign commits until the dataset is at `version`: every tenth a one-row Append (so the manifest grows as a
-/// table's does), the others a config change (the cheapest commit Lance has).
-async fn foreign_history(target: &LanceTarget, version: u64) {
+/// What the versions of a history are.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum History {
+    /// Config changes, the cheapest commit Lance has: the manifest stays the size it was.
+    Config,
+    /// As `Config`, but every tenth version a one-row Append, so the manifest grows as an appended table's does.
+    Appends,
+}
+
+/// Foreign commits until the dataset is at `version`.
+async fn foreign_history(target: &LanceTarget, version: u64, history: History) {
     let mut dataset = target.open().await.unwrap_or_else(|e| panic!("open: {e}"));
     while dataset.version().version < version {
         let v = dataset.version().version;
-        if v % 10 == 0 {
+        if history == History::Appends && v % 10 == 0 {
             let shared = Arc::new(dataset);
             let results = fragments_in(shared.clone(), 1, 1_000_000 + v).await;
             let fragments = results.iter().map(|r| decode_fragment(r).unwrap_or_else(|e| panic!("{e}"))).collect();
@@ -307,8 +318,8 @@ async fn foreign_history(target: &LanceTarget, version: u64) {
 /// transaction): their requests do not follow the table's history. The table is at `versions` versions with
 /// the job's key 0 landed last; counted: the open's probe of key 1 (not begun), the probe of key 0 (landed,
 /// its intent one version before), and the commit of key 1.
-async fn history_rows(full: bool, versions_list: &[u64], endpoint: Option<&str>) {
-    for &versions in versions_list {
+async fn history_rows(full: bool, versions_list: &[u64], histories: &[History], endpoint: Option<&str>) {
+    for (&versions, &history) in versions_list.iter().flat_map(|v| histories.iter().map(move |h| (v, h))) {
         let place = match endpoint {
             Some(endpoint) => Place::s3(endpoint, versions),
             None => Place::local(versions),
@@ -317,13 +328,19 @@ async fn history_rows(full: bool, versions_list: &[u64], endpoint: Option<&str>)
         place.create().await;
         let target =
             LanceTarget::new(&place.uri).unwrap_or_else(|e| panic!("{e}")).with_storage_options(place.options.clone());
-        foreign_history(&target, versions - 1).await;
+        foreign_history(&target, versions - 1, history).await;
         let dataset = Arc::new(target.open().await.unwrap_or_else(|e| panic!("open: {e}")));
         let results = fragments_in(dataset.clone(), 1, 0).await;
         sinkpoint_commit(&target, 0, &results).await;
         let landed = target.version().await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(landed, Some(versions));
         let built_s = built.elapsed().as_secs_f64();
+        let latest = target.open().await.unwrap_or_else(|e| panic!("open: {e}"));
+        let shape = format!(
+            "{} fragments, a manifest of {:.1} KiB",
+            latest.count_fragments(),
+            latest.manifest_location().size.unwrap_or_default() as f64 / 1024.0
+        );
 
         let counter = Arc::new(Counting::default());
         let counted = target.clone().with_object_store_wrapper(counter.clone());
@@ -366,7 +383,10 @@ async fn history_rows(full: bool, versions_list: &[u64], endpoint: Option<&str>)
                 })
                 .await;
         }
-        println!("{} table of {versions} versions (built in {built_s:.1} s):", place.name);
+        println!(
+            "{} table of {versions} versions, {history:?} history ({shape}; built in {built_s:.1} s):",
+            place.name
+        );
         println!("  open's probe of a key not begun: {}", not_begun.line());
         println!("  probe of the landed key:         {}", landed_probe.line());
         println!("  commit of the next key:          {}", commit.line());
@@ -389,12 +409,20 @@ async fn main() {
         None => vec![2, 12],
     };
     assert!(versions.iter().all(|&v| v >= 2), "a history has at least 2 versions (the create, the job's key 0)");
+    let histories: Vec<History> = match args.iter().position(|a| a == "--history") {
+        Some(i) => match args.get(i + 1).map(String::as_str) {
+            Some("config") => vec![History::Config],
+            Some("appends") => vec![History::Appends],
+            _ => panic!("--history takes config or appends"),
+        },
+        None => vec![History::Config, History::Appends],
+    };
     if args.iter().any(|a| a == "--s3") {
         let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT")
             .unwrap_or_else(|_| panic!("--s3 needs SINKPOINT_S3_ENDPOINT (source .ci/moto.sh; moto_start)"));
-        history_rows(full, &versions, Some(&endpoint)).await;
+        history_rows(full, &versions, &histories, Some(&endpoint)).await;
         return;
     }
     commit_rows(full).await;
-    history_rows(full, &versions, None).await;
+    history_rows(full, &versions, &histories, None).await;
 }
