@@ -205,8 +205,8 @@ impl std::fmt::Display for Requests {
     }
 }
 
-/// One operation's requests (the same on every repetition, or the first one that differs is printed) and its
-/// median time.
+/// One operation's requests, repeated: the counts of the first repetition (and of the first that differs from
+/// it, bytes aside: a commit grows the manifest the next one reads), and the median time.
 struct Measured {
     requests: Vec<Requests>,
     ms: Vec<f64>,
@@ -227,7 +227,7 @@ impl Measured {
 
     fn line(&self) -> String {
         let first = self.requests[0];
-        let varied = self.requests.iter().find(|r| **r != first);
+        let varied = self.requests.iter().find(|r| Requests { bytes_got: first.bytes_got, ..**r } != first);
         let varied = varied.map(|r| format!(" (varied: also {r})")).unwrap_or_default();
         format!("{first}{varied}, {:.2} ms", median(self.ms.clone()))
     }
