@@ -299,7 +299,7 @@ async fn foreign_history(target: &LanceTarget, version: u64, history: History) {
     let mut dataset = target.open().await.unwrap_or_else(|e| panic!("open: {e}"));
     while dataset.version().version < version {
         let v = dataset.version().version;
-        if history == History::Appends && v % 10 == 0 {
+        if history == History::Appends && v.is_multiple_of(10) {
             let shared = Arc::new(dataset);
             let results = fragments_in(shared.clone(), 1, 1_000_000 + v).await;
             let fragments = results.iter().map(|r| decode_fragment(r).unwrap_or_else(|e| panic!("{e}"))).collect();

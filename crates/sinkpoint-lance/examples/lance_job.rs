@@ -182,7 +182,7 @@ async fn work(
 /// for the next commits are referenced by no version yet.
 async fn maintain(uri: &str, store: &Store, pass: usize) -> sinkpoint::Result<()> {
     let policy = CleanupPolicyBuilder::default().before_timestamp(chrono::Utc::now()).build();
-    let (watermark, removed) = if pass % 2 == 0 {
+    let (watermark, removed) = if pass.is_multiple_of(2) {
         let watermark = store.retention_watermark()?;
         let removed = LanceTarget::new(uri)?
             .cleanup_old_versions(policy, watermark)
