@@ -64,8 +64,8 @@ pub fn mark_key(job: &str) -> String {
 /// `Err` when the entry is there but not a mark this adapter reads (damage or a newer format: never guess).
 pub fn read_mark(metadata: &HashMap<String, String>, job: &str) -> Result<Option<JobMark>, String> {
     let Some(raw) = metadata.get(&mark_key(job)) else { return Ok(None) };
-    let mark: JobMark = serde_json::from_str(raw)
-        .map_err(|e| format!("the table's mark of job {job} ({raw:?}) does not parse: {e}"))?;
+    let mark: JobMark =
+        serde_json::from_str(raw).map_err(|e| format!("the table's mark of job {job} ({raw:?}) does not parse: {e}"))?;
     if mark.format != MARK_FORMAT_VERSION {
         return Err(format!(
             "the table's mark of job {job} has format {}, this adapter reads format {MARK_FORMAT_VERSION}: commit \

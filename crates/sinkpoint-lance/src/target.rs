@@ -336,11 +336,8 @@ impl Target for LanceTarget {
                 Ok(commits) => match commits.into_iter().find(|(c, _)| c.n == key.n) {
                     Some((c, _)) => ProbeOutcome::Committed { ids: Some(c.ids) },
                     None => ProbeOutcome::Unknown {
-                        reason: format!(
-                            "the job's mark says key {} landed at version {version}, whose transaction \
-                                         does not record it (the mark or the transaction is damaged)",
-                            key.n
-                        ),
+                        reason: format!("the job's mark says key {} landed at version {version}, whose transaction \
+                                         does not record it (the mark or the transaction is damaged)", key.n),
                     },
                 },
                 Err(reason) => ProbeOutcome::Unknown { reason: landed_but_unreadable(key.n, version, &reason) },

@@ -616,7 +616,8 @@ mod s3 {
             Dataset::write(reader, uri.as_str(), Some(create)).await.unwrap_or_else(|e| panic!("create {uri}: {e}")),
         );
         let handler = Arc::new(FaultyHandler::default());
-        let target = lance_target(&uri).with_storage_options(options(&endpoint)).with_commit_handler(handler.clone());
+        let target =
+            lance_target(&uri).with_storage_options(options(&endpoint)).with_commit_handler(handler.clone());
         run_job_with_fault(dataset, &target, &handler, LAND_THEN_LOSE_ACK, "on-s3").await;
         let dataset = target.open().await.unwrap_or_else(|e| panic!("open: {e}"));
         let mut names = names_of(&dataset).await;
