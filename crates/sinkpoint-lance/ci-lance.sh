@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # The Lance adapter's job drill (issue 11), run by .ci/run after `cargo test --workspace` built the example:
-# the example job's crash matrix on a local Lance dataset, then Lance's own Python reader (pylance 14.0.2, in a
-# cached venv) reads the dataset back and checks every committed version's transaction properties.
+# the example job's crash matrix on a local Lance dataset, then the same with table maintenance between inputs
+# (`--maintenance`: Lance cleanup and compaction), then Lance's own Python reader (pylance 14.0.2, in a cached
+# venv) reads the dataset back and checks every committed version's transaction properties.
 #
 #   LANCE_JOB=path/to/lance_job bash crates/sinkpoint-lance/ci-lance.sh
 #
-# Without LANCE_JOB it builds the example (cargo build -p sinkpoint-lance --example lance_job).
+# Without LANCE_JOB it builds the examples (cargo build --workspace --examples: a `-p sinkpoint-lance` build
+# unifies features differently and rebuilds Lance).
 # Cache: ${SINKPOINT_CACHE:-$HOME/.cache/sinkpoint}/lance-venv (pylance==14.0.2, pyarrow, numpy).
 set -euo pipefail
 
 LANCE_CACHE_DIR="${SINKPOINT_CACHE:-$HOME/.cache/sinkpoint}"
 LANCE_VENV="$LANCE_CACHE_DIR/lance-venv"
 LANCE_JOB_DIR="$(mktemp -d)/lance-job"
+LANCE_MAINT_DIR="$(dirname "$LANCE_JOB_DIR")/lance-job-maintenance"
 CRASH_EXIT_CODE=86
 
 _lance_log() { printf 'lance: %s\n' "$*" >&2; }
 
 if [[ -z "${LANCE_JOB:-}" ]]; then
-    cargo build -q -p sinkpoint-lance --example lance_job
+    cargo build -q --workspace --examples
     LANCE_JOB="${CARGO_TARGET_DIR:-target}/debug/examples/lance_job"
 fi
 job() { "$LANCE_JOB" --dir "$LANCE_JOB_DIR" --inputs 6 --rows 50 "$@"; }
@@ -30,13 +33,31 @@ for point in after-stage after-seal after-begin-commit after-target-commit-befor
         cat "$LANCE_JOB_DIR.log"; _lance_log "expected exit $CRASH_EXIT_CODE at $point, got $rc"; exit 1
     fi
     out=$(job)
-    printf '%-34s %s\n' "$point" "$(tail -n 1 <<<"$out")"
+    printf '%-46s %s\n' "$point" "$(tail -n 1 <<<"$out")"
     grep -q 'table: 300 rows, 0 duplicates, 0 missing' <<<"$out" || { printf '%s\n' "$out"; _lance_log "bad read-back after $point"; exit 1; }
 done
 # The fast path: a rerun of a finished job finds its final key in the dataset and writes nothing.
 out=$(job)
 grep -q 'fast path' <<<"$out" || { printf '%s\n' "$out"; _lance_log "the rerun of a finished job did not take the fast path"; exit 1; }
-printf '%-34s %s\n' "rerun of a finished job" "$(grep 'fast path' <<<"$out")"
+printf '%-46s %s\n' "rerun of a finished job" "$(grep 'fast path' <<<"$out")"
+
+# Table maintenance between inputs, as an operator might: each input its own commit, then Lance's cleanup of
+# every older version (with the retention watermark and without, alternately) and compaction; once more at the
+# start of each run, before recovery. A fresh run, then each crash point and a rerun, all with maintenance.
+maint() { "$LANCE_JOB" --dir "$LANCE_MAINT_DIR" --inputs 6 --rows 50 --maintenance "$@"; }
+out=$(maint --fresh)
+printf '%-46s %s\n' "maintenance" "$(tail -n 1 <<<"$out")"
+grep -q 'table: 300 rows, 0 duplicates, 0 missing' <<<"$out" || { printf '%s\n' "$out"; _lance_log "bad read-back with maintenance"; exit 1; }
+for point in after-stage after-seal after-begin-commit after-target-commit-before-mark unknown-outcome; do
+    rc=0
+    maint --fresh --crash-at "$point" > "$LANCE_MAINT_DIR.log" 2>&1 || rc=$?
+    if [[ $rc -ne $CRASH_EXIT_CODE ]]; then
+        cat "$LANCE_MAINT_DIR.log"; _lance_log "expected exit $CRASH_EXIT_CODE at $point with maintenance, got $rc"; exit 1
+    fi
+    out=$(maint)
+    printf '%-46s %s\n' "maintenance, $point" "$(tail -n 1 <<<"$out")"
+    grep -q 'table: 300 rows, 0 duplicates, 0 missing' <<<"$out" || { printf '%s\n' "$out"; _lance_log "bad read-back after $point with maintenance"; exit 1; }
+done
 
 _lance_venv_ok() { [[ -x "$LANCE_VENV/bin/python" ]] && "$LANCE_VENV/bin/python" -c 'import lance, pyarrow; assert lance.__version__ == "14.0.2"' >/dev/null 2>&1; }
 if ! _lance_venv_ok; then

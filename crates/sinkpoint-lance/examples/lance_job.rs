@@ -6,6 +6,11 @@
 //! cargo run -p sinkpoint-lance --example lance_job -- --fresh --crash-at after-target-commit-before-mark
 //! cargo run -p sinkpoint-lance --example lance_job                # the rerun recovers (F1)
 //! ```
+//!
+//! With `--maintenance` the job commits after each input and then maintains the table as an operator might:
+//! Lance's cleanup of every version older than now (alternately honouring the store's retention watermark and
+//! ignoring it; never `delete_unverified`), then compaction of the small fragments. It does so once at the start
+//! too, before recovery, as a scheduled maintenance finds a job that crashed.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,6 +21,8 @@ use arrow_array::{RecordBatch, RecordBatchIterator, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use futures::TryStreamExt;
 use lance::Dataset;
+use lance::dataset::cleanup::CleanupPolicyBuilder;
+use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::{WriteMode, WriteParams};
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
@@ -37,18 +44,26 @@ struct Args {
     rows: usize,
     crash_at: Option<String>,
     fresh: bool,
+    maintenance: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: lance_job [--dir DIR] [--inputs N] [--rows R] [--fresh]\n           \
+        "usage: lance_job [--dir DIR] [--inputs N] [--rows R] [--fresh] [--maintenance]\n           \
          [--crash-at after-stage|after-seal|after-begin-commit|after-target-commit-before-mark|unknown-outcome]"
     );
     std::process::exit(2)
 }
 
 fn parse() -> Args {
-    let mut args = Args { dir: PathBuf::from("target/lance-job"), inputs: 8, rows: 100, crash_at: None, fresh: false };
+    let mut args = Args {
+        dir: PathBuf::from("target/lance-job"),
+        inputs: 8,
+        rows: 100,
+        crash_at: None,
+        fresh: false,
+        maintenance: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| usage());
@@ -58,6 +73,7 @@ fn parse() -> Args {
             "--rows" => args.rows = value().parse().unwrap_or_else(|_| usage()),
             "--crash-at" => args.crash_at = Some(value()),
             "--fresh" => args.fresh = true,
+            "--maintenance" => args.maintenance = true,
             _ => usage(),
         }
     }
@@ -72,9 +88,11 @@ fn crash(point: &str) -> ! {
     std::process::exit(CRASH_EXIT_CODE)
 }
 
-/// The unknown outcome of the crash flag: the commit lands, its ack is lost, and the probe right after fails.
+/// The unknown outcome of the crash flag: the commit of key `key` lands, its ack is lost, and the probe right
+/// after fails.
 struct LoseAckThenProbeFails {
     inner: LanceTarget,
+    key: u64,
     probe_fails: std::sync::atomic::AtomicBool,
 }
 
@@ -86,6 +104,9 @@ impl Target for LoseAckThenProbeFails {
 
     async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
         let landed = self.inner.commit(commit).await;
+        if commit.key.n != self.key {
+            return landed;
+        }
         self.probe_fails.store(true, std::sync::atomic::Ordering::SeqCst);
         println!("target: key {} {landed:?}, but the ack is lost", commit.key.n);
         CommitOutcome::Unknown { reason: "ack lost".into() }
@@ -155,6 +176,39 @@ async fn work(
     Ok(())
 }
 
+/// One pass of table maintenance: Lance's cleanup of every version older than now (pass 0, 2, 4… through
+/// [`LanceTarget::cleanup_old_versions`] with the store's retention watermark; pass 1, 3, 5… straight through
+/// Lance, ignoring it), then compaction of the small fragments. Never `delete_unverified`: the fragments staged
+/// for the next commits are referenced by no version yet.
+async fn maintain(uri: &str, store: &Store, pass: usize) -> sinkpoint::Result<()> {
+    let policy = CleanupPolicyBuilder::default().before_timestamp(chrono::Utc::now()).build();
+    let (watermark, removed) = if pass.is_multiple_of(2) {
+        let watermark = store.retention_watermark()?;
+        let removed = LanceTarget::new(uri)?
+            .cleanup_old_versions(policy, watermark)
+            .await
+            .map_err(lance_error("cleaning up old versions"))?;
+        (format!("{watermark:?}"), removed)
+    } else {
+        let dataset = Dataset::open(uri).await.map_err(lance_error("opening the dataset"))?;
+        let removed = dataset.cleanup_with_policy(policy).await.map_err(lance_error("cleaning up old versions"))?;
+        ("ignored".to_owned(), removed)
+    };
+    let mut dataset = Dataset::open(uri).await.map_err(lance_error("opening the dataset"))?;
+    let compacted =
+        compact_files(&mut dataset, CompactionOptions::default(), None).await.map_err(lance_error("compacting"))?;
+    println!(
+        "maintenance {pass}: cleanup (watermark {watermark}) removed {} versions, {} data files; compaction \
+         {} fragments into {}; version {}",
+        removed.old_versions,
+        removed.data_files_removed,
+        compacted.fragments_removed,
+        compacted.fragments_added,
+        dataset.version().version
+    );
+    Ok(())
+}
+
 async fn read_back(uri: &str, args: &Args) -> sinkpoint::Result<bool> {
     let dataset = Dataset::open(uri).await.map_err(lance_error("opening the dataset"))?;
     let batches: Vec<RecordBatch> = dataset
@@ -199,21 +253,31 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
         .mirror(Arc::new(mirror), object_store::path::Path::from("lance-job"), MirrorSettings::default())
         .open()
         .await?;
+    let mut passes = 0..;
+    if args.maintenance {
+        maintain(&uri, &store, passes.next().unwrap_or_default()).await?;
+    }
     let table = LanceTarget::new(&uri)?;
     let unknown = args.crash_at.as_deref() == Some("unknown-outcome");
+    // A commit crash at the job's one key, or, when each input is its own key, at the middle input's key: after
+    // some maintenance, with a rerun whose first maintenance meets the key in flight.
+    let crash_key = if args.maintenance { (args.inputs / 2) as u64 } else { 0 };
     let target: Box<dyn Target> = if unknown {
-        Box::new(LoseAckThenProbeFails { inner: table, probe_fails: false.into() })
+        Box::new(LoseAckThenProbeFails { inner: table, key: crash_key, probe_fails: false.into() })
     } else {
         Box::new(table)
     };
     let crash_at = args.crash_at.clone();
+    // Each commit point is passed once a key, in key order.
+    let hits = std::sync::atomic::AtomicU64::new(0);
     let hook: CrashHook = Arc::new(move |point| {
-        let wanted = match crash_at.as_deref() {
-            Some("unknown-outcome") => crash_points::AFTER_MARK_UNKNOWN,
-            Some(p) => p,
+        // Only key `crash_key` loses its ack, so the first unknown outcome is its own.
+        let (wanted, skip) = match crash_at.as_deref() {
+            Some("unknown-outcome") => (crash_points::AFTER_MARK_UNKNOWN, 0),
+            Some(p) => (p, crash_key),
             None => return false,
         };
-        if point == wanted {
+        if point == wanted && hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == skip {
             crash(point);
         }
         false
@@ -236,6 +300,10 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
         for i in 0..args.inputs {
             // A stage crash only in the middle of the job, so some inputs are done and some not.
             work(&store, dataset.clone(), i, args.rows, stage_crash.filter(|_| i == args.inputs / 2)).await?;
+            if args.maintenance {
+                committer.commit_pending().await?;
+                maintain(&uri, &store, passes.next().unwrap_or_default()).await?;
+            }
         }
         let commit = committer.finish().await?;
         println!("committed keys {:?}", commit.committed_keys);

@@ -43,6 +43,17 @@ across every process and run in DIR (so it fires once; delete DIR/crash-*.count 
 With ``--runner ray`` a worker's crash kills only its Ray actor: Daft re-runs its task on a new one, and the job
 goes on (the re-run skips what the dead worker sealed).
 
+``--maintenance`` maintains the table as an operator might, with pylance and without sinkpoint (so without the
+store's retention watermark): ``cleanup_old_versions(older_than=timedelta(0))`` (never ``delete_unverified``), then
+``optimize.compact_files()``. At the start of the run (before its recovery: as a scheduled maintenance finds a job
+that crashed), on the driver once every write is done and before anything is committed (the workers' fragments
+are staged then, referenced by no version), and after the run, before the read-back. Lines start with
+``maintenance:``. Cleanup comes before compaction: the latest version, where a key that crashed between its Lance
+commit and its mark landed, outlives one cleanup, and the run's recovery reads its transaction before the next.
+Compaction then cleanup would expire it, and the key would wait for an operator's verdict (``Driver.resolve``): to
+maintain a table with a key in flight, ``sinkpoint.LanceTarget.cleanup_old_versions`` with
+``Driver.retention_watermark()`` keeps what its probe reads.
+
 ``--plain`` writes the same inputs WITHOUT sinkpoint (a plain Lance append: one fragment per micropartition, one
 commit in finalize) into DIR/plain.lance; ``--compare`` runs both in one process (plain first, after a warm-up) and
 prints the difference per input. The plain write makes one fragment per micropartition (``--row-groups`` per
@@ -63,6 +74,7 @@ import shutil
 import sys
 import threading
 import time
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit
@@ -129,6 +141,28 @@ def count_table(uri: str, count: int, rows: int) -> Tuple[int, int, int]:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Table maintenance
+
+
+def maintain(uri: str, when: str) -> None:
+    """Lance's cleanup of every version older than now (pylance's own: the store's retention watermark is not
+    consulted; never ``delete_unverified``, which would delete the fragments staged for the next commit), then
+    compaction of the small fragments. Nothing to do while the table does not exist."""
+    import lance
+
+    try:
+        ds = lance.dataset(uri)
+    except (ValueError, OSError):
+        print(f"maintenance: {when}: no table yet", flush=True)
+        return
+    removed = ds.cleanup_old_versions(older_than=timedelta(0))
+    compacted = ds.optimize.compact_files()
+    print(f"maintenance: {when}: cleanup removed {removed.old_versions} versions; compaction "
+          f"{compacted.fragments_removed} fragments into {compacted.fragments_added}; version "
+          f"{lance.dataset(uri).version}", flush=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Crash points
 
 
@@ -144,9 +178,12 @@ class JobSink(LanceSink):
     too, where each task holds its own copy of this sink."""
 
     def __init__(self, *args: Any, crash_at: Optional[str] = None, crash_dir: str = ".", delay_s: float = 0.0,
-                 driver_staging_options: Optional[Dict[str, str]] = None, **kwargs: Any) -> None:
+                 driver_staging_options: Optional[Dict[str, str]] = None, maintenance: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.crash_at = crash_at
+        #: Maintain the table in ``finalize``, after every write, before the commits.
+        self.maintenance = maintenance
         self.crash_dir = crash_dir
         self.delay_s = delay_s
         #: The driver's options for the shared staging, when they differ from the workers' (``staging_options``):
@@ -161,6 +198,8 @@ class JobSink(LanceSink):
 
     def finalize(self, write_results: List[WriteResult]) -> Any:
         self._at("finalize")
+        if self.maintenance:
+            maintain(self.uri, "writes done, nothing committed yet")
         return super().finalize(write_results)
 
     def _driver_options(self) -> Dict[str, Any]:
@@ -399,6 +438,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--mirror", action="store_true", help="mirror the store to file://DIR/mirror")
     ap.add_argument("--crash-at", help="written:K | sealed:K | finalize | adopted | commit:<core crash point>")
     ap.add_argument("--delay-ms", type=float, default=0.0, help="sleep per micropartition in the sink")
+    ap.add_argument("--maintenance", action="store_true",
+                    help="Lance cleanup (older_than 0) and compaction at the run's start, before the commits and after")
     ap.add_argument("--plain", action="store_true", help="only the plain Lance write (no sinkpoint) into DIR/plain.lance")
     ap.add_argument("--compare", action="store_true", help="plain write, then the sinkpoint job; print the cost")
     ap.add_argument("--s3-endpoint", help="put the staging and the mirror on this S3 API (http) and count the requests")
@@ -462,11 +503,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         crash_dir=directory,
         delay_s=args.delay_ms / 1000.0,
         check_processed_in_worker=True if args.check_in_worker else None,
+        maintenance=args.maintenance,
         **s3,
     )
+    if args.maintenance:
+        maintain(uri, "before the run")
     t1 = time.monotonic()
     commits = sink.run(paths).to_pydict()
     took = time.monotonic() - t1
+    if args.maintenance:
+        maintain(uri, "after the run")
     if counter is not None:
         for line in requests_lines(counter.counts(), args.inputs):
             print(line, flush=True)

@@ -1,6 +1,7 @@
 """examples/daft_lance_job.py end to end, in real processes: one run writes every row once, a rerun of a finished
 job does nothing, every crash point and kill -9 at random moments is finished by a rerun with 0 duplicates and 0
-missing, two drivers started 0.5 s apart write no duplicate, a Ray run finishes, and so does a Ray run killed -9
+missing, with Lance cleanup and compaction between the runs and before the commits too (``--maintenance``), two
+drivers started 0.5 s apart write no duplicate, a Ray run finishes, and so does a Ray run killed -9
 (every process of its session) at random moments and rerun. (The object-store requests of a run are counted in
 test_requests.py.)
 
@@ -104,6 +105,24 @@ def test_a_rerun_after_a_crash_point_finishes_the_job(tmp_path, point, code):
     if point == "commit:after-target-commit-before-mark":
         assert "marked landed 0" in rerun.stdout
     assert "already finished" in _ok(_run(tmp_path)).stdout
+
+
+def test_maintenance_before_between_and_after_the_commits_keeps_every_row_once(tmp_path):
+    first = _ok(_run(tmp_path, "--maintenance"))
+    assert "maintenance: after the run: cleanup removed" in first.stdout
+    assert "already finished" in _ok(_run(tmp_path, "--maintenance")).stdout
+
+
+@pytest.mark.parametrize("point,code", CRASH_POINTS, ids=[p for p, _ in CRASH_POINTS])
+def test_a_rerun_after_a_crash_point_and_maintenance_finishes_the_job(tmp_path, point, code):
+    crashed = _run(tmp_path, "--maintenance", "--crash-at", point)
+    assert crashed.returncode == code, f"{crashed.stdout[-2000:]}\n{crashed.stderr[-2000:]}"
+    assert _count(tmp_path)[1] == 0
+    # The rerun's maintenance comes before its recovery: the landed key's version outlives it.
+    rerun = _ok(_run(tmp_path, "--maintenance"))
+    assert "maintenance: before the run: cleanup removed" in rerun.stdout
+    if point == "commit:after-target-commit-before-mark":
+        assert "marked landed 0" in rerun.stdout
 
 
 def test_a_crash_during_the_recovery_run_is_recovered_too(tmp_path):
