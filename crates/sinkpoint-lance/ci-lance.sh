@@ -25,17 +25,22 @@ if [[ -z "${LANCE_JOB:-}" ]]; then
 fi
 job() { "$LANCE_JOB" --dir "$LANCE_JOB_DIR" --inputs 6 --rows 50 "$@"; }
 
-# Each crash point: a run that dies there (exit 86), then a clean rerun that must read back 0 duplicates, 0 missing.
-for point in after-stage after-seal after-begin-commit after-target-commit-before-mark unknown-outcome; do
-    rc=0
-    job --fresh --crash-at "$point" > "$LANCE_JOB_DIR.log" 2>&1 || rc=$?
-    if [[ $rc -ne $CRASH_EXIT_CODE ]]; then
-        cat "$LANCE_JOB_DIR.log"; _lance_log "expected exit $CRASH_EXIT_CODE at $point, got $rc"; exit 1
-    fi
-    out=$(job)
-    printf '%-46s %s\n' "$point" "$(tail -n 1 <<<"$out")"
-    grep -q 'table: 300 rows, 0 duplicates, 0 missing' <<<"$out" || { printf '%s\n' "$out"; _lance_log "bad read-back after $point"; exit 1; }
-done
+# Each crash point with RUN (a function taking the example's flags): a run that dies there (exit 86), then a
+# clean rerun that must read back 0 duplicates, 0 missing. LABEL prefixes each line; LOG keeps the crashed run's output.
+crash_drill() {
+    local run=$1 label=$2 log=$3 point rc out
+    for point in after-stage after-seal after-begin-commit after-target-commit-before-mark unknown-outcome; do
+        rc=0
+        "$run" --fresh --crash-at "$point" > "$log" 2>&1 || rc=$?
+        if [[ $rc -ne $CRASH_EXIT_CODE ]]; then
+            cat "$log"; _lance_log "expected exit $CRASH_EXIT_CODE at $label$point, got $rc"; exit 1
+        fi
+        out=$("$run")
+        printf '%-46s %s\n' "$label$point" "$(tail -n 1 <<<"$out")"
+        grep -q 'table: 300 rows, 0 duplicates, 0 missing' <<<"$out" || { printf '%s\n' "$out"; _lance_log "bad read-back after $label$point"; exit 1; }
+    done
+}
+crash_drill job "" "$LANCE_JOB_DIR.log"
 # The fast path: a rerun of a finished job finds its final key in the dataset and writes nothing.
 out=$(job)
 grep -q 'fast path' <<<"$out" || { printf '%s\n' "$out"; _lance_log "the rerun of a finished job did not take the fast path"; exit 1; }
@@ -48,16 +53,7 @@ maint() { "$LANCE_JOB" --dir "$LANCE_MAINT_DIR" --inputs 6 --rows 50 --maintenan
 out=$(maint --fresh)
 printf '%-46s %s\n' "maintenance" "$(tail -n 1 <<<"$out")"
 grep -q 'table: 300 rows, 0 duplicates, 0 missing' <<<"$out" || { printf '%s\n' "$out"; _lance_log "bad read-back with maintenance"; exit 1; }
-for point in after-stage after-seal after-begin-commit after-target-commit-before-mark unknown-outcome; do
-    rc=0
-    maint --fresh --crash-at "$point" > "$LANCE_MAINT_DIR.log" 2>&1 || rc=$?
-    if [[ $rc -ne $CRASH_EXIT_CODE ]]; then
-        cat "$LANCE_MAINT_DIR.log"; _lance_log "expected exit $CRASH_EXIT_CODE at $point with maintenance, got $rc"; exit 1
-    fi
-    out=$(maint)
-    printf '%-46s %s\n' "maintenance, $point" "$(tail -n 1 <<<"$out")"
-    grep -q 'table: 300 rows, 0 duplicates, 0 missing' <<<"$out" || { printf '%s\n' "$out"; _lance_log "bad read-back after $point with maintenance"; exit 1; }
-done
+crash_drill maint "maintenance, " "$LANCE_MAINT_DIR.log"
 
 _lance_venv_ok() { [[ -x "$LANCE_VENV/bin/python" ]] && "$LANCE_VENV/bin/python" -c 'import lance, pyarrow; assert lance.__version__ == "14.0.2"' >/dev/null 2>&1; }
 if ! _lance_venv_ok; then

@@ -1186,6 +1186,18 @@ mod maintenance {
         println!("compaction: {metrics:?}");
     }
 
+    /// A foreign append, compaction, then a cleanup of every old version that ignores the retention watermark.
+    async fn foreign_writes_then_maintenance_ignoring_the_watermark(uri: &str) {
+        foreign_append(uri, "foreign").await;
+        compact(uri).await;
+        Dataset::open(uri)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .cleanup_with_policy(expire_everything())
+            .await
+            .unwrap_or_else(|e| panic!("cleanup ignoring the watermark: {e}"));
+    }
+
     async fn sorted_names(uri: &str) -> Vec<String> {
         let mut names = names_in(uri).await;
         names.sort();
@@ -1254,14 +1266,7 @@ mod maintenance {
             assert!(crashed.is_err(), "stopped after the intent: {crashed:?}");
             store.close_async().await;
         }
-        foreign_append(&uri, "foreign").await;
-        compact(&uri).await;
-        Dataset::open(&uri)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .cleanup_with_policy(expire_everything())
-            .await
-            .unwrap_or_else(|e| panic!("cleanup ignoring the watermark: {e}"));
+        foreign_writes_then_maintenance_ignoring_the_watermark(&uri).await;
         let store = open_store(dir.path(), "nightly", &uri).await;
         let report = Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
         assert_eq!(report.recommitted, Some(1), "the probe is exact after the cleanup: {report:?}");
@@ -1287,14 +1292,7 @@ mod maintenance {
             assert!(crashed.is_err(), "stopped after the landing: {crashed:?}");
             store.close_async().await;
         }
-        foreign_append(&uri, "foreign").await;
-        compact(&uri).await;
-        Dataset::open(&uri)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .cleanup_with_policy(expire_everything())
-            .await
-            .unwrap_or_else(|e| panic!("cleanup ignoring the watermark: {e}"));
+        foreign_writes_then_maintenance_ignoring_the_watermark(&uri).await;
         let store = open_store(dir.path(), "nightly", &uri).await;
         let report = Committer::new(&store, &target).recover().await.unwrap_or_else(|e| panic!("recover: {e}"));
         let Some(sinkpoint::commit::Blocked::Unknown { reason, .. }) = report.blocked else { panic!("{report:?}") };
