@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::TransitionError;
 use crate::limits::COMMIT_RESULTS_MAX;
 use crate::types::{CheckpointId, Epoch};
+use crate::wal::record::Resolution;
 
 /// The state of one checkpoint id.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
@@ -482,6 +483,40 @@ pub(crate) fn commit_transition(seq: &CommitSequence, event: &CommitEvent<'_>) -
                 None => Ok(CommitStep::Apply),
             }
         }
+    }
+}
+
+/// Checks an operator's verdict `resolution` on key `key`, whose record is in state `current` (`None`: never
+/// begun). Pure. A Committed verdict is taken only by a key whose outcome is unknown (CommitUnknown): a Committing
+/// key is settled by running the job, whose committer probes the table (and records CommitUnknown when the probe
+/// cannot tell), and a wrong Committed verdict loses every row the key holds. A NotCommitted verdict is taken from
+/// Committing too: a wrong one costs nothing, since the table refuses the re-send and the probe decides. The same
+/// verdict again on a key it already settled changes nothing; a verdict on a committed key is refused.
+pub(crate) fn check_verdict(
+    key: u64,
+    current: Option<CheckpointState>,
+    resolution: Resolution,
+) -> Result<CommitStep, TransitionError> {
+    use CheckpointState as S;
+    let current = current.ok_or(TransitionError::UnknownCommitKey { key })?;
+    match (current, resolution) {
+        (S::CommitUnknown { .. }, _) | (S::Committing { .. }, Resolution::NotCommitted) => Ok(CommitStep::Apply),
+        // A key's record is Sealed while an earlier NotCommitted verdict waits for its re-send.
+        (S::Committed { .. }, Resolution::Committed) | (S::Sealed, Resolution::NotCommitted) => {
+            Ok(CommitStep::Unchanged)
+        }
+        (S::Sealed, Resolution::Committed) => Err(TransitionError::CommitState {
+            key,
+            state: current,
+            what: "a committed verdict (a not-committed verdict on the key waits for its re-send: run the job)",
+        }),
+        (S::Committing { .. }, Resolution::Committed) => Err(TransitionError::CommitState {
+            key,
+            state: current,
+            what: "a committed verdict (only a key whose outcome is unknown takes one; a key being committed is \
+                   settled by running the job, whose committer probes the table)",
+        }),
+        (state, _) => Err(TransitionError::CommitState { key, state, what: "an operator's verdict" }),
     }
 }
 

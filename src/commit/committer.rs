@@ -486,7 +486,12 @@ impl<'a> Committer<'a> {
                 self.store.protocol().mark_not_committed(n).await?;
                 Ok(InFlight::None)
             }
-            ProbeOutcome::Unknown { reason } => Ok(InFlight::Blocked(Blocked::Unknown { key: n, reason })),
+            // Recorded, so the key reads as unknown (not merely being committed) and an operator who checks the
+            // table can settle it; a later probe that answers still decides first.
+            ProbeOutcome::Unknown { reason } => {
+                self.store.protocol().mark_unknown(n, &reason).await?;
+                Ok(InFlight::Blocked(Blocked::Unknown { key: n, reason }))
+            }
         }
     }
 

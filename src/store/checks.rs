@@ -55,7 +55,8 @@ pub(super) fn sorted_ids(ids: &[CheckpointId]) -> Result<Vec<CheckpointId>> {
 }
 
 pub(super) fn check_reason(reason: &str) -> Result<()> {
-    if reason.is_empty() || reason.len() > REASON_BYTES_MAX {
+    // A reason of spaces says nothing to the next operator.
+    if reason.trim().is_empty() || reason.len() > REASON_BYTES_MAX {
         return Err(InvalidInput::Length { what: "operator reason", len: reason.len(), max: REASON_BYTES_MAX }.into());
     }
     Ok(())

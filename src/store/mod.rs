@@ -271,10 +271,20 @@ impl Store {
         Protocol { store: self }
     }
 
-    /// The operator's escape hatch, after checking the table by hand: resolves key `key` as committed or not
-    /// committed, recording `reason`. Never used by the protocol itself.
+    /// The operator's escape hatch, after checking the table by hand: resolves key `key`, whose outcome is unknown
+    /// (CommitUnknown: a probe could not tell), as committed or not committed, recording `reason`. Never used by
+    /// the protocol itself, and meant for a stopped job (a committer running beside it may move the key between
+    /// the check and the record).
+    ///
+    /// A Committed verdict on a key that is only Committing is refused with nothing written
+    /// (`IllegalTransition`): running the job settles it (its committer probes the table, and records
+    /// CommitUnknown when the probe cannot tell), while a wrong Committed verdict would lose every row the key
+    /// holds. A NotCommitted verdict is taken from Committing too (a wrong one costs nothing: the table refuses
+    /// the re-send). The same verdict on a key it already settled changes nothing.
     pub async fn resolve(&self, key: u64, resolution: Resolution, reason: &str) -> Result<()> {
         check_reason(reason)?;
+        let current = self.commit_value(key)?.map(|c| c.state);
+        crate::state::check_verdict(key, current, resolution)?;
         let record = Record::Resolve { key, resolution, reason: reason.to_owned() };
         self.call(record, CallDurability::Immediate).await.map(drop)
     }

@@ -691,6 +691,58 @@ async fn a_wrong_verdict_refused_by_the_target_after_a_reopen_is_dropped_and_the
     assert_eq!(account(target.inner(), 2).await, exactly_once(2));
 }
 
+/// An operator's committed verdict on a key that is only being committed (the crash came before its send, so the
+/// table holds nothing): refused with nothing logged, since it would lose every row; the run commits the key.
+#[tokio::test]
+async fn a_committed_verdict_on_a_key_only_being_committed_is_refused_and_the_run_commits_it() {
+    let backend = CrashBackend::new();
+    let table = memory_table();
+    let store = open(&backend).await;
+    run_inputs(&store, &table, 0..2).await;
+    let err = Committer::new(&store, &table)
+        .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
+        .commit_pending()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    store.close();
+    let store = open(&backend).await;
+    let frames = store.log_frames().unwrap().len();
+    let err = store.resolve(0, sinkpoint::Resolution::Committed, "sure it landed").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::IllegalTransition, "{err}");
+    assert!(err.to_string().contains("running the job"), "the error says what settles it: {err}");
+    assert_eq!(store.log_frames().unwrap().len(), frames, "a refused verdict logs nothing");
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committing { key: 0 });
+    let report = Committer::new(&store, &table).commit_pending().await.unwrap();
+    assert_eq!(report.committed_keys, vec![0]);
+    assert_eq!(account(&table, 2).await, exactly_once(2));
+}
+
+/// A key being committed whose probe cannot tell (the crash came after the send; the table's history is gone) is
+/// recorded CommitUnknown by the run that probes it, so the verdict that settles it is taken.
+#[tokio::test]
+async fn a_key_being_committed_whose_probe_cannot_tell_is_recorded_unknown_and_takes_a_verdict() {
+    let backend = CrashBackend::new();
+    let target = FaultyTarget::scripted(memory_table(), vec![], probes_forever_unknown());
+    let store = open(&backend).await;
+    run_inputs(&store, target.inner(), 0..2).await;
+    let err = Committer::new(&store, &target)
+        .with_crash_hook(crash_at(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK))
+        .commit_pending()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    store.close();
+    let store = open(&backend).await;
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committing { key: 0 });
+    let report = Committer::new(&store, &target).recover().await.unwrap();
+    assert!(matches!(report.blocked, Some(Blocked::Unknown { key: 0, .. })), "{report:?}");
+    assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
+    store.resolve(0, sinkpoint::Resolution::Committed, "checked the table: key 0 is there").await.unwrap();
+    assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}
+
 /// Two sealed checkpoints that need two commit keys (together over `COMMIT_RESULTS_MAX`).
 async fn two_keys_of_work(store: &Store) {
     use sinkpoint::limits::{COMMIT_RESULTS_MAX, STAGE_RESULTS_MAX};

@@ -452,9 +452,10 @@ impl Model {
             Op::MarkUnknown { key } => self.move_commit(*key, S::CommitUnknown { key: *key }, false),
             Op::MarkNotCommitted { key } => self.move_commit(*key, S::Committing { key: *key }, false),
             Op::Resolve { key, resolution, reason } => {
-                if reason.is_empty() {
+                if reason.trim().is_empty() {
                     return Err(Outcome::Invalid);
                 }
+                self.check_verdict(*key, *resolution)?;
                 let to = match resolution {
                     Resolution::Committed => S::Committed { key: Some(*key) },
                     // The record keeps the operator's verdict (`COMMIT_AWAITS_RECOMMIT`); the checkpoints are
@@ -479,6 +480,29 @@ impl Model {
     }
 
     /// Moves commit `key` and its checkpoints to `to`. An operator's call is logged even when it changes nothing.
+    /// An operator's verdict is taken by an unknown key; a not-committed one by a key being committed too; a
+    /// committed one never by a key being committed (running the job settles that, and a wrong verdict loses it).
+    fn check_verdict(&self, key: u64, resolution: Resolution) -> Result<(), Outcome> {
+        use CheckpointState as S;
+        let Some(commit) = self.commits.get(&key) else {
+            return Err(Outcome::Refused(TransitionError::UnknownCommitKey { key }));
+        };
+        let what = match (commit.state, resolution) {
+            (S::CommitUnknown { .. }, _) | (S::Committing { .. }, Resolution::NotCommitted) => return Ok(()),
+            (S::Committed { .. }, Resolution::Committed) => return Ok(()),
+            (s, Resolution::NotCommitted) if s == COMMIT_AWAITS_RECOMMIT => return Ok(()),
+            (S::Committing { .. }, Resolution::Committed) => {
+                "a committed verdict (only a key whose outcome is unknown takes one; a key being committed is \
+                 settled by running the job, whose committer probes the table)"
+            }
+            (s, Resolution::Committed) if s == COMMIT_AWAITS_RECOMMIT => {
+                "a committed verdict (a not-committed verdict on the key waits for its re-send: run the job)"
+            }
+            _ => "an operator's verdict",
+        };
+        Err(Outcome::Refused(TransitionError::CommitState { key, state: commit.state, what }))
+    }
+
     fn move_commit(&mut self, key: u64, to: CheckpointState, operator: bool) -> Verdict {
         let Some(commit) = self.commits.get_mut(&key) else {
             return refuse(TransitionError::UnknownCommitKey { key });
