@@ -381,6 +381,58 @@ pub(crate) fn transition(
     }
 }
 
+/// What the committer does with a worker's seal found in generation `generation` of its checkpoint's claim
+/// (shared staging: `claims/<h>` is generation 0, each release of the claim adds one), decided by
+/// [`adoption`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Adoption {
+    /// Adopt it as attempt 0 (`stage_and_seal`): the store does not hold the checkpoint, or holds it Staged
+    /// at attempt 0 from an adoption a crash cut short.
+    First,
+    /// Adopt it as the next attempt (restart, stage and seal in one call): the store's earlier seal of the
+    /// checkpoint was released, and this is the seal that came after.
+    Next,
+    /// The store holds it adopted (Sealed or later): nothing to do.
+    Already,
+    /// The store is done with this seal (it adopted it and an operator force-aborted it, or an operator
+    /// restarted the checkpoint past it): release the claim, so the input is read again, unless the store holds
+    /// one of its keys processed by another checkpoint (a seal refused at adoption, whose key is owned: the
+    /// claim stays, and so does `is_processed`). A Staged record is aborted first (`abort_first`). The claim's
+    /// next generation is the store's attempt plus one, which [`Adoption::Next`] adopts.
+    Retire {
+        /// Whether the store's record is Staged and is aborted first.
+        abort_first: bool,
+    },
+    /// A generation the store's record cannot account for (the store is not the one that adopted its earlier
+    /// seals): left as it is, reported, nothing written.
+    Unaccounted,
+}
+
+/// The one decision of shared staging's adoption: given the store's record of a checkpoint (its state and
+/// attempt, `None` if absent) and the generation of its claim that holds a worker's seal, what to do. A seal of
+/// generation `g` is only ever adopted into an attempt at or above `g` (generation 0 into 0; a later one as
+/// the attempt after the store's), and a claim is released with the next generation set to the store's
+/// attempt plus one, so a seal the store adopted and then dropped is always at or below the store's attempt and
+/// is never adopted again, while the one created after its release is one above it. Pure.
+pub(crate) fn adoption(record: Option<(CheckpointState, u32)>, generation: u32) -> Adoption {
+    use CheckpointState as S;
+    match record {
+        None if generation == 0 => Adoption::First,
+        None => Adoption::Unaccounted,
+        Some((S::Staged, 0)) if generation == 0 => Adoption::First,
+        // Staged past attempt 0: an operator restarted it. A seal adopted before went into an attempt below this
+        // one; one of this generation or the next came after the restart.
+        Some((S::Staged, attempt)) if generation < attempt => Adoption::Retire { abort_first: true },
+        Some((S::Staged, attempt)) if generation - attempt <= 1 => Adoption::Next,
+        Some((S::Aborted, attempt)) if generation <= attempt => Adoption::Retire { abort_first: false },
+        Some((S::Aborted, attempt)) if generation - attempt == 1 => Adoption::Next,
+        Some((S::Staged | S::Aborted, _)) => Adoption::Unaccounted,
+        Some((S::Sealed | S::Committing { .. } | S::CommitUnknown { .. } | S::Committed { .. }, _)) => {
+            Adoption::Already
+        }
+    }
+}
+
 /// Refuses a new part that would bring its attempt to `bytes`, over `bytes_max`
 /// ([`crate::limits::CHECKPOINT_BYTES_MAX`]): an attempt past what a driver can hold could be neither committed nor
 /// dropped. Pure.

@@ -8,8 +8,12 @@ use crate::mirror::format::{CRC_BYTES, check_envelope};
 use crate::types::{CheckpointId, SourceKey, WriteResult};
 
 const MAGIC: [u8; 8] = *b"SPSHARED";
-/// The version of the shared objects' format; a reader refuses any other.
+/// The version of the shared objects' format that workers write (staged parts, seals, key claims); a reader
+/// refuses any version but this and [`SHARED_FORMAT_VERSION_RELEASED`].
 pub(crate) const SHARED_FORMAT_VERSION: u8 = 1;
+/// The version of a released claim (`Body::Released`, written by the committer): a reader that predates it
+/// refuses the object by its version instead of misreading it.
+pub(crate) const SHARED_FORMAT_VERSION_RELEASED: u8 = 2;
 const HEADER_BYTES: usize = 8 + 1 + 4;
 
 /// What a worker put: one staged part, a seal, or a key claim.
@@ -21,6 +25,9 @@ pub(crate) enum Body {
     Seal(Seal),
     /// `claims/<h>` of a key: which checkpoint owns it.
     KeyClaim(KeyClaim),
+    /// `claims/<h>` (or `claims/<h>.<g>`) of a checkpoint whose seal the committer's store no longer holds
+    /// (force-aborted after adoption): void; the checkpoint's claim continues at generation `next`.
+    Released(Released),
 }
 
 /// Who wrote an object: a worker's name and the random session of one [`super::Worker`].
@@ -60,13 +67,24 @@ pub(crate) struct KeyClaim {
     pub author: Author,
 }
 
+/// A released claim: the seal it held is void (its input is unprocessed), and the checkpoint's next seal is
+/// created at generation `next` of its claim (`claims/<h>.<next>`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub(crate) struct Released {
+    pub id: CheckpointId,
+    pub next: u32,
+}
+
 /// Encodes `body` in its envelope.
 pub(crate) fn encode(body: &Body) -> Result<Vec<u8>> {
     let payload = postcard::to_stdvec(body).map_err(|e| Error::bug(format!("encoding a shared object: {e}")))?;
     let len = u32::try_from(payload.len()).map_err(|_| Error::bug("a shared object over 4 GiB"))?;
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + CRC_BYTES);
     out.extend_from_slice(&MAGIC);
-    out.push(SHARED_FORMAT_VERSION);
+    out.push(match body {
+        Body::Released(_) => SHARED_FORMAT_VERSION_RELEASED,
+        _ => SHARED_FORMAT_VERSION,
+    });
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&payload);
     let crc = crc32fast::hash(&out);
@@ -77,7 +95,8 @@ pub(crate) fn encode(body: &Body) -> Result<Vec<u8>> {
 /// Decodes and checks one object; any damage is `Corrupt`, naming `place`. The envelope (size, magic, version,
 /// CRC) is checked as the mirror's objects are.
 pub(crate) fn decode(bytes: &[u8], place: &str) -> Result<Body> {
-    let body = check_envelope(bytes, &MAGIC, &[SHARED_FORMAT_VERSION], HEADER_BYTES, place)?;
+    let body =
+        check_envelope(bytes, &MAGIC, &[SHARED_FORMAT_VERSION, SHARED_FORMAT_VERSION_RELEASED], HEADER_BYTES, place)?;
     let declared = codec::le_u32(body, 9)? as usize;
     let payload = codec::rest(body, HEADER_BYTES)?;
     if payload.len() != declared {
@@ -99,6 +118,11 @@ mod tests {
     fn an_object_round_trips() {
         let bytes = encode(&claim()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(decode(&bytes, "t").unwrap_or_else(|e| panic!("{e}")), claim());
+        let id = CheckpointId::new("cp-1").unwrap_or_else(|e| panic!("{e}"));
+        let released = Body::Released(Released { id, next: 3 });
+        let bytes = encode(&released).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bytes[8], SHARED_FORMAT_VERSION_RELEASED, "a reader that predates it refuses it by version");
+        assert_eq!(decode(&bytes, "t").unwrap_or_else(|e| panic!("{e}")), released);
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //!
 //! - **Lost** (the claim holds a seal by another session or attempt) and **key claimed** (the claim is another
 //!   checkpoint's key claim, so no attempt of this one can seal): the committer deletes these itself when it
-//!   adopts; a crash between its flush and its deletes leaves them. They can never be adopted (a claim is
-//!   permanent and adoption reads only the seal), so they are due at any age.
+//!   adopts; a crash between its flush and its deletes leaves them. They can never be adopted (a claim's seal
+//!   is created once and adoption reads only the seal), so they are due at any age. The claim read is its
+//!   newest generation: after a release (docs/protocols/shared-staging.md) with no seal yet, the entry is
+//!   unclaimed.
 //! - **Unclaimed** (no claim at all): a worker that died before sealing, or one still running. Due only once
 //!   older than the grace period; a younger one is kept, for its worker may still seal. Before an unclaimed
 //!   entry is deleted its claim is read again, and an entry a seal now names (its worker sealed late) is kept.
@@ -15,7 +17,8 @@
 //!   its one part). An attempt of it that died before its create landed, or that lost, left nothing in the
 //!   object store to find; a loser's call returns its results (`SealLost`), a dead one's files are the
 //!   target's orphans.
-//! - **Never deleted**: a claim object (fencing and the skip set need every one of them), the winner's entries
+//! - **Never deleted**: a claim object (fencing and the skip set need every one of them, released ones included),
+//!   the winner's entries
 //!   (the committer adopts them), anything outside `<prefix>/jobs/<job>/shared/inbox/`.
 //!
 //! Each due entry's write results are read and reported: the data files they name are garbage too, and the
@@ -168,8 +171,8 @@ impl Inbox {
         for (claim, entries) in claims {
             for meta in entries {
                 let reason = match &claim {
-                    Some(ClaimAt::Seal(seal)) if is_winners(&meta.location, seal) => continue,
-                    Some(ClaimAt::Seal(seal)) => InboxReason::Lost {
+                    Some(ClaimAt::Seal(seal, _)) if is_winners(&meta.location, seal) => continue,
+                    Some(ClaimAt::Seal(seal, _)) => InboxReason::Lost {
                         winner: SealedBy {
                             worker: seal.author.worker.clone(),
                             session: seal.author.session,
@@ -237,7 +240,7 @@ impl Inbox {
                 let claim = self.read_seal(hash.as_ref()).await?;
                 reread += 1;
                 progress(GcProgress::Read { done: reread, of: rereads_of });
-                if let Some(ClaimAt::Seal(seal)) = claim
+                if let Some(ClaimAt::Seal(seal, _)) = claim
                     && is_winners(&entry.path, &seal)
                 {
                     continue;

@@ -2,21 +2,25 @@
 //! the inbox's entries), adopt it into the committer's own store, make that durable in its mirror, then clear
 //! the inbox.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
 
-use super::envelope::{self, Body, Seal, Staged};
-use super::{SHARED_CONCURRENT_MAX, SHARED_ROUND_ENTRIES_MAX, SharedStaging, list_requests, seal_hash};
+use super::envelope::{self, Body, Released, Seal, Staged};
+use super::{
+    CurrentClaim, SHARED_CONCURRENT_MAX, SHARED_ROUND_ENTRIES_MAX, SharedStaging, list_requests, parse_claim_name,
+    seal_hash,
+};
 use crate::error::{Error, Result, TransitionError};
-use crate::state::{CheckpointState, StateFilter};
+use crate::state::{self, CheckpointState, StateFilter};
 use crate::store::Store;
 use crate::types::{Attempt, CheckpointId, Part, StagePart, WriteResult};
 
 /// A sealed checkpoint the committer's store refused (its key is owned by another adopted checkpoint): it is
-/// aborted there, and its results are in [`AdoptReport::cleanup`].
+/// aborted there, and its results are in [`AdoptReport::cleanup`]. Also a seal a round left as it was
+/// ([`AdoptReport::held_back`]).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Refused {
     /// The checkpoint.
@@ -36,60 +40,108 @@ pub struct AdoptReport {
     /// Checkpoints with staged parts and no seal yet: tasks still running, or attempts that died before
     /// sealing (their parts stay until a seal of the same checkpoint arrives).
     pub unsealed: usize,
-    /// Write results staged by attempts that did not win their checkpoint's seal: delete their data files.
+    /// Write results staged by attempts that did not win their checkpoint's seal, and those of released seals:
+    /// delete their data files.
     pub cleanup: Vec<WriteResult>,
     /// Sealed checkpoints the store refused.
     pub refused: Vec<Refused>,
+    /// Checkpoints whose claim this round released: the store no longer holds their seal (an operator
+    /// force-aborted them, or restarted them past it), so workers see their inputs unprocessed again and the
+    /// next seal of each is adopted as its next attempt. The released seals' results are in `cleanup`.
+    pub released: Vec<CheckpointId>,
+    /// Seals this round could not settle and left as they were, nothing written (a refusal of the store that
+    /// concerns that checkpoint alone; the reason says what to do). The rest of the round went on; the next
+    /// round tries them again.
+    pub held_back: Vec<Refused>,
     /// Object-store requests this round made: list requests (one per 1,000 objects listed, at least one per
-    /// listing: the claims' and the inbox's), reads, and one per inbox entry deleted (an upper bound: a store
-    /// with a bulk delete, such as S3, takes up to 1,000 in one request).
+    /// listing: the claims' and the inbox's), reads, one put per claim released, and one per inbox entry
+    /// deleted (an upper bound: a store with a bulk delete, such as S3, takes up to 1,000 in one request).
     pub requests: u64,
 }
 
 /// The committer's view of a job's shared staging. A round lists the claims (a list request per 1,000
 /// claims: the one part that grows with the job's history, in requests and not in reads), reads only the
-/// claims it does not know (a claim is known when the store holds its checkpoint past Staged, or this handle
-/// read it before and found a key claim), lists the inbox (parts staged by [`super::Worker::stage`], which only
-/// holds what is not adopted yet), reads each part of an attempt that lost, and deletes the adopted entries.
-/// Cheap to clone; clones share the cache of key claims.
+/// claims it does not know (a claim is known when the store holds its checkpoint adopted, Sealed or later;
+/// when this handle read it before and found a key claim; or when this handle settled it before and neither
+/// the claim's generations nor the store's record of its checkpoint changed since), lists the inbox (parts
+/// staged by [`super::Worker::stage`], which only holds what is not adopted yet), reads each part of an attempt
+/// that lost, and deletes the adopted entries. Cheap to clone; clones share the caches.
 #[derive(Clone, Debug)]
 pub struct Inbox {
     pub(super) shared: SharedStaging,
     /// Names of claims this handle read and found to be key claims: they are never read again.
     key_claims: Arc<Mutex<HashSet<String>>>,
+    /// Claims of checkpoints the store holds Aborted or Staged that this handle settled (released, or left as
+    /// a refused seal): read again only once a newer generation is listed or the store's record changed.
+    quiet: Arc<Mutex<HashMap<String, Quiet>>>,
 }
 
-/// What a group's claim holds.
+/// A claim this handle settled without adopting it, and what it was settled against.
+#[derive(Clone, Debug)]
+struct Quiet {
+    id: CheckpointId,
+    /// The newest generation listed when it was settled.
+    generation: u32,
+    /// The store's record of the checkpoint then: state and attempt.
+    record: Option<(CheckpointState, u32)>,
+}
+
+/// What a group's claim holds: its newest generation's seal, or a key claim.
 pub(super) enum ClaimAt {
-    Seal(Seal),
+    Seal(Seal, u32),
     KeyClaim,
 }
 
-/// What adopting one seal came to.
-enum Adoption {
+/// A claim this round settles: its hash, the newest generation listed (or read), what it holds, and the inbox
+/// entries staged toward it.
+struct Found {
+    hash: String,
+    newest: u32,
+    claim: ClaimAt,
+    entries: Vec<Path>,
+}
+
+/// What settling one seal came to.
+enum Settled {
     New,
     Already,
     Refused(String),
+    /// Released, after the flush, by a `Released` object at this generation naming the next.
+    Release {
+        next: u32,
+    },
+    /// Left as it is: a refused seal whose key the store holds processed by another checkpoint.
+    Quiet,
+    HeldBack(String),
 }
 
 impl Inbox {
     /// The committer's inbox of `shared`'s job.
     pub fn new(shared: SharedStaging) -> Self {
-        Self { shared, key_claims: Arc::default() }
+        Self { shared, key_claims: Arc::default(), quiet: Arc::default() }
     }
 
     /// Adopts every checkpoint sealed since the last round into `store` (the committer's, of the same job),
     /// waits until its mirror holds them, then deletes their inbox entries. A crash anywhere repeats nothing
-    /// wrongly: adoption is idempotent (a checkpoint the store holds past Staged is never adopted again), the
-    /// store never forgets a checkpoint, and entries are deleted only after their adoption is durable.
+    /// wrongly: adoption is idempotent (a checkpoint the store holds Sealed or later is never adopted again),
+    /// the store never forgets a checkpoint, and entries are deleted only after their adoption is durable.
+    ///
+    /// A seal whose checkpoint the store no longer holds (an operator force-aborted it after adoption, or
+    /// restarted it) is **released**: its claim is overwritten, after the flush, with a `Released` object naming
+    /// the claim's next generation, so workers see its input unprocessed and a rerun's seal, created at that
+    /// generation, is adopted as the checkpoint's next attempt. A seal of generation `g` is only adopted into an
+    /// attempt at or above `g`, so a released seal is never adopted again ([`crate::state`]'s `adoption`).
     ///
     /// Seals are found by listing the claims, whole (paged, never cut short: a job holds any number), keeping
     /// only the names not known yet, at most [`SHARED_ROUND_ENTRIES_MAX`] of them (the rest wait for the next
-    /// round). Each is read once: a seal is adopted, a key claim remembered in this handle. The inbox is listed
-    /// too, for the parts of [`super::Worker::stage`]: a group whose claim this round read is settled by that
-    /// read; one whose claim is known from the store is read again (its entries are left from a round that
-    /// crashed before clearing, or of a loser, and the seal tells which); one whose claim was not listed is
-    /// unsealed.
+    /// round). Each is read once (following released generations): a seal is settled, a key claim remembered
+    /// in this handle. The inbox is listed too, for the parts of [`super::Worker::stage`]: a group whose claim
+    /// this round read is settled by that read; one whose claim is known is read again (its entries are left
+    /// from a round that crashed before clearing, or of a loser, and the seal tells which); one whose claim was
+    /// not listed is unsealed.
+    ///
+    /// A refusal that concerns one checkpoint alone never fails the round: that seal is left as it was and
+    /// reported in [`AdoptReport::held_back`], and the others are adopted, flushed and cleared.
     pub async fn adopt(&self, store: &Store) -> Result<AdoptReport> {
         if store.job() != self.shared.job() {
             return Err(Error::wrong_store(format!(
@@ -99,97 +151,143 @@ impl Inbox {
             )));
         }
         let mut report = AdoptReport::default();
-        // (1) The claims the store settled: their checkpoints are past Staged there (adopted, refused and
-        // aborted, or committed), so reading them again would adopt nothing.
-        let settled = settled_claims(store)?;
+        // (1) The claims the store holds adopted: their checkpoints are Sealed or later there, so reading them
+        // again would adopt nothing.
+        let adopted = adopted_claims(store)?;
         // (2) The claims listing, whole; only the names neither the store nor this handle knows are kept.
-        let (unknown, listed) = self.unknown_claims(&settled).await?;
+        let (unknown, listed) = self.unknown_claims(store, &adopted).await?;
         report.requests += list_requests(listed);
         // Reads and adoptions run up to SHARED_CONCURRENT_MAX at a time: a round after 64 workers sealed costs
         // a few round trips, not 64, and the store folds the concurrent adoptions into a few group commits.
-        let read: Vec<(String, Option<ClaimAt>)> = futures::stream::iter(unknown)
-            .map(|hash| async move { Ok::<_, Error>((hash.clone(), self.read_seal(&hash).await?)) })
+        let read: Vec<(String, u32, CurrentClaim)> = futures::stream::iter(unknown)
+            .map(|(hash, newest)| async move {
+                Ok::<_, Error>((hash.clone(), newest, self.shared.current_claim(&hash).await?))
+            })
             .buffered(SHARED_CONCURRENT_MAX)
             .try_collect()
             .await?;
-        report.requests += read.len() as u64;
-        let mut claims: BTreeMap<String, ClaimAt> = BTreeMap::new();
-        for (hash, claim) in read {
-            match claim {
-                // Listed, then not found: claims are never deleted, so a store that lists before it reads.
-                None => {}
-                Some(ClaimAt::KeyClaim) => {
-                    self.key_claims()?.insert(hash.clone());
-                    claims.insert(hash, ClaimAt::KeyClaim);
+        let mut claims: BTreeMap<String, (ClaimAt, u32)> = BTreeMap::new();
+        for (hash, newest, current) in read {
+            report.requests += current.reads;
+            match current.body {
+                // Listed, then not found: claims are never deleted, so a store that lists before it reads. Or a
+                // released claim whose next generation is not sealed yet: settled until one is.
+                None => {
+                    if let Some(id) = current.released {
+                        let record = record_of(store, &id)?;
+                        self.quiet()?.insert(hash, Quiet { id, generation: newest, record });
+                    }
                 }
-                Some(ClaimAt::Seal(seal)) => {
-                    claims.insert(hash, ClaimAt::Seal(seal));
+                Some(Body::KeyClaim(_)) => {
+                    self.key_claims()?.insert(hash.clone());
+                    claims.insert(hash, (ClaimAt::KeyClaim, newest));
+                }
+                Some(Body::Seal(seal)) => {
+                    claims.insert(hash, (ClaimAt::Seal(seal, current.generation), newest));
+                }
+                Some(Body::Staged(_) | Body::Released(_)) => {
+                    return Err(Error::corrupt(format!(
+                        "{}: not a claim where a claim belongs",
+                        self.shared.describe(&self.shared.claim_at(&hash, current.generation))
+                    )));
                 }
             }
         }
         // (3) The inbox: the parts of multi-part checkpoints and of attempts that lost.
         let (groups, listed) = self.groups().await?;
         report.requests += list_requests(listed);
-        let mut clear: Vec<Path> = Vec::new();
-        let mut losers: Vec<Path> = Vec::new();
         let mut again: Vec<(String, Vec<Path>)> = Vec::new();
-        let mut settled_groups: Vec<(ClaimAt, Vec<Path>)> = Vec::new();
+        let mut found: Vec<Found> = Vec::new();
         for (hash, entries) in groups {
-            if let Some(claim) = claims.remove(&hash) {
-                settled_groups.push((claim, entries));
+            if let Some((claim, newest)) = claims.remove(&hash) {
+                found.push(Found { hash, newest, claim, entries });
             } else if self.key_claims()?.contains(&hash) {
-                settled_groups.push((ClaimAt::KeyClaim, entries));
-            } else if settled.contains(&hash) {
+                found.push(Found { hash, newest: 0, claim: ClaimAt::KeyClaim, entries });
+            } else if adopted.contains(&hash) || self.quiet()?.contains_key(&hash) {
                 again.push((hash, entries));
             } else {
                 // Not in the claims listing: no claim yet (a seal created since is found next round).
                 report.unsealed += 1;
             }
         }
-        let reread: Vec<(Option<ClaimAt>, Vec<Path>)> = futures::stream::iter(again)
-            .map(|(hash, entries)| async move { Ok::<_, Error>((self.read_seal(&hash).await?, entries)) })
+        let reread: Vec<(String, CurrentClaim, Vec<Path>)> = futures::stream::iter(again)
+            .map(|(hash, entries)| async move {
+                Ok::<_, Error>((hash.clone(), self.shared.current_claim(&hash).await?, entries))
+            })
             .buffered(SHARED_CONCURRENT_MAX)
             .try_collect()
             .await?;
-        report.requests += reread.len() as u64;
-        let mut sealed: Vec<Seal> = Vec::new();
-        for (claim, entries) in reread {
-            match claim {
-                None => report.unsealed += 1,
-                Some(claim) => settled_groups.push((claim, entries)),
-            }
-        }
-        for (claim, entries) in settled_groups {
-            match claim {
-                ClaimAt::KeyClaim => {
-                    losers.extend(entries.iter().cloned());
-                    clear.extend(entries);
+        for (hash, current, entries) in reread {
+            report.requests += current.reads;
+            match current.body {
+                Some(Body::Seal(seal)) => {
+                    let (newest, claim) = (current.generation, ClaimAt::Seal(seal, current.generation));
+                    found.push(Found { hash, newest, claim, entries });
                 }
-                ClaimAt::Seal(seal) => {
-                    losers.extend(entries.iter().filter(|e| !is_winners(e, &seal)).cloned());
-                    clear.extend(entries);
-                    sealed.push(seal);
-                }
+                Some(Body::KeyClaim(_)) => found.push(Found { hash, newest: 0, claim: ClaimAt::KeyClaim, entries }),
+                // No seal in the newest generation: the entries stage toward it.
+                _ => report.unsealed += 1,
             }
         }
         // Seals this round read whose checkpoints have no inbox entries (stage_and_seal's).
-        sealed.extend(claims.into_values().filter_map(|c| match c {
-            ClaimAt::Seal(seal) => Some(seal),
-            ClaimAt::KeyClaim => None,
-        }));
-        let adoptions: Vec<(Seal, Adoption)> = futures::stream::iter(sealed)
-            .map(|seal| async move { adopt_one(store, &seal).await.map(|a| (seal, a)) })
+        for (hash, (claim, newest)) in claims {
+            found.push(Found { hash, newest, claim, entries: Vec::new() });
+        }
+        let settled: Vec<(Found, Option<Settled>)> = futures::stream::iter(found)
+            .map(|found| async move {
+                let settled = match &found.claim {
+                    ClaimAt::KeyClaim => None,
+                    ClaimAt::Seal(seal, generation) => Some(settle_one(store, seal, *generation).await?),
+                };
+                Ok::<_, Error>((found, settled))
+            })
             .buffered(SHARED_CONCURRENT_MAX)
             .try_collect()
             .await?;
-        for (seal, adoption) in adoptions {
-            match adoption {
-                Adoption::New => report.adopted.push(seal.id),
-                Adoption::Already => report.already_adopted += 1,
-                Adoption::Refused(reason) => {
+        let mut clear: Vec<Path> = Vec::new();
+        let mut losers: Vec<Path> = Vec::new();
+        let mut releases: Vec<(Path, Released)> = Vec::new();
+        for (Found { hash, newest, claim, entries }, settled) in settled {
+            let seal = match (claim, settled) {
+                (ClaimAt::KeyClaim, _) => {
+                    losers.extend(entries.iter().cloned());
+                    clear.extend(entries);
+                    continue;
+                }
+                (ClaimAt::Seal(seal, generation), Some(settled)) => (seal, generation, settled),
+                (ClaimAt::Seal(..), None) => return Err(Error::bug("a seal left unsettled")),
+            };
+            let (seal, generation, settled) = seal;
+            match settled {
+                Settled::New | Settled::Already | Settled::Refused(_) | Settled::Quiet => {
+                    losers.extend(entries.iter().filter(|e| !is_winners(e, &seal)).cloned());
+                    clear.extend(entries);
+                }
+                // The entries stage toward a seal to come (or are a held-back seal's): left for a later round.
+                Settled::Release { .. } | Settled::HeldBack(_) => {
+                    if !entries.is_empty() {
+                        report.unsealed += 1;
+                    }
+                }
+            }
+            match settled {
+                Settled::New => report.adopted.push(seal.id),
+                Settled::Already => report.already_adopted += 1,
+                Settled::Refused(reason) => {
+                    self.settle_quietly(store, hash, &seal.id, newest)?;
                     report.cleanup.extend(seal.results);
                     report.refused.push(Refused { id: seal.id, reason });
                 }
+                Settled::Quiet => self.settle_quietly(store, hash, &seal.id, newest)?,
+                Settled::Release { next } => {
+                    let path = self.shared.claim_at(&hash, generation);
+                    releases.push((path, Released { id: seal.id.clone(), next }));
+                    // The next generation is not listed yet: settled until it is.
+                    self.settle_quietly(store, hash, &seal.id, newest)?;
+                    report.cleanup.extend(seal.results);
+                    report.released.push(seal.id);
+                }
+                Settled::HeldBack(reason) => report.held_back.push(Refused { id: seal.id, reason }),
             }
         }
         let lost: Vec<Option<Staged>> = futures::stream::iter(&losers)
@@ -206,26 +304,46 @@ impl Inbox {
             }
             report.cleanup.extend(staged.results);
         }
-        // Entries go only once the adoption is in the mirror: a committer that loses its disk now restores
-        // the adopted checkpoints and does not need the inbox to find them again.
+        // Entries go, and claims are released, only once the store's side is in the mirror: a committer that
+        // loses its disk now restores the adopted checkpoints and does not need the inbox to find them again,
+        // and a released claim's checkpoint is restored dropped (a seal released while the mirror still held it
+        // adopted would be committed and read again).
         store.flush().await?;
         report.requests += clear.len() as u64;
         self.shared.delete_all(clear).await?;
+        report.requests += releases.len() as u64;
+        futures::stream::iter(releases)
+            .map(|(path, released)| async move {
+                let bytes = envelope::encode(&Body::Released(released))?;
+                self.shared.put(&path, bytes).await
+            })
+            .buffered(SHARED_CONCURRENT_MAX)
+            .try_collect::<Vec<()>>()
+            .await?;
         Ok(report)
     }
 
-    /// The claim at `hash`: a seal, another checkpoint's key claim, or nothing yet.
+    /// The newest generation of the claim at `hash`: a seal, another checkpoint's key claim, or nothing yet.
     pub(super) async fn read_seal(&self, hash: &str) -> Result<Option<ClaimAt>> {
-        let path = self.shared.claim(hash);
-        let Some(body) = self.shared.read_object(&path).await? else { return Ok(None) };
-        match body {
-            Body::Seal(seal) => Ok(Some(ClaimAt::Seal(seal))),
+        let current = self.shared.current_claim(hash).await?;
+        match current.body {
+            None => Ok(None),
+            Some(Body::Seal(seal)) => Ok(Some(ClaimAt::Seal(seal, current.generation))),
             // A `for_key` checkpoint whose key another checkpoint claimed: none of its attempts can seal.
-            Body::KeyClaim(_) => Ok(Some(ClaimAt::KeyClaim)),
-            Body::Staged(_) => {
-                Err(Error::corrupt(format!("{}: a staged part in place of a seal", self.shared.describe(&path))))
-            }
+            Some(Body::KeyClaim(_)) => Ok(Some(ClaimAt::KeyClaim)),
+            Some(Body::Staged(_) | Body::Released(_)) => Err(Error::corrupt(format!(
+                "{}: not a claim where a claim belongs",
+                self.shared.describe(&self.shared.claim_at(hash, current.generation))
+            ))),
         }
+    }
+
+    /// Remembers that the claim `hash` of `id` is settled as its generations and the store's record of `id`
+    /// now stand.
+    fn settle_quietly(&self, store: &Store, hash: String, id: &CheckpointId, generation: u32) -> Result<()> {
+        let record = record_of(store, id)?;
+        self.quiet()?.insert(hash, Quiet { id: id.clone(), generation, record });
+        Ok(())
     }
 
     /// The first [`SHARED_ROUND_ENTRIES_MAX`] inbox entries grouped by the claim they stage toward, in claim
@@ -245,28 +363,49 @@ impl Inbox {
         Ok((groups, count))
     }
 
-    /// Lists every claim and keeps the names that are neither in `settled` nor key claims this handle read, in
-    /// listing order, at most [`SHARED_ROUND_ENTRIES_MAX`] (the listing stops there: the rest are found next
-    /// round). Returns them and how many objects the listing returned.
-    async fn unknown_claims(&self, settled: &HashSet<String>) -> Result<(Vec<String>, u64)> {
+    /// Lists every claim and keeps the hashes whose claim is not known: not of a checkpoint in `adopted`, not
+    /// a key claim this handle read, and not settled quietly by this handle as the listing's generations and
+    /// the store's record still stand. Each with the newest generation listed, at most
+    /// [`SHARED_ROUND_ENTRIES_MAX`] (the listing stops there: the rest are found next round). Returns them and
+    /// how many objects the listing returned.
+    async fn unknown_claims(&self, store: &Store, adopted: &HashSet<String>) -> Result<(Vec<(String, u32)>, u64)> {
         let root = self.shared.claims_root();
         let key_claims = self.key_claims()?.clone();
-        let mut unknown: Vec<String> = Vec::new();
+        let mut unknown: BTreeMap<String, u32> = BTreeMap::new();
         let listed = self
             .shared
             .list_each(&root, |meta| {
                 let parts: Vec<_> = meta.location.prefix_match(&root).map(|p| p.collect()).unwrap_or_default();
                 match parts.as_slice() {
-                    [hash] if !settled.contains(hash.as_ref()) && !key_claims.contains(hash.as_ref()) => {
-                        unknown.push(hash.as_ref().to_owned());
-                    }
-                    [_hash] => {}
+                    [name] => match parse_claim_name(name.as_ref()) {
+                        Some((hash, generation)) if !adopted.contains(hash) && !key_claims.contains(hash) => {
+                            let newest = unknown.entry(hash.to_owned()).or_default();
+                            *newest = (*newest).max(generation);
+                        }
+                        Some(_) => {}
+                        None => tracing::warn!(path = %meta.location, "a stray object among the claims; left alone"),
+                    },
                     _ => tracing::warn!(path = %meta.location, "a stray object among the claims; left alone"),
                 }
                 unknown.len() < SHARED_ROUND_ENTRIES_MAX
             })
             .await?;
-        Ok((unknown, listed))
+        let quiet = self.quiet()?.clone();
+        let mut kept = Vec::with_capacity(unknown.len());
+        for (hash, newest) in unknown {
+            if let Some(q) = quiet.get(&hash)
+                && newest <= q.generation
+                && record_of(store, &q.id)? == q.record
+            {
+                continue;
+            }
+            kept.push((hash, newest));
+        }
+        Ok((kept, listed))
+    }
+
+    fn quiet(&self) -> Result<std::sync::MutexGuard<'_, HashMap<String, Quiet>>> {
+        self.quiet.lock().map_err(|_| Error::bug("an inbox handle's lock was poisoned by a panic"))
     }
 
     fn key_claims(&self) -> Result<std::sync::MutexGuard<'_, HashSet<String>>> {
@@ -289,41 +428,103 @@ pub(super) fn is_winners(entry: &Path, seal: &Seal) -> bool {
     entry.filename().is_some_and(|name| name.starts_with(&prefix))
 }
 
-/// The claim names of every checkpoint `store` holds past Staged: `seal_hash` of each id (for an id from
-/// [`CheckpointId::for_key`], its key's hash, read from the id). A claim named so needs no read: adopting its
-/// seal again would find the checkpoint already there (or refused: a refused seal is aborted in the store).
-fn settled_claims(store: &Store) -> Result<HashSet<String>> {
-    let mut settled = HashSet::new();
+/// The claim names of every checkpoint `store` holds adopted (Sealed, Committing, CommitUnknown, Committed):
+/// `seal_hash` of each id (for an id from [`CheckpointId::for_key`], its key's hash, read from the id). A claim
+/// named so needs no read, whatever its generation: adopting its seal again would find the checkpoint already
+/// there. A checkpoint the store holds Aborted or Staged is not among them: its seal may be one to release, or
+/// to adopt as its next attempt.
+fn adopted_claims(store: &Store) -> Result<HashSet<String>> {
+    let mut adopted = HashSet::new();
     for filter in StateFilter::ALL {
-        if filter == StateFilter::Staged {
+        if matches!(filter, StateFilter::Staged | StateFilter::Aborted) {
             continue;
         }
         store.each_id(filter, |id| {
-            settled.insert(seal_hash(id));
+            adopted.insert(seal_hash(id));
         })?;
     }
-    Ok(settled)
+    Ok(adopted)
 }
 
-/// Adopts one seal into the store as a one-part checkpoint: idempotent across a crash at any point.
-async fn adopt_one(store: &Store, seal: &Seal) -> Result<Adoption> {
-    let id = &seal.id;
-    if store.get(id)?.is_some_and(|info| info.state != CheckpointState::Staged) {
-        return Ok(Adoption::Already);
+/// The store's record of `id`: its state and attempt.
+fn record_of(store: &Store, id: &CheckpointId) -> Result<Option<(CheckpointState, u32)>> {
+    Ok(store.get(id)?.map(|info| (info.state, info.attempt.get())))
+}
+
+/// Settles one seal found in generation `generation` of its claim against the store: adopts it (as a one-part
+/// checkpoint, idempotent across a crash at any point), finds it adopted, or retires it (the store dropped
+/// it: its results go to the garbage ledger, and the caller releases the claim after the flush). A refusal
+/// of the store that concerns this checkpoint alone holds it back instead of failing the round.
+async fn settle_one(store: &Store, seal: &Seal, generation: u32) -> Result<Settled> {
+    match settle_in_store(store, seal, generation).await {
+        Err(e) if e.transition().is_some() => Ok(Settled::HeldBack(format!(
+            "{e} (the seal of generation {generation} of its claim is left as it is; the next adoption round \
+             tries it again)"
+        ))),
+        other => other,
     }
-    let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(seal.keys.clone()).results(seal.results.clone());
-    // One durable commit: the part and the seal together.
-    let sealed = match store.stage_and_seal(id, part, 1).await {
-        // Left Staged by an earlier committer (a refused seal whose abort a crash cut off): complete, so sealed.
-        Err(e) if matches!(e.transition(), Some(TransitionError::Orphaned { .. })) => store.seal(id, 1).await,
-        other => other.map(drop),
+}
+
+async fn settle_in_store(store: &Store, seal: &Seal, generation: u32) -> Result<Settled> {
+    let id = &seal.id;
+    let record = record_of(store, id)?;
+    let sealed = match state::adoption(record, generation) {
+        state::Adoption::Already => return Ok(Settled::Already),
+        state::Adoption::Unaccounted => {
+            let at = record
+                .map_or_else(|| "holds no record of it".to_owned(), |(s, a)| format!("holds it {s:?} at attempt {a}"));
+            return Ok(Settled::HeldBack(format!(
+                "checkpoint {id}: its claim is at generation {generation} (earlier seals were released), and the \
+                 committer's store {at}, which does not account for that: open the store that adopted its earlier \
+                 seals (restore it from the job's mirror)"
+            )));
+        }
+        state::Adoption::Retire { abort_first } => {
+            for key in &seal.keys {
+                if store.is_processed(key)? {
+                    // Refused at adoption (KeyConflict): the key is another checkpoint's, so the claim stands.
+                    return Ok(Settled::Quiet);
+                }
+            }
+            let attempt = record.map_or(0, |(_, a)| a);
+            let Some(next) = attempt.checked_add(1).filter(|n| *n <= super::CLAIM_GENERATIONS_MAX) else {
+                // Checked before anything is written: the seal stays as it is, this checkpoint alone held back.
+                return Ok(Settled::HeldBack(format!(
+                    "checkpoint {id}: its claim's next generation would pass {}, the highest a claim reaches, so it \
+                     cannot be released again; run its input under a new job",
+                    super::CLAIM_GENERATIONS_MAX
+                )));
+            };
+            if abort_first {
+                store.abort(id).await?;
+            }
+            if !seal.results.is_empty() {
+                store.discard(id, Attempt::new(attempt), seal.results.clone()).await?;
+            }
+            return Ok(Settled::Release { next });
+        }
+        state::Adoption::First => {
+            let part =
+                StagePart::new(Attempt::FIRST, Part::FIRST).keys(seal.keys.clone()).results(seal.results.clone());
+            // One durable commit: the part and the seal together.
+            match store.stage_and_seal(id, part, 1).await {
+                // Left Staged by an earlier committer (a refused seal whose abort a crash cut off): complete, so
+                // sealed.
+                Err(e) if matches!(e.transition(), Some(TransitionError::Orphaned { .. })) => store.seal(id, 1).await,
+                other => other.map(drop),
+            }
+        }
+        // One durable commit: the next attempt begun, its part staged and sealed.
+        state::Adoption::Next => {
+            store.restart_stage_and_seal(id, seal.keys.clone(), seal.results.clone()).await.map(drop)
+        }
     };
     match sealed {
-        Ok(()) => Ok(Adoption::New),
+        Ok(()) => Ok(Settled::New),
         Err(e) if matches!(e.transition(), Some(TransitionError::KeyConflict { .. })) => {
             let reason = e.to_string();
             store.abort(id).await?;
-            Ok(Adoption::Refused(reason))
+            Ok(Settled::Refused(reason))
         }
         Err(e) => Err(e),
     }

@@ -19,6 +19,13 @@
 //! | `claims/<h>` for a checkpoint id | the sealing worker | create | the seal: winner, keys, results | once |
 //! | `claims/<h>` for a source key | the sealing worker, first | create | the id owning the key | once a handle |
 //! | `inbox/<h>/<session>-<attempt>-<part>` | `stage` (not `stage_and_seal`) | none | one staged part | a loser's |
+//! | `claims/<h>.<g>`, g ≥ 1 | the sealing worker | create | a seal after `g` releases | once |
+//!
+//! A claim whose seal the committer's store no longer holds (an operator force-aborted the adopted checkpoint)
+//! is **released**: the committer overwrites it with a `Released` object naming the next generation `g`, and the
+//! checkpoint's claim continues at `claims/<h>.<g>`. Readers follow released generations (one read each), so
+//! workers see the input unprocessed, a rerun's seal wins the next generation, and the committer adopts it as
+//! the checkpoint's next attempt. A checkpoint is released at most [`CLAIM_GENERATIONS_MAX`] times.
 //!
 //! Per input of a Daft-shaped job (`stage_and_seal` of a [`CheckpointId::for_key`] id): 1 request by the
 //! worker (the create), 1 by the committer (the read); per committer round, the claims listing (1 request per
@@ -46,6 +53,13 @@ use crate::types::{CheckpointId, JobId};
 pub use gc::{INBOX_GC_ENTRIES_MAX, INBOX_GRACE_MS_DEFAULT, InboxEntry, InboxGarbage, InboxReason};
 pub use inbox::{AdoptReport, Inbox, Refused};
 pub use worker::{SealedBy, WORKER_NAME_BYTES_MAX, Worker};
+
+use envelope::Body;
+
+/// The highest generation a claim reaches: a checkpoint's seal can be released (its adopted checkpoint
+/// force-aborted) this many times at most, and a claim that names a higher generation is `Corrupt`. Readers
+/// follow a released claim's generations one read each, so this also bounds what one `is_processed` can cost.
+pub const CLAIM_GENERATIONS_MAX: u32 = 1_000;
 
 /// The prefix of the hex SHA-256 of a key that [`CheckpointId::for_key`] puts before it.
 const FOR_KEY_PREFIX: &str = "k-";
@@ -105,9 +119,36 @@ impl SharedStaging {
         &self.root
     }
 
-    /// Where the claim named `hash` lives.
-    fn claim(&self, hash: &str) -> Path {
-        self.claims_root().join(hash)
+    /// Where generation `generation` of the claim named `hash` lives: `claims/<h>` for the first, `claims/<h>.<g>`
+    /// for a later one (after `g` releases).
+    fn claim_at(&self, hash: &str, generation: u32) -> Path {
+        if generation == 0 {
+            self.claims_root().join(hash)
+        } else {
+            self.claims_root().join(format!("{hash}.{generation}"))
+        }
+    }
+
+    /// The newest generation of the claim `hash`, following released generations (one read each): its number,
+    /// what it holds (`None`: nothing yet, so a seal created there wins), and the id of the last released
+    /// generation passed, if any.
+    async fn current_claim(&self, hash: &str) -> Result<CurrentClaim> {
+        let mut current = CurrentClaim { generation: 0, body: None, released: None, reads: 0 };
+        loop {
+            let path = self.claim_at(hash, current.generation);
+            current.reads += 1;
+            match self.read_object(&path).await? {
+                Some(Body::Released(r)) => {
+                    check_next(current.generation, r.next, &self.describe(&path))?;
+                    current.generation = r.next;
+                    current.released = Some(r.id);
+                }
+                body => {
+                    current.body = body;
+                    return Ok(current);
+                }
+            }
+        }
     }
 
     /// The inbox directory of everything staged toward the claim `hash`.
@@ -127,6 +168,39 @@ impl SharedStaging {
     /// For messages.
     fn describe(&self, path: &Path) -> String {
         format!("{path} in {}", self.store)
+    }
+}
+
+/// What [`SharedStaging::current_claim`] found.
+struct CurrentClaim {
+    generation: u32,
+    body: Option<Body>,
+    released: Option<CheckpointId>,
+    /// The gets it took: one per generation visited.
+    reads: u64,
+}
+
+/// Refuses a released claim whose next generation does not come after its own (or passes
+/// [`CLAIM_GENERATIONS_MAX`]): following it could loop.
+fn check_next(generation: u32, next: u32, place: &str) -> Result<()> {
+    if next <= generation || next > CLAIM_GENERATIONS_MAX {
+        return Err(Error::corrupt(format!(
+            "{place}: a released claim of generation {generation} names generation {next} next; it must be \
+             above {generation} and at most {CLAIM_GENERATIONS_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+/// A claim object's name split into its hash and generation (`<h>` is generation 0, `<h>.<g>` generation g,
+/// written without leading zeros); `None` for a name no one writes.
+fn parse_claim_name(name: &str) -> Option<(&str, u32)> {
+    match name.split_once('.') {
+        None => Some((name, 0)),
+        Some((hash, g)) => {
+            let generation: u32 = g.parse().ok()?;
+            (generation >= 1 && generation.to_string() == g).then_some((hash, generation))
+        }
     }
 }
 

@@ -108,12 +108,12 @@ impl Worker {
         self.author.session
     }
 
-    /// Whether `key` belongs to a checkpoint some worker sealed. One read (two for a key of a checkpoint that
-    /// holds several keys).
+    /// Whether `key` belongs to a checkpoint some worker sealed (and whose claim the committer has not released).
+    /// One read (two for a key of a checkpoint that holds several keys), and one more per release of its claim.
     pub async fn is_processed(&self, key: &[u8]) -> Result<bool> {
         crate::types::check_source_key(key)?;
-        let path = self.shared.claim(&key_hash(key));
-        match self.read_claim(&path).await? {
+        let hash = key_hash(key);
+        match self.shared.current_claim(&hash).await?.body {
             None => Ok(false),
             Some(Body::Seal(_)) => Ok(true),
             // Processed only if the owner's seal holds the key: an attempt that claimed it and then lost its
@@ -121,21 +121,22 @@ impl Worker {
             Some(Body::KeyClaim(claim)) => {
                 Ok(self.seal_of(&claim.id).await?.is_some_and(|s| s.keys.iter().any(|k| k == key)))
             }
-            Some(Body::Staged(_)) => {
-                Err(Error::corrupt(format!("{}: a staged part in place of a claim", self.describe(&path))))
-            }
+            Some(Body::Staged(_) | Body::Released(_)) => Err(Error::corrupt(format!(
+                "{}: not a claim where a claim belongs",
+                self.describe(&self.shared.claim_at(&hash, 0))
+            ))),
         }
     }
 
-    /// Who sealed checkpoint `id`, if anyone has. One read.
+    /// Who sealed checkpoint `id`, if anyone has (a released seal does not count). One read, and one more per
+    /// release of its claim.
     pub async fn sealed_by(&self, id: &CheckpointId) -> Result<Option<SealedBy>> {
         id.check()?;
         Ok(self.seal_of(id).await?.as_ref().map(sealed_by))
     }
 
     async fn seal_of(&self, id: &CheckpointId) -> Result<Option<Seal>> {
-        let path = self.shared.claim(&seal_hash(id));
-        Ok(match self.read_claim(&path).await? {
+        Ok(match self.shared.current_claim(&seal_hash(id)).await?.body {
             Some(Body::Seal(seal)) if &seal.id == id => Some(seal),
             _ => None,
         })
@@ -162,14 +163,26 @@ impl Worker {
         id.check()?;
         let Some(seal) = self.collect_seal(id, parts)? else { return Ok(()) };
         self.claim_keys(&seal).await?;
-        let path = self.shared.claim(&seal_hash(id));
+        let hash = seal_hash(id);
         let bytes = envelope::encode(&Body::Seal(seal.clone()))?;
-        match self.shared.create(&path, &bytes).await? {
-            Created::Ours => {
-                self.mark_sealed(id)?;
-                Ok(())
+        // The first generation first: one request unless the claim was released, then one more a release.
+        let mut generation = 0;
+        loop {
+            let path = self.shared.claim_at(&hash, generation);
+            let found = match self.shared.create(&path, &bytes).await? {
+                Created::Ours => {
+                    self.mark_sealed(id)?;
+                    return Ok(());
+                }
+                Created::Taken(found) => found,
+            };
+            match envelope::decode(&found, &self.describe(&path))? {
+                Body::Released(r) => {
+                    super::check_next(generation, r.next, &self.describe(&path))?;
+                    generation = r.next;
+                }
+                _ => return self.lost(id, &path, &found, seal.results).await,
             }
-            Created::Taken(found) => self.lost(id, &path, &found, seal.results).await,
         }
     }
 
@@ -210,7 +223,8 @@ impl Worker {
     }
 
     /// Aborts `id` in this handle: its inbox entries are deleted, the results returned for cleanup. A sealed
-    /// checkpoint cannot be aborted here (only by the committer's operator, `force_abort`).
+    /// checkpoint cannot be aborted here: once adopted, the committer's operator can (`Store::force_abort`),
+    /// and the committer's next adoption round then releases its claim, so its input is read again.
     pub async fn abort(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
         self.drop_attempt(id, CheckpointState::Aborted).await
     }
@@ -264,10 +278,6 @@ impl Worker {
     fn inbox_path(&self, staged: &Staged) -> Path {
         let name = format!("{:032x}-{:010}-{:010}", self.author.session, staged.attempt, staged.part);
         self.shared.inbox_dir(&seal_hash(&staged.id)).join(name)
-    }
-
-    async fn read_claim(&self, path: &Path) -> Result<Option<Body>> {
-        self.shared.read_object(path).await
     }
 
     /// The state rules of a stage call against what this handle staged. `Ok(true)`: the same part is there.
@@ -362,11 +372,13 @@ impl Worker {
         let claim = KeyClaim { id: seal.id.clone(), author: self.author.clone() };
         let bytes = envelope::encode(&Body::KeyClaim(claim))?;
         for key in keys {
-            let path = self.shared.claim(&key_hash(key));
+            let path = self.shared.claim_at(&key_hash(key), 0);
             let Created::Taken(found) = self.shared.create(&path, &bytes).await? else { continue };
             let owner = match envelope::decode(&found, &self.describe(&path))? {
                 Body::KeyClaim(c) => c.id,
+                // The key's claim is a one-key checkpoint's (sealed, or released and to be sealed again).
                 Body::Seal(s) => s.id,
+                Body::Released(r) => r.id,
                 Body::Staged(_) => {
                     return Err(Error::corrupt(format!("{}: a staged part in place of a claim", self.describe(&path))));
                 }
@@ -388,6 +400,7 @@ impl Worker {
             }
             Body::Seal(s) => sealed_by(&s).to_string(),
             Body::KeyClaim(c) => format!("its key is claimed by checkpoint {}", c.id),
+            Body::Released(_) => return Err(Error::bug("a released claim taken for a lost seal")),
             Body::Staged(_) => {
                 return Err(Error::corrupt(format!("{}: a staged part in place of a seal", self.describe(path))));
             }

@@ -754,3 +754,36 @@ fn commit_finish_waits_for_everything_pending_and_is_recorded_once() {
     let busy = CommitSequence { next_key: 3, in_flight: Some(2) };
     assert_eq!(finish(&busy, false, None), Err(TransitionError::CommitInFlight { key: 2 }));
 }
+
+#[test]
+fn adoption_of_a_claims_generation_never_adopts_a_seal_the_store_dropped() {
+    use CheckpointState as S;
+    // Generation 0: the first seal, adopted as attempt 0 (or completed after a crash left it Staged).
+    assert_eq!(adoption(None, 0), Adoption::First);
+    assert_eq!(adoption(Some((S::Staged, 0)), 0), Adoption::First);
+    // A later generation with no record: not this store's.
+    assert_eq!(adoption(None, 1), Adoption::Unaccounted);
+    // Adopted: nothing to do, whatever the generation.
+    for state in [S::Sealed, S::Committing { key: 1 }, S::CommitUnknown { key: 1 }, S::Committed { key: None }] {
+        assert_eq!(adoption(Some((state, 2)), 2), Adoption::Already);
+    }
+    // Force-aborted at attempt a: its seal (generation <= a) is released, the one after it (a + 1) adopted.
+    assert_eq!(adoption(Some((S::Aborted, 0)), 0), Adoption::Retire { abort_first: false });
+    assert_eq!(adoption(Some((S::Aborted, 3)), 2), Adoption::Retire { abort_first: false });
+    assert_eq!(adoption(Some((S::Aborted, 3)), 3), Adoption::Retire { abort_first: false });
+    assert_eq!(adoption(Some((S::Aborted, 3)), 4), Adoption::Next);
+    assert_eq!(adoption(Some((S::Aborted, 3)), 5), Adoption::Unaccounted);
+    // Restarted by an operator to attempt a: a seal below a is dropped; one of a or a + 1 came after.
+    assert_eq!(adoption(Some((S::Staged, 1)), 0), Adoption::Retire { abort_first: true });
+    assert_eq!(adoption(Some((S::Staged, 1)), 1), Adoption::Next);
+    assert_eq!(adoption(Some((S::Staged, 1)), 2), Adoption::Next);
+    assert_eq!(adoption(Some((S::Staged, 0)), 1), Adoption::Next);
+    assert_eq!(adoption(Some((S::Staged, 1)), 3), Adoption::Unaccounted);
+    // The rule behind it: a seal of generation g is adopted into attempt >= g, so once the store has dropped
+    // it (Aborted at a >= g, or restarted past it), it is never adopted again.
+    for attempt in 0..6u32 {
+        for generation in 0..=attempt {
+            assert!(!matches!(adoption(Some((S::Aborted, attempt)), generation), Adoption::First | Adoption::Next));
+        }
+    }
+}

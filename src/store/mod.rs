@@ -259,6 +259,36 @@ impl Store {
         Ok(self.call(Record::Restart { id: id.clone() }, CallDurability::Immediate).await?.dropped)
     }
 
+    /// Shared staging's adoption of a worker's seal into a checkpoint this store holds Aborted or Staged (its
+    /// earlier seal was force-aborted, or an operator restarted it): begins the next attempt (in this epoch, so
+    /// never an orphan), stages `keys` and `results` as its one part, and seals it, in one durable call.
+    /// Returns the attempt it staged. A refusal stops the call after the records before it (a refused seal
+    /// leaves the part staged), as [`Store::stage_and_seal`] does.
+    pub(crate) async fn restart_stage_and_seal(
+        &self,
+        id: &CheckpointId,
+        keys: Vec<crate::types::SourceKey>,
+        results: Vec<WriteResult>,
+    ) -> Result<crate::Attempt> {
+        id.check()?;
+        let part = crate::Part::FIRST;
+        check_stage(part, &keys, &results)?;
+        let current = self.get(id)?.ok_or_else(|| Error::from(TransitionError::NotFound { id: id.clone() }))?;
+        let attempt = current.attempt.get().checked_add(1).ok_or_else(|| {
+            Error::invalid_input(format!("checkpoint {id} has used every attempt number; it cannot begin another"))
+        })?;
+        let records = vec![
+            Record::Restart { id: id.clone() },
+            Record::Stage { id: id.clone(), attempt, part: part.get(), keys, results },
+            Record::Seal { id: id.clone(), parts: 1 },
+        ];
+        self.shared.check()?;
+        match self.writer.call(records, CallDurability::Immediate).await? {
+            Ok(_) => Ok(crate::Attempt::new(attempt)),
+            Err(t) => Err(t.into()),
+        }
+    }
+
     /// Aborts a Staged checkpoint: its keys are not processed; returns its discarded write results.
     pub async fn abort(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
         id.check()?;
@@ -289,8 +319,11 @@ impl Store {
         self.call(record, CallDurability::Immediate).await.map(drop)
     }
 
-    /// The operator's escape hatch: aborts Sealed checkpoints, un-processing their keys atomically so their
-    /// inputs are read again; returns their write results. Never used by the protocol itself.
+    /// The operator's escape hatch: aborts Sealed checkpoints (refused, with nothing written, for any other
+    /// state: `NotSealed`), un-processing their keys atomically so their inputs are read again; returns their
+    /// write results (also in the garbage ledger). Never used by the protocol itself. For a checkpoint adopted
+    /// from shared staging ([`crate::shared::Inbox::adopt`]) the next adoption round releases its worker's
+    /// claim, so workers see its input unprocessed and a rerun's seal is adopted as its next attempt.
     pub async fn force_abort(&self, ids: &[CheckpointId], reason: &str) -> Result<Vec<WriteResult>> {
         check_reason(reason)?;
         let ids = sorted_ids(ids)?;

@@ -447,11 +447,20 @@ async fn a_claim_read_once_is_never_read_again_by_this_or_a_new_inbox_handle() {
     assert_eq!((second.adopted.len(), second.already_adopted, second.refused.len()), (0, 0, 0), "{second:?}");
     assert_eq!((round.gets, round.lists, second.requests), (0, 2, 2), "{round:?}");
 
-    // A new handle (a new driver process on the same store) reads only the two key claims, not the seals.
+    // A new handle (a new driver process on the same store) reads only the two key claims and the refused
+    // seal (its checkpoint is Aborted in the store, so it could be one to release: its key is owned by local-7,
+    // so it is not), not the adopted seals.
     let before = job.staging();
     let fresh = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
     let round = job.staging().since(&before);
-    assert_eq!((fresh.adopted.len(), round.gets, round.lists), (0, 2, 2), "{fresh:?} {round:?}");
+    assert_eq!((fresh.adopted.len(), round.gets, round.lists), (0, 2 + 1, 2), "{fresh:?} {round:?}");
+    assert!(fresh.released.is_empty() && fresh.held_back.is_empty(), "{fresh:?}");
+    // And that handle's next round reads nothing either.
+    let again = Inbox::new(job.shared.clone());
+    again.adopt(&store).await.unwrap();
+    let before = job.staging();
+    again.adopt(&store).await.unwrap();
+    assert_eq!(job.staging().since(&before).gets, 0);
 
     // A new input sealed after all that is the only claim read.
     job.seal_input(8).await;
@@ -489,4 +498,100 @@ async fn a_committer_finds_every_new_claim_past_a_page_of_claims_it_already_hold
     assert_eq!((round.gets, round.entries_listed), (5, 1_005), "{round:?}");
     // Two pages of claims and one (empty) listing of the inbox, as the report says.
     assert_eq!((round.lists, report.requests), (3, 3 + 5), "{round:?} {report:?}");
+}
+
+/// The committed data files of input `n` (named `in-<n>-<attempt>`), in commit order.
+async fn files_of(job: &Job, n: u32) -> Vec<String> {
+    let prefix = format!("in-{n}-");
+    job.table.commits().await.unwrap().into_iter().flat_map(|c| c.files).filter(|f| f.starts_with(&prefix)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_abort_of_an_adopted_shared_checkpoint_releases_its_claim_and_the_input_is_committed_once() {
+    let job = Job::new();
+    let store = job.committer().await;
+    let (w1, w2) = (job.worker("w1"), job.worker("w2"));
+    // Input 1 in a one-key checkpoint; inputs 3 and 4 in one checkpoint of two keys (key claims and a seal).
+    let one = CheckpointId::for_key(&input(1));
+    let pair = CheckpointId::new("pair-3-4").unwrap();
+    let bad = job.write(1, "bad").await;
+    w1.stage_and_seal(&one, vec![input(1)], vec![bad.clone()]).await.unwrap();
+    w1.stage_and_seal(&pair, vec![input(3), input(4)], vec![job.write(3, "bad").await]).await.unwrap();
+    w1.stage_and_seal(&CheckpointId::for_key(&input(2)), vec![input(2)], vec![job.write(2, "a").await]).await.unwrap();
+    let report = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
+    assert_eq!(report.adopted.len(), 3, "{report:?}");
+    // The operator finds the sealed files bad and aborts both checkpoints: their inputs are to be read again.
+    let dropped = store.force_abort(&[one.clone(), pair.clone()], "bad files").await.unwrap();
+    assert_eq!(dropped.len(), 2);
+    assert!(!store.is_processed(&input(1)).unwrap());
+    // The next adoption round releases their claims: every worker sees the inputs unprocessed.
+    let round = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
+    assert!(round.adopted.is_empty() && round.refused.is_empty(), "{round:?}");
+    for n in [1, 3, 4] {
+        assert!(!w2.is_processed(&input(n)).await.unwrap(), "input {n} is to be read again");
+    }
+    assert!(w2.is_processed(&input(2)).await.unwrap(), "input 2 was not aborted");
+    assert_eq!(w2.sealed_by(&one).await.unwrap(), None, "the aborted seal no longer counts");
+    // The rerun reads them again; its seals win.
+    let good = job.write(1, "good").await;
+    w2.stage_and_seal(&one, vec![input(1)], vec![good.clone()]).await.unwrap();
+    let next = Attempt::FIRST;
+    w2.stage(
+        &pair,
+        StagePart::new(next, Part::FIRST).keys(vec![input(3), input(4)]).results(vec![job.write(3, "good").await]),
+    )
+    .await
+    .unwrap();
+    w2.seal(&pair, 1).await.unwrap();
+    assert!(w2.is_processed(&input(1)).await.unwrap() && w2.is_processed(&input(4)).await.unwrap());
+    // A zombie of the first run (a process of its own) that seals now loses to the rerun.
+    let zombie = job.worker("w1-zombie");
+    let err = zombie.stage_and_seal(&one, vec![input(1)], vec![bad]).await.unwrap_err();
+    assert!(sealed_lost(&err).0.contains("w2"), "{err}");
+    let report = job.adopt_and_commit(&store).await;
+    let mut adopted = report.adopted.clone();
+    adopted.sort();
+    let mut want = vec![one.clone(), pair.clone()];
+    want.sort();
+    assert_eq!(adopted, want, "{report:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    assert!(store.is_finished().unwrap());
+    assert_eq!(job.counts(5).await, vec![0, 1, 1, 1, 0], "each input once");
+    assert_eq!(files_of(&job, 1).await, vec!["in-1-good".to_owned()], "the rerun's rows, not the aborted ones");
+    assert_eq!(files_of(&job, 3).await, vec!["in-3-good".to_owned()]);
+    // Later rounds adopt nothing more.
+    let idle = job.adopt_and_commit(&store).await;
+    assert!(idle.adopted.is_empty() && idle.refused.is_empty(), "{idle:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_after_force_abort_of_a_shared_checkpoint_leaves_every_adoption_round_whole() {
+    let job = Job::new();
+    let store = job.committer().await;
+    let (w1, w2) = (job.worker("w1"), job.worker("w2"));
+    let one = CheckpointId::for_key(&input(1));
+    w1.stage_and_seal(&one, vec![input(1)], vec![job.write(1, "bad").await]).await.unwrap();
+    assert_eq!(Inbox::new(job.shared.clone()).adopt(&store).await.unwrap().adopted, vec![one.clone()]);
+    store.force_abort(std::slice::from_ref(&one), "bad file").await.unwrap();
+    // The operator also restarts it (Aborted -> Staged, the next attempt), before any adoption round ran.
+    store.restart(&one).await.unwrap();
+    // A healthy input sealed meanwhile.
+    let two = CheckpointId::for_key(&input(2));
+    w1.stage_and_seal(&two, vec![input(2)], vec![job.write(2, "a").await]).await.unwrap();
+    for round in 0..3 {
+        let report = Inbox::new(job.shared.clone()).adopt(&store).await;
+        let report = report.unwrap_or_else(|e| panic!("adoption round {round} failed: {e}"));
+        assert!(report.refused.is_empty(), "{report:?}");
+    }
+    assert_eq!(store.get(&two).unwrap().map(|i| i.state), Some(sinkpoint::CheckpointState::Sealed));
+    assert!(!w2.is_processed(&input(1)).await.unwrap(), "input 1 is to be read again");
+    // A new driver (a new epoch: the restarted attempt is an orphan now) and the rerun's seal.
+    store.close_async().await;
+    let store = job.committer().await;
+    w2.stage_and_seal(&one, vec![input(1)], vec![job.write(1, "good").await]).await.unwrap();
+    let report = job.adopt_and_commit(&store).await;
+    assert_eq!(report.adopted, vec![one.clone()], "{report:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    assert_eq!(job.counts(3).await, vec![0, 1, 1]);
+    assert_eq!(files_of(&job, 1).await, vec!["in-1-good".to_owned()]);
 }

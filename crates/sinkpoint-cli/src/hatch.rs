@@ -57,7 +57,11 @@ pub(crate) async fn settle_landed(store: &Writable, key: u64, ids: &[String]) ->
 pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
     let dropped = with_writer(store, async |s, why| s.force_abort(&ids, why).await).await?;
-    println!("aborted {} checkpoints; their inputs will be read again. Write results to clean up:", ids.len());
+    println!(
+        "aborted {} checkpoints; their inputs will be read again (a checkpoint adopted from shared staging once the \
+         job's next adoption round has released its claim). Write results to clean up (also in the garbage ledger):",
+        ids.len()
+    );
     for result in &dropped {
         println!("  {}", result_text(result));
     }

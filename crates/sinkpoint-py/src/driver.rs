@@ -308,8 +308,10 @@ impl PyDriver {
         block_on(py, || opened.store.resolve(key, resolution, reason))?.map_err(to_py)
     }
 
-    /// Operator hatch: aborts checkpoints whatever their state short of committed; returns their write results
-    /// to delete. `reason` is logged.
+    /// Operator hatch: aborts Sealed checkpoints (any other state is refused, nothing written), un-processing
+    /// their keys so their inputs are read again; returns their write results to delete (also in the garbage
+    /// ledger). A checkpoint adopted from shared staging has its worker's claim released by the next `adopt`.
+    /// `reason` is logged.
     fn force_abort(&self, py: Python<'_>, ids: Vec<String>, reason: &str) -> PyResult<Vec<PyWriteResult>> {
         let ids = ids.iter().map(|id| id_arg(id)).collect::<PyResult<Vec<_>>>()?;
         let opened = self.opened(py)?;

@@ -226,7 +226,8 @@ pub(crate) struct PyAdoptReport {
     already_adopted: usize,
     /// Checkpoints with staged parts and no seal yet.
     unsealed: usize,
-    /// Write results of attempts that lost their seal: delete their data files.
+    /// Write results of attempts that lost their seal, and of seals whose claim the round released (their
+    /// checkpoint was force-aborted after adoption): delete their data files.
     cleanup: Vec<PyWriteResult>,
     /// (id, reason) of sealed checkpoints the store refused.
     refused: Vec<(String, String)>,

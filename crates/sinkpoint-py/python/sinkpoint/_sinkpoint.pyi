@@ -377,8 +377,11 @@ class Driver:
     def retention_watermark(self) -> int | None: ...
     def resolve(self, key: int, resolution: Literal["committed", "not_committed"], reason: str) -> None: ...
     def force_abort(self, ids: Sequence[str], reason: str) -> list[WriteResult]:
-        """Operator hatch: aborts checkpoints whatever their state short of committed. Their write results go to
-        the garbage ledger (``collect_data_files`` deletes their files) and are returned."""
+        """Operator hatch: aborts Sealed checkpoints (any other state is refused with nothing written),
+        un-processing their keys so their inputs are read again. Their write results go to the garbage ledger
+        (``collect_data_files`` deletes their files) and are returned. For a checkpoint adopted from shared staging
+        the next ``adopt`` releases its worker's claim: workers see the input unprocessed, and the rerun's seal is
+        adopted and committed once."""
     def garbage(self, limit: int = 1000, after: tuple[int, int] | None = None) -> list[GarbageEntry]:
         """The garbage ledger in ledger order: at most ``limit`` entries (and at most 4096) after the entry
         ``after``, a ``(seq, index)`` pair (page on with the last entry's)."""
