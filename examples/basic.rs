@@ -32,6 +32,8 @@ async fn main() -> sinkpoint::Result<()> {
         store.seal(&id, 1).await?; // one part: the keys are now processed
     }
     let report = committer.finish().await?; // one atomic table commit, then the job's end recorded: reruns skip it all
-    println!("committed keys {:?}", report.committed_keys);
+    store.close_async().await; // the file closed cleanly (a store dropped inside the runtime is not)
+    let keys: Vec<String> = report.committed_keys.iter().map(u64::to_string).collect();
+    println!("committed under key {}", keys.join(", "));
     Ok(())
 }

@@ -20,8 +20,9 @@
 //! Each of the `--workers` tasks runs the worker loop a job should: skip what is processed, write, stage and queue
 //! the seal in its own `SealWindow`, flush the window before its inputs count as done.
 //!
-//! Crash points: after-stage, after-seal, after-begin-commit, after-target-commit-before-mark, unknown-outcome.
-//! A crash is a real process exit with code 86, with no clean shutdown.
+//! Crash points (`--help` lists them with what each simulates): after-stage, after-seal, after-begin-commit,
+//! after-target-commit-before-mark, unknown-outcome. A crash is a real process exit with code 86, with no clean
+//! shutdown; every other end of a run closes the store, so its file is left clean.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,12 +30,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use sinkpoint::DirTable;
+use sinkpoint::commit::{Blocked, RecoveryReport};
 use sinkpoint::commit::{Committer, CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{Inbox, SharedStaging, Worker};
 use sinkpoint::{Attempt, Part, SealWindow, SealWindowSettings, StagePart};
 use sinkpoint::{
-    CheckpointId, CommitKey, CommitOutcome, JobId, ProbeOutcome, Store, Target, TargetCommit, TargetIdentity,
+    CheckpointId, CheckpointState, CommitKey, CommitOutcome, JobId, ProbeOutcome, StateFilter, Store, Target,
+    TargetCommit, TargetIdentity,
 };
 
 /// The exit code of a simulated crash.
@@ -61,13 +64,54 @@ struct Args {
     shared_s3: Option<String>,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: job [--dir DIR] [--local DIR] [--no-mirror] [--inputs N] [--rows R] [--workers W] [--commit-every K] [--work-ms MS] [--fresh]\n           \
-         [--worker-processes N] [--shared-s3 BUCKET]\n           \
-         [--crash-at after-stage|after-seal|after-begin-commit|after-target-commit-before-mark|unknown-outcome]"
+/// The crash points `--crash-at` takes, with what each one simulates.
+const CRASH_POINTS: [(&str, &str); 5] = [
+    ("after-stage", "mid-job, right after an input's part is staged, before its seal"),
+    ("after-seal", "mid-job, right after an input's seal is queued (a seal counts once its window flushed it)"),
+    ("after-begin-commit", "F2: a commit key is recorded, its table commit never sent"),
+    ("after-target-commit-before-mark", "F1: the table commit landed, the store never told"),
+    ("unknown-outcome", "U: the table commit lands, its ack is lost, the probe fails, the process dies"),
+];
+
+const USAGE: &str = "usage: job [--dir DIR] [--local DIR] [--no-mirror] [--inputs N] [--rows R] [--workers W] \
+                     [--commit-every K] [--work-ms MS] [--fresh]\n           \
+                     [--worker-processes N] [--shared-s3 BUCKET] [--crash-at POINT]";
+
+/// `--help`: what the flags do and the crash points, on stdout; exit 0.
+fn help() -> ! {
+    println!(
+        "The quick-start job: --inputs inputs of --rows rows each, written into a directory table exactly once through a \
+         sinkpoint store.\n\n{USAGE}\n\n\
+         \x20 --dir DIR              the job's directory (default target/sinkpoint-demo): table/, sink.redb, mirror/demo-job/, shared/\n\
+         \x20 --local DIR            keep sink.redb in DIR instead (another machine's disk)\n\
+         \x20 --no-mirror            no mirror: the local file alone (default: mirrored to DIR/mirror/demo-job)\n\
+         \x20 --inputs N --rows R    the job's size (default 50 x 1000); a rerun must give the same values\n\
+         \x20 --workers W            worker tasks in this process (default 8)\n\
+         \x20 --commit-every K       a table commit every K inputs (default: one, at the end)\n\
+         \x20 --work-ms MS           sleep MS per input, standing in for reading it: a run long enough to kill or watch\n\
+         \x20 --fresh                delete DIR first\n\
+         \x20 --worker-processes N   N worker processes stage and seal through DIR/shared; this process adopts and commits\n\
+         \x20 --shared-s3 BUCKET     stage through BUCKET on the S3-API server at SINKPOINT_S3_ENDPOINT, not DIR/shared\n\
+         \x20 --crash-at POINT       stop the process at POINT (exit code {CRASH_EXIT_CODE}, no clean shutdown); run again to recover:"
     );
+    for (point, what) in CRASH_POINTS {
+        println!("      {point:<33} {what}");
+    }
+    println!(
+        "\nexit codes: 0 the table holds every row once, 1 it does not, 2 usage, 3 blocked (run again later), 4 error, \
+         {FENCED_EXIT_CODE} fenced by a newer writer, {CRASH_EXIT_CODE} a crash point"
+    );
+    std::process::exit(0)
+}
+
+/// A bad command line: what is wrong, then the usage, on stderr; exit 2.
+fn bad_usage(problem: &str) -> ! {
+    eprintln!("job: {problem}\n{USAGE}\n(--help says what each flag does)");
     std::process::exit(2)
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
+    value.parse().unwrap_or_else(|_| bad_usage(&format!("{flag} takes a number, not {value:?}")))
 }
 
 fn parse() -> Args {
@@ -88,37 +132,37 @@ fn parse() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| usage());
+        let mut value = || it.next().unwrap_or_else(|| bad_usage(&format!("{flag} needs a value")));
         match flag.as_str() {
+            "--help" | "-h" => help(),
             "--dir" => args.dir = PathBuf::from(value()),
             "--local" => args.local = Some(PathBuf::from(value())),
             "--no-mirror" => args.mirror = false,
-            "--inputs" => args.inputs = value().parse().unwrap_or_else(|_| usage()),
-            "--rows" => args.rows = value().parse().unwrap_or_else(|_| usage()),
-            "--workers" => args.workers = value().parse().unwrap_or_else(|_| usage()),
-            "--commit-every" => args.commit_every = value().parse().unwrap_or_else(|_| usage()),
+            "--inputs" => args.inputs = number(&flag, &value()),
+            "--rows" => args.rows = number(&flag, &value()),
+            "--workers" => args.workers = number(&flag, &value()),
+            "--commit-every" => args.commit_every = number(&flag, &value()),
             "--crash-at" => args.crash_at = Some(value()),
             "--fresh" => args.fresh = true,
-            "--work-ms" => args.work_ms = value().parse().unwrap_or_else(|_| usage()),
+            "--work-ms" => args.work_ms = number(&flag, &value()),
             "--shared-s3" => args.shared_s3 = Some(value()),
-            "--worker-processes" => args.worker_processes = value().parse().unwrap_or_else(|_| usage()),
+            "--worker-processes" => args.worker_processes = number(&flag, &value()),
             "--worker-of" => {
                 let v = value();
-                let (k, n) = v.split_once('/').unwrap_or_else(|| usage());
-                args.worker_of = Some((k.parse().unwrap_or_else(|_| usage()), n.parse().unwrap_or_else(|_| usage())));
+                let (k, n) = v.split_once('/').unwrap_or_else(|| bad_usage("--worker-of takes K/N"));
+                args.worker_of = Some((number(&flag, k), number(&flag, n)));
             }
-            _ => usage(),
+            _ => bad_usage(&format!("unknown flag {flag}")),
         }
     }
-    const POINTS: [&str; 5] =
-        ["after-stage", "after-seal", "after-begin-commit", "after-target-commit-before-mark", "unknown-outcome"];
     if let Some(point) = &args.crash_at
-        && !POINTS.contains(&point.as_str())
+        && !CRASH_POINTS.iter().any(|(p, _)| p == point)
     {
-        usage();
+        let points: Vec<&str> = CRASH_POINTS.iter().map(|(p, _)| *p).collect();
+        bad_usage(&format!("unknown crash point {point}; one of {}", points.join(", ")));
     }
     if args.inputs == 0 || args.workers == 0 {
-        usage();
+        bad_usage("--inputs and --workers must be at least 1");
     }
     args
 }
@@ -143,9 +187,13 @@ impl<T: Target> Target for LoseAckThenProbeFails<T> {
     }
 
     async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
-        let landed = self.inner.commit(commit).await;
+        let landed = match self.inner.commit(commit).await {
+            CommitOutcome::Committed => "landed".to_owned(),
+            CommitOutcome::NotLanded { reason } => format!("did not land ({reason})"),
+            CommitOutcome::Unknown { reason } => format!("has an unknown outcome ({reason})"),
+        };
         self.probe_fails.store(true, std::sync::atomic::Ordering::SeqCst);
-        println!("target: key {} {landed:?}, but the ack is lost", commit.key.n);
+        println!("target: the table commit of key {} {landed}, but its ack is lost", commit.key.n);
         CommitOutcome::Unknown { reason: "ack lost".into() }
     }
 
@@ -157,8 +205,9 @@ impl<T: Target> Target for LoseAckThenProbeFails<T> {
     }
 }
 
+/// Stops the process at crash point `point` (its `--crash-at` name), as a crash would: no store closed.
 fn crash(point: &str) -> ! {
-    println!("crash: stopping the process at {point}");
+    println!("crash: stopping the process at {point} (exit code {CRASH_EXIT_CODE}, no clean shutdown)");
     std::process::exit(CRASH_EXIT_CODE)
 }
 
@@ -249,12 +298,18 @@ async fn run_round(
             Ok::<_, sinkpoint::Error>((written, skipped))
         }));
     }
-    let (mut written, mut skipped) = (0usize, 0usize);
+    // Every task is awaited, a failed one's siblings too: each holds the store, which is closed after the run.
+    let (mut written, mut skipped, mut first_error) = (0usize, 0usize, None);
     for task in tasks {
-        let (w, s) = task.await.map_err(|e| std::io::Error::other(e.to_string()))??;
-        (written, skipped) = (written + w, skipped + s);
+        match task.await.map_err(|e| sinkpoint::Error::from(std::io::Error::other(e.to_string()))) {
+            Ok(Ok((w, s))) => (written, skipped) = (written + w, skipped + s),
+            Ok(Err(e)) | Err(e) => first_error = first_error.or(Some(e)),
+        }
     }
-    Ok((written, skipped))
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok((written, skipped)),
+    }
 }
 
 /// The job's shared staging: `DIR/shared`, a local directory standing in for the object store every machine
@@ -316,9 +371,17 @@ async fn run_worker(args: &Args, k: usize, n: usize) -> sinkpoint::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
+/// What the driver of `--worker-processes N` did.
+struct Driven {
+    restarts: usize,
+    adopted: usize,
+    cleanup: usize,
+    committed_keys: Vec<u64>,
+}
+
 /// The driver of `--worker-processes N`: runs N worker processes (a worker that dies is started again), and
-/// while they run adopts what they sealed and commits it. Returns the number of worker restarts.
-async fn drive_workers(args: &Args, store: &Store, committer: &Committer<'_>) -> sinkpoint::Result<usize> {
+/// while they run adopts what they sealed and commits it.
+async fn drive_workers(args: &Args, store: &Store, committer: &Committer<'_>) -> sinkpoint::Result<Driven> {
     let inbox = Inbox::new(shared_staging(args)?);
     let n = args.worker_processes;
     let spawn = |k: usize| -> std::io::Result<std::process::Child> {
@@ -333,40 +396,107 @@ async fn drive_workers(args: &Args, store: &Store, committer: &Committer<'_>) ->
     };
     let mut children: Vec<Option<std::process::Child>> =
         (0..n).map(|k| spawn(k).map(Some)).collect::<Result<_, _>>()?;
-    let mut restarts = 0;
-    while children.iter().any(Option::is_some) {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut driven = Driven { restarts: 0, adopted: 0, cleanup: 0, committed_keys: Vec::new() };
+    let mut running = true;
+    while running {
+        running = children.iter().any(Option::is_some);
+        if running {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
         for (k, slot) in children.iter_mut().enumerate() {
             let Some(child) = slot else { continue };
             match child.try_wait()? {
                 None => {}
                 Some(status) if status.success() => *slot = None,
                 Some(status) => {
-                    restarts += 1;
+                    driven.restarts += 1;
                     println!("worker {k} died ({status}); starting it again");
-                    if restarts > WORKER_RESTARTS_MAX {
+                    if driven.restarts > WORKER_RESTARTS_MAX {
                         return Err(std::io::Error::other("workers keep dying; giving up").into());
                     }
                     *slot = Some(spawn(k)?);
                 }
             }
         }
+        // One more round once every worker has exited: it adopts their last seals.
         let report = inbox.adopt(store).await?;
-        if !report.adopted.is_empty() {
-            committer.commit_pending().await?;
+        (driven.adopted, driven.cleanup) =
+            (driven.adopted + report.adopted.len(), driven.cleanup + report.cleanup.len());
+        if !report.adopted.is_empty() && running {
+            driven.committed_keys.extend(committer.commit_pending().await?.committed_keys);
         }
     }
-    let report = inbox.adopt(store).await?;
-    println!(
-        "adopted the last {} checkpoints; {} write results of lost attempts to clean up",
-        report.adopted.len(),
-        report.cleanup.len()
-    );
-    Ok(restarts)
+    Ok(driven)
 }
 
 /// How many times the driver starts dead workers again before it gives up.
 const WORKER_RESTARTS_MAX: usize = 100;
+
+/// Table commits in words: "3 table commits (keys 0 to 2)".
+fn commits_in_words(keys: &[u64]) -> String {
+    let mut keys = keys.to_vec();
+    keys.sort_unstable();
+    keys.dedup();
+    match keys.as_slice() {
+        [] => "no table commit".to_owned(),
+        [key] => format!("1 table commit (key {key})"),
+        [first, .., last] if last - first + 1 == keys.len() as u64 => {
+            format!("{} table commits (keys {first} to {last})", keys.len())
+        }
+        _ => {
+            let list: Vec<String> = keys.iter().map(u64::to_string).collect();
+            format!("{} table commits (keys {})", keys.len(), list.join(", "))
+        }
+    }
+}
+
+/// What recovery found and did, in words; `unknown` are the keys whose outcome was unknown (U) before it ran.
+fn recovery_in_words(report: &RecoveryReport, unknown: &[u64]) -> String {
+    let mut done = Vec::new();
+    if !report.orphans.is_empty() {
+        let n = report.orphans.len();
+        let (them, are) = if n == 1 { ("checkpoint", "its input is") } else { ("checkpoints", "their inputs are") };
+        done.push(format!("{n} {them} staged by an earlier run and never sealed (orphans): {are} written again"));
+    }
+    if let Some(key) = report.marked_landed {
+        done.push(if unknown.contains(&key) {
+            format!("U: key {key}'s outcome was unknown; the probe found it in the table; marked committed")
+        } else {
+            format!("F1: key {key} had landed in the table but was not marked; marked committed")
+        });
+    }
+    if let Some(key) = report.recommitted {
+        done.push(if unknown.contains(&key) {
+            format!("U: key {key}'s outcome was unknown; the probe did not find it in the table; committed again under the same key")
+        } else {
+            format!("F2: key {key} was recorded but had not landed; committed again under the same key")
+        });
+    }
+    if !report.committed_keys.is_empty() {
+        done.push(format!(
+            "the checkpoints sealed before the restart committed in {}",
+            commits_in_words(&report.committed_keys)
+        ));
+    }
+    if done.is_empty() {
+        done.push("nothing to recover".to_owned());
+    }
+    format!("recovery: {}", done.join("; "))
+}
+
+fn blocked_in_words(blocked: &Blocked) -> String {
+    match blocked {
+        Blocked::Unknown { key, reason } => format!(
+            "blocked: key {key}'s outcome is still unknown (the probe answered: {reason}); run again when the table answers"
+        ),
+        Blocked::Mismatch { key, recorded, landed } => format!(
+            "blocked: the table holds key {key} with {} checkpoints, not the {} the store recorded: an operator must look \
+             (sinkpoint status --store)",
+            landed.len(),
+            recorded.len()
+        ),
+    }
+}
 
 async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
     if let Some((k, n)) = args.worker_of {
@@ -398,66 +528,30 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
         std::fs::create_dir_all(&mirror_dir)?;
         let fs = object_store::local::LocalFileSystem::new_with_prefix(&mirror_dir)?.with_fsync(true);
         builder = builder.mirror(Arc::new(fs), object_store::path::Path::from("demo-job"), MirrorSettings::default());
-        println!("mirror: {} (synchronous)", mirror_dir.display());
+        println!("mirror: {} (synchronous)", mirror_dir.join("demo-job").display());
     }
+    // The store does not say whether it restored itself from the mirror: a missing file that opens as a store
+    // it did not create was restored.
+    let file_existed = store_path.exists();
     let store = Arc::new(builder.open().await?);
-
-    // The target: the table itself, or, for the unknown-outcome crash, the table behind a fault that lands the
-    // commit, loses its ack, and fails the probe that follows it.
-    let unknown = args.crash_at.as_deref() == Some("unknown-outcome");
-    let target: Box<dyn Target> =
-        if unknown { Box::new(LoseAckThenProbeFails::new(table.clone())) } else { Box::new(table.clone()) };
-    let crash_at = args.crash_at.clone();
-    let hook: CrashHook = Arc::new(move |point| {
-        let wanted = match crash_at.as_deref() {
-            Some("unknown-outcome") => crash_points::AFTER_MARK_UNKNOWN,
-            Some(p) => p,
-            None => return false,
-        };
-        if point == wanted {
-            crash(point);
-        }
-        false
-    });
-    let committer = Committer::new(&store, target.as_ref()).with_crash_hook(hook);
-
-    let report = committer.recover().await?;
-    println!(
-        "recovery: epoch {}, orphans {}, F1 marked {:?}, F2 re-committed {:?}, sealed committed under {:?}, blocked {:?}",
-        store.epoch(),
-        report.orphans.len(),
-        report.marked_landed,
-        report.recommitted,
-        report.committed_keys,
-        report.blocked
-    );
-    if report.finished {
-        println!("fast path: the job's final commit has landed; nothing to scan or write");
-    } else if let Some(blocked) = &report.blocked {
-        println!("blocked: {blocked:?}; run again when the target answers");
-        return Ok(ExitCode::from(3));
-    } else if args.worker_processes > 0 {
-        let restarts = drive_workers(&args, &store, &committer).await?;
-        let commit = committer.finish().await?;
-        println!(
-            "{} worker processes, {restarts} restarted; committed keys {:?}",
-            args.worker_processes, commit.committed_keys
-        );
+    if store.created() {
+        println!("store: a new job, epoch {}", store.epoch());
+    } else if !file_existed {
+        println!("store: the local file was missing: restored from the mirror, epoch {}", store.epoch());
     } else {
-        let (mut written, mut skipped) = (0usize, 0usize);
-        // The inputs in rounds of `--commit-every` (all of them without it): the workers write a round, each
-        // flushes its window, then the round's seals are committed.
-        let round_len = if args.commit_every > 0 { args.commit_every } else { args.inputs };
-        for round in (0..args.inputs).collect::<Vec<_>>().chunks(round_len) {
-            let (w, s) = run_round(&args, &store, &table, round).await?;
-            (written, skipped) = (written + w, skipped + s);
-            if args.commit_every > 0 {
-                committer.commit_pending().await?;
-            }
-        }
-        // Commits what is left and records the job's end, so every rerun takes the fast path.
-        let commit = committer.finish().await?;
-        println!("inputs: {written} written, {skipped} already processed; committed keys {:?}", commit.committed_keys);
+        println!("store: reopened, epoch {}", store.epoch());
+    }
+
+    let ran = run_job(&args, &store, &table).await;
+    // The store is closed on every end of a run but a crash point's, an error's too. Dropped instead, inside the
+    // runtime, its writer would be detached and the process could exit before it closed the file: the next open
+    // repairs it, and `sinkpoint status --store` reads it as left unclean by a crash.
+    match Arc::try_unwrap(store) {
+        Ok(store) => store.close_async().await,
+        Err(_) => eprintln!("store: still in use at the end of the run, so not closed (the next open repairs it)"),
+    }
+    if let Some(code) = ran? {
+        return Ok(code);
     }
 
     // Read the table back: the truth is what the table holds, not what we counted.
@@ -477,6 +571,76 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
     }
     println!("table: {} rows, {duplicates} duplicates, {missing} missing", rows.len());
     Ok(if duplicates == 0 && missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The job on its open store: recovery, then the writes and commits. Returns the exit code of a run that ends
+/// early (blocked), `None` when the table is ready to be read back.
+async fn run_job(args: &Args, store: &Arc<Store>, table: &DirTable) -> sinkpoint::Result<Option<ExitCode>> {
+    // The target: the table itself, or, for the unknown-outcome crash, the table behind a fault that lands the
+    // commit, loses its ack, and fails the probe that follows it.
+    let unknown = args.crash_at.as_deref() == Some("unknown-outcome");
+    let target: Box<dyn Target> =
+        if unknown { Box::new(LoseAckThenProbeFails::new(table.clone())) } else { Box::new(table.clone()) };
+    let crash_at = args.crash_at.clone();
+    let hook: CrashHook = Arc::new(move |point| {
+        // The unknown outcome stops once the key is recorded as CommitUnknown; the others at their own point.
+        let (wanted, flag) = match crash_at.as_deref() {
+            Some("unknown-outcome") => (crash_points::AFTER_MARK_UNKNOWN, "unknown-outcome"),
+            Some(p) => (p, p),
+            None => return false,
+        };
+        if point == wanted {
+            crash(flag);
+        }
+        false
+    });
+    let committer = Committer::new(store, target.as_ref()).with_crash_hook(hook);
+
+    // The keys whose outcome a crash left unknown (U), so that the report can tell U from F1 and F2.
+    let unknown: Vec<u64> = store
+        .list(StateFilter::CommitUnknown)?
+        .iter()
+        .filter_map(|c| match c.state {
+            CheckpointState::CommitUnknown { key } => Some(key),
+            _ => None,
+        })
+        .collect();
+    let report = committer.recover().await?;
+    println!("{}", recovery_in_words(&report, &unknown));
+    if report.finished {
+        println!("fast path: the job's final commit has landed; nothing to scan or write");
+    } else if let Some(blocked) = &report.blocked {
+        println!("{}", blocked_in_words(blocked));
+        return Ok(Some(ExitCode::from(3)));
+    } else if args.worker_processes > 0 {
+        let mut driven = drive_workers(args, store, &committer).await?;
+        driven.committed_keys.extend(committer.finish().await?.committed_keys);
+        println!(
+            "workers: {} processes, {} restarted; adopted {} checkpoints sealed by the workers ({} write results of \
+             lost attempts to clean up); committed in {}",
+            args.worker_processes,
+            driven.restarts,
+            driven.adopted,
+            driven.cleanup,
+            commits_in_words(&driven.committed_keys)
+        );
+    } else {
+        let (mut written, mut skipped, mut keys) = (0usize, 0usize, Vec::new());
+        // The inputs in rounds of `--commit-every` (all of them without it): the workers write a round, each
+        // flushes its window, then the round's seals are committed.
+        let round_len = if args.commit_every > 0 { args.commit_every } else { args.inputs };
+        for round in (0..args.inputs).collect::<Vec<_>>().chunks(round_len) {
+            let (w, s) = run_round(args, store, table, round).await?;
+            (written, skipped) = (written + w, skipped + s);
+            if args.commit_every > 0 {
+                keys.extend(committer.commit_pending().await?.committed_keys);
+            }
+        }
+        // Commits what is left and records the job's end, so every rerun takes the fast path.
+        keys.extend(committer.finish().await?.committed_keys);
+        println!("inputs: {written} written, {skipped} already processed; committed in {}", commits_in_words(&keys));
+    }
+    Ok(None)
 }
 
 #[tokio::main]

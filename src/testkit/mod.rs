@@ -17,7 +17,8 @@
 //! - [`FaultStore`]: an object store wrapper that fails puts before or after they land, holds them at a gate,
 //!   adds latency, counts requests, bytes and listed objects, and crashes at operation k.
 //! - [`ManualClock`]: a clock that moves only when the test says so.
-//! - [`s3_endpoint`], [`create_s3_bucket`]: the S3-API test server (moto) `.ci/run` starts, for tests on S3.
+//! - [`s3_endpoint`], [`create_s3_bucket`], [`say_s3_skipped`]: the S3-API test server (moto) `.ci/run` starts,
+//!   for tests on S3, and the one visible line a test binary prints when it is absent.
 //! - [`conformance`]: the suite an adapter author runs against their own [`crate::Target`] (not a stable part of
 //!   the public API; may change in any release).
 //! - [`ProcessCrash`]: one simulated process's crash point, shared by a [`CrashBackend`], a [`FaultStore`] and
@@ -45,7 +46,7 @@ pub use backend::CrashBackend;
 pub use cases::{CASES_VAR, SHARDS, Shard, cases, seed};
 pub use clock::ManualClock;
 pub use faults::{Counts, FaultStore, Journal, Mutation, PutFault};
-pub use moto::{create_s3_bucket, s3_endpoint};
+pub use moto::{create_s3_bucket, s3_endpoint, say_s3_skipped};
 pub use process::{Component, ProcessCrash};
 pub use protocol::RawProtocol;
 pub use rng::SplitMix64;

@@ -4,9 +4,9 @@ use std::io::{Read as _, Write as _};
 
 use crate::error::{Error, Result};
 
-/// The S3-API endpoint in `SINKPOINT_S3_ENDPOINT`. Without it a test prints a loud SKIP and gets `None`; in CI
-/// (`CI` set) a missing endpoint panics, since `.ci/run` always starts the server (`source .ci/moto.sh &&
-/// moto_start`).
+/// The S3-API endpoint in `SINKPOINT_S3_ENDPOINT`. Without it a test gets `None` (and skips its S3 part), and the
+/// test binary says so once ([`say_s3_skipped`]); in CI (`CI` set) a missing endpoint panics, since `.ci/run`
+/// always starts the server (`source .ci/moto.sh && moto_start`).
 pub fn s3_endpoint() -> Option<String> {
     let endpoint = std::env::var("SINKPOINT_S3_ENDPOINT").ok();
     if endpoint.is_none() {
@@ -14,9 +14,24 @@ pub fn s3_endpoint() -> Option<String> {
             std::env::var("CI").is_err(),
             "CI is set but SINKPOINT_S3_ENDPOINT is not: .ci/run must start moto (source .ci/moto.sh; moto_start)"
         );
-        eprintln!("\n*** SKIP S3: SINKPOINT_S3_ENDPOINT is not set (source .ci/moto.sh && moto_start) ***\n");
+        say_s3_skipped();
     }
     endpoint
+}
+
+/// Says once per process, on its standard error itself, that the S3 cases are skipped. libtest captures what a
+/// passing test prints with `eprintln!`, so a skip said that way is never seen; a write to [`std::io::stderr`] is
+/// not captured, and shows in `cargo test`'s output, once per test binary.
+pub fn say_s3_skipped() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIP S3: SINKPOINT_S3_ENDPOINT is not set, so this binary's tests pass without their S3 cases \
+             (the mirror tests run on InMemory and LocalFileSystem only). To cover S3: source .ci/moto.sh && \
+             moto_start, then cargo test in that shell ***\n"
+        );
+    });
 }
 
 /// Creates bucket `name` on the S3-API server at `endpoint` (`http://host:port`; moto takes unsigned requests).

@@ -54,8 +54,8 @@ pub fn kinds() -> Vec<Kind> {
 /// conditional creates (`PutMode::Create`, `If-None-Match`: a claim or fence that loses, a slot another epoch
 /// took, a retry answered `AlreadyExists` for our own object), listings (what a restore, a view and a
 /// collection find, object ages from the store's own clock) and the requests a group costs. S3 only when moto is
-/// there: without it, outside CI the test says so loudly and runs the other two; in CI (`CI` set) a missing moto
-/// fails the test.
+/// there: without it, outside CI the test runs the other two and the test binary says so once on its stderr
+/// (`say_s3_skipped`, which libtest does not capture); in CI (`CI` set) a missing moto fails the test.
 pub fn kinds_with_s3() -> Vec<Kind> {
     match std::env::var("SINKPOINT_S3_ENDPOINT") {
         Ok(_) => vec![Kind::Memory, Kind::Local, Kind::S3],
@@ -64,10 +64,7 @@ pub fn kinds_with_s3() -> Vec<Kind> {
                 std::env::var("CI").is_err(),
                 "CI is set but SINKPOINT_S3_ENDPOINT is not: .ci/run must start moto (source .ci/moto.sh; moto_start)"
             );
-            eprintln!(
-                "\n*** SKIP S3: SINKPOINT_S3_ENDPOINT is not set, so the mirror tests run on InMemory and \
-                 LocalFileSystem only. Run `source .ci/moto.sh && moto_start` first to cover S3. ***\n"
-            );
+            sinkpoint::testkit::say_s3_skipped();
             vec![Kind::Memory, Kind::Local]
         }
     }
