@@ -195,7 +195,8 @@ async fn timed<T>(
 /// a local path, and its stores print as type names. Any other store is named as it prints itself; an empty
 /// prefix is then the store's root, not an empty word that would print "the mirror at  in".
 pub(crate) fn describe(path: &Path, store: &str) -> String {
-    let inner = |name: &str| store.strip_prefix(name).and_then(|s| s.strip_prefix('(')).and_then(|s| s.strip_suffix(')'));
+    let inner =
+        |name: &str| store.strip_prefix(name).and_then(|s| s.strip_prefix('(')).and_then(|s| s.strip_suffix(')'));
     if let Some(root) = inner("LocalFileSystem") {
         // The root is a `file://` URL ending in `/`.
         format!("{root}{path}")

@@ -32,11 +32,7 @@ pub(crate) fn print(args: std::fmt::Arguments<'_>) {
 }
 
 fn closed_or_failed(error: &std::io::Error) -> Stdout {
-    if error.kind() == std::io::ErrorKind::BrokenPipe {
-        Stdout::Closed
-    } else {
-        Stdout::Failed(error.to_string())
-    }
+    if error.kind() == std::io::ErrorKind::BrokenPipe { Stdout::Closed } else { Stdout::Failed(error.to_string()) }
 }
 
 /// Flushes stdout; the failure to report, if a write failed other than by a closed pipe.
@@ -48,7 +44,9 @@ pub(crate) fn finish() -> Option<Failure> {
         *state = closed_or_failed(&e);
     }
     match &*state {
-        Stdout::Failed(e) => Some(Failure::new(Code::Io, format!("could not write the output to stdout ({e}): it is incomplete"))),
+        Stdout::Failed(e) => {
+            Some(Failure::new(Code::Io, format!("could not write the output to stdout ({e}): it is incomplete")))
+        }
         Stdout::Open | Stdout::Closed => None,
     }
 }

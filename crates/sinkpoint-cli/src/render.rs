@@ -199,7 +199,9 @@ pub(crate) fn operator_text(r: &OperatorRecord) -> String {
 
 pub(crate) fn operator_json(r: &OperatorRecord) -> Value {
     let (action, key, resolution, ids) = match &r.action {
-        OperatorAction::Resolve { key, resolution } => ("resolve", Some(*key), Some(resolution_name(*resolution)), None),
+        OperatorAction::Resolve { key, resolution } => {
+            ("resolve", Some(*key), Some(resolution_name(*resolution)), None)
+        }
         OperatorAction::ForceAbort { ids } => ("force-abort", None, None, Some(ids)),
         OperatorAction::Unbind { key } => ("unbind", Some(*key), None, None),
         _ => ("unknown", None, None, None),

@@ -554,7 +554,8 @@ async fn the_reasons_operators_recorded_are_read_back() {
     let job = Job::new();
     job.stuck().await;
     let mirror = ["--store", &job.store_arg(), "--mirror", &job.mirror_url()];
-    let resolved = cli(&[&["resolve", "0", "not-committed", "--reason", "not in the table, checked"], &mirror[..]].concat());
+    let resolved =
+        cli(&[&["resolve", "0", "not-committed", "--reason", "not in the table, checked"], &mirror[..]].concat());
     assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
     let (store, url) = (job.store_arg(), job.mirror_url());
     for source in [["--store", store.as_str()], ["--mirror", url.as_str()]] {
@@ -571,7 +572,10 @@ async fn the_reasons_operators_recorded_are_read_back() {
         let status = json(&cli(&[&["status", "--json"], &source[..]].concat()));
         assert_eq!(status["last_operator_record"]["key"], 0, "{status}");
         let export = run(&["export"]);
-        assert!(export.lines().any(|l| l.contains("\"kind\":\"operator_record\"") && l.contains("checked")), "{export}");
+        assert!(
+            export.lines().any(|l| l.contains("\"kind\":\"operator_record\"") && l.contains("checked")),
+            "{export}"
+        );
     }
 }
 
