@@ -96,7 +96,7 @@ pub enum TransitionError {
         part: u32,
     },
     /// The checkpoint is sealed (or further): its input is done; skip it.
-    #[error("checkpoint {id} is {state:?}; the offered part {}", match part_matches { Some(true) => "is the one sealed", Some(false) => "differs from the one sealed", None => "cannot be compared (results released)" })]
+    #[error("checkpoint {id} is {}; the offered part {}", state_text(*state), match part_matches { Some(true) => "is the one sealed", Some(false) => "differs from the one sealed", None => "cannot be compared (results released)" })]
     AlreadySealed {
         /// The checkpoint.
         id: CheckpointId,
@@ -178,7 +178,7 @@ pub enum TransitionError {
         results: Vec<crate::types::WriteResult>,
     },
     /// The operation needs a Sealed checkpoint.
-    #[error("checkpoint {id} is {state:?}, not Sealed")]
+    #[error("checkpoint {id} is {}, not Sealed", state_text(*state))]
     NotSealed {
         /// The checkpoint.
         id: CheckpointId,
@@ -290,6 +290,19 @@ pub(crate) enum InvalidInput {
     /// An adapter's own refusal, built with [`Error::invalid_input`].
     #[error("{0}")]
     Adapter(String),
+}
+
+/// A state as an operator reads it in a message (the same words as `sinkpoint list`), not Rust's `Debug`.
+fn state_text(state: CheckpointState) -> String {
+    match state {
+        CheckpointState::Staged => "staged".into(),
+        CheckpointState::Sealed => "sealed".into(),
+        CheckpointState::Committing { key } => format!("committing under key {key}"),
+        CheckpointState::CommitUnknown { key } => format!("commit-unknown under key {key} (its outcome is unknown)"),
+        CheckpointState::Committed { key: Some(key) } => format!("committed under key {key}"),
+        CheckpointState::Committed { key: None } => "committed (it had no write results)".into(),
+        CheckpointState::Aborted => "aborted".into(),
+    }
 }
 
 fn cause_suffix(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
@@ -463,8 +476,8 @@ pub(crate) fn open_failed(place: &str, error: redb::DatabaseError) -> Error {
     use redb::{DatabaseError, StorageError};
     match error {
         DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => Inner::AlreadyOpen(format!(
-            "another writer holds {place} ({error}): stop that writer or give this one its own file; a retry \
-             succeeds only once the other writer closes it"
+            "another writer holds {place} ({error}): a running job (or another program) has it open; wait until \
+             it stops, or stop it, and retry then (a writer of another job needs a store file of its own)"
         ))
         .into(),
         DatabaseError::UpgradeRequired(version) => Error::wrong_store(format!(
@@ -474,6 +487,20 @@ pub(crate) fn open_failed(place: &str, error: redb::DatabaseError) -> Error {
         DatabaseError::Storage(StorageError::Corrupted(detail)) => unreadable(place, &detail),
         DatabaseError::Storage(StorageError::Io(e)) if is_unreadable(&e) => unreadable(place, &e.to_string()),
         other => other.into(),
+    }
+}
+
+/// Maps a failure met while reading the store at `place` after its open. redb's damage (and an I/O failure
+/// that says the bytes are malformed) is reported as damage naming the file. `in_memory`: the store was read
+/// into memory (a copy of a file, a restored mirror), so no read does I/O at all: any I/O error redb reports
+/// (a page that points past the copy's end, as in a truncated file) is damage of the bytes, never transient.
+/// Every other failure is kept as it is: a genuine I/O failure of a file stays [`ErrorKind::Io`].
+pub(crate) fn read_failed(place: &str, in_memory: bool, error: Error) -> Error {
+    let Inner::Redb(e) = &*error.inner else { return error };
+    match redb_kind(e) {
+        ErrorKind::Corrupt => unreadable(place, &e.to_string()),
+        ErrorKind::Io if in_memory => unreadable(place, &e.to_string()),
+        _ => error,
     }
 }
 
@@ -525,6 +552,19 @@ mod redb_kind_tests {
         assert_eq!(redb_kind(&redb::Error::DatabaseAlreadyOpen), ErrorKind::AlreadyOpen);
         let reset = redb::Error::Io(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "nfs"));
         assert_eq!(redb_kind(&reset), ErrorKind::Io);
+    }
+
+    /// A read of a store held in memory does no I/O: redb's I/O error there (a page past the end of a truncated
+    /// file's copy) is damage naming the file; the same error reading the file itself stays transient.
+    #[test]
+    fn an_io_error_reading_a_copy_in_memory_is_damage_and_reading_the_file_stays_transient() {
+        let out_of_range = || Error::from(redb::Error::Io(std::io::Error::other("Index out-of-range.")));
+        let copy = read_failed("store file s.redb", true, out_of_range());
+        assert_eq!(copy.kind(), ErrorKind::Corrupt);
+        assert!(copy.to_string().contains("store file s.redb") && copy.to_string().contains("restore"), "{copy}");
+        assert_eq!(read_failed("store file s.redb", false, out_of_range()).kind(), ErrorKind::Io);
+        let other = read_failed("store file s.redb", true, Error::invalid_input("x"));
+        assert_eq!(other.kind(), ErrorKind::InvalidInput);
     }
 }
 

@@ -28,16 +28,29 @@ use object_store::ObjectStore;
 use redb::ReadableDatabase;
 
 use crate::error::{Error, Result};
-use crate::limits::{INSPECT_LIVE_COPY_ATTEMPTS_MAX, INSPECT_REPAIR_BYTES_MAX};
+use crate::limits::{INSPECT_LIVE_COPY_ATTEMPTS_MAX, INSPECT_OPERATOR_RECORDS_MAX, INSPECT_REPAIR_BYTES_MAX};
 use crate::mirror::MirrorView;
 use crate::state::StateFilter;
 use crate::store::{CheckpointInfo, CommitInfo, ProcessedKeys, TableSnapshot};
 use crate::types::{CheckpointId, Epoch, JobId, TargetIdentity};
+use crate::wal::record::{Record, Resolution};
 
 /// A read-only view of one store's tables.
 pub struct Inspector {
     db: Arc<dyn ReadableDatabase + Send + Sync>,
     source: String,
+    /// Where the bytes are (`store file PATH`, `mirror at URL`), for the messages of read failures.
+    place: String,
+    /// The tables are in memory (a copy of a file, a restored mirror): no read does I/O.
+    in_memory: bool,
+    /// Read from a mirror: what its restore replayed (the view keeps no log to read them from later).
+    mirror: Option<MirrorRead>,
+}
+
+/// What a restore of a mirror into memory read beside the tables.
+struct MirrorRead {
+    replayed: u64,
+    operator_records: Vec<OperatorRecord>,
 }
 
 impl std::fmt::Debug for Inspector {
@@ -80,12 +93,98 @@ impl StoreSummary {
     }
 }
 
+/// A change an operator made through a hatch, as its log record keeps it, with the reason given.
+///
+/// The reason lives only in that record. A store file's log keeps it until the log is cut (without a mirror,
+/// behind the newest [`crate::limits::LOG_RECORDS_RETAINED_MAX`] records; with one, as soon as the mirror holds
+/// it), and the mirror keeps it until a newer snapshot of the mirror supersedes its segment. What lasts after
+/// that is the change itself: a key resolved not-committed stays [`CommitInfo::awaits_recommit`] until it is
+/// re-committed; the other changes leave only their states.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct OperatorRecord {
+    /// The record's sequence number in the log.
+    pub seq: u64,
+    /// The epoch of the writer that recorded it (the operator's own open of the store).
+    pub epoch: Epoch,
+    /// What was changed.
+    pub action: OperatorAction,
+    /// Why, in the operator's words (the `sinkpoint` CLI puts who first: `sinkpoint CLI, user@host: ...`).
+    pub reason: String,
+}
+
+/// What an [`OperatorRecord`] changed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum OperatorAction {
+    /// [`crate::Store::resolve`]: the key's outcome, settled by hand.
+    Resolve {
+        /// The commit key.
+        key: u64,
+        /// The verdict.
+        resolution: Resolution,
+    },
+    /// [`crate::Store::force_abort`]: sealed checkpoints aborted, their keys un-processed.
+    ForceAbort {
+        /// The checkpoints.
+        ids: Vec<CheckpointId>,
+    },
+    /// [`crate::Store::unbind`]: the key's checkpoints Sealed again, the key next to begin. Also the first step of
+    /// [`crate::Store::settle_landed`] on the key in flight (then the key's commit follows it in the log), and the
+    /// committer's own un-bind of a key another writer's commit holds (its reason says so).
+    Unbind {
+        /// The commit key.
+        key: u64,
+    },
+}
+
+impl OperatorRecord {
+    /// The operator's record in one log frame, if it holds one; frames of other records are passed over by their
+    /// first payload byte, undecoded. `place` names the frame for an error.
+    pub(crate) fn from_frame(bytes: &[u8], place: &str) -> Result<Option<Self>> {
+        let tag = bytes.get(crate::wal::frame::FRAME_HEADER_BYTES);
+        if !tag.is_some_and(|t| Record::OPERATOR_VARIANT_INDEXES.contains(t)) {
+            return Ok(None);
+        }
+        let frame = crate::wal::frame::decode_exact(bytes, place)?;
+        let (action, reason) = match Record::from_payload(frame.payload, place)? {
+            Record::Resolve { key, resolution, reason } => (OperatorAction::Resolve { key, resolution }, reason),
+            Record::ForceAbort { ids, reason } => (OperatorAction::ForceAbort { ids }, reason),
+            Record::Unbind { key, reason } => (OperatorAction::Unbind { key }, reason),
+            _ => return Ok(None),
+        };
+        Ok(Some(Self { seq: frame.seq, epoch: frame.epoch, action, reason }))
+    }
+
+    /// Keeps `record` among the newest [`INSPECT_OPERATOR_RECORDS_MAX`] in `kept`.
+    pub(crate) fn keep(kept: &mut Vec<Self>, record: Self) {
+        if kept.len() >= INSPECT_OPERATOR_RECORDS_MAX {
+            kept.remove(0);
+        }
+        kept.push(record);
+    }
+
+    /// Whether this record names commit key `key`.
+    pub fn names_key(&self, key: u64) -> bool {
+        matches!(self.action, OperatorAction::Resolve { key: k, .. } | OperatorAction::Unbind { key: k } if k == key)
+    }
+
+    /// Whether this record names checkpoint `id`.
+    pub fn names_checkpoint(&self, id: &CheckpointId) -> bool {
+        matches!(&self.action, OperatorAction::ForceAbort { ids } if ids.contains(id))
+    }
+}
+
 /// What [`Inspector::verify`] read and found whole.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub struct VerifyReport {
-    /// Log frames still in the file (behind the last snapshot they are truncated), each checksum checked.
+    /// Log frames still in the file (behind the last snapshot they are truncated), each checksum checked. A
+    /// mirror's restore keeps no log: 0 there, see [`VerifyReport::mirror_records`].
     pub frames: u64,
+    /// Read from a mirror: the log records its restore replayed after the newest snapshot, each checked as a
+    /// restore checks it (checksum, sequence, epoch, re-encoding); `None` for a store file.
+    pub mirror_records: Option<u64>,
     /// Checkpoints decoded, with their state index.
     pub checkpoints: u64,
     /// Commit keys decoded.
@@ -101,11 +200,17 @@ impl Inspector {
     pub fn open_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let place = format!("store file {}", path.display());
+        if path.is_dir() {
+            return Err(Error::wrong_store(format!(
+                "{} is a directory, not a store file: give the path of the store file (the job's `.redb` file)",
+                path.display()
+            )));
+        }
         if !path.is_file() {
             return Err(Error::wrong_store(format!("there is no {place}: check the path")));
         }
         match redb::Builder::new().open_read_only(path) {
-            Ok(db) => Self::checked(Arc::new(db), place),
+            Ok(db) => Self::checked(Arc::new(db), place.clone(), place, false),
             // The job that wrote it crashed: redb must repair the file first, which a read-only open never does.
             Err(redb::DatabaseError::RepairAborted) => Self::repaired_in_memory(path, place),
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => Self::live_copy(path, place),
@@ -149,27 +254,51 @@ impl Inspector {
         let content = std::fs::read(path)?;
         backend.set_len(content.len() as u64)?;
         backend.write(0, &content)?;
-        let db = redb::Builder::new().create_with_backend(backend).map_err(|e| crate::error::open_failed(&place, e))?;
-        Self::checked(Arc::new(db), format!("{place} (left unclean by a crash; repaired in memory, file untouched)"))
+        // The copy is in memory: an I/O error of its repair is the file's damage (see `error::read_failed`).
+        let db = redb::Builder::new()
+            .create_with_backend(backend)
+            .map_err(|e| crate::error::read_failed(&place, true, crate::error::open_failed(&place, e)))?;
+        let source = format!("{place} (left unclean by a crash; repaired in memory, file untouched)");
+        Self::checked(Arc::new(db), source, place, true)
     }
 
     /// Restores the store's state from its mirror at `prefix` of `store` into memory (every check a restore
     /// makes), without claiming an epoch: the running writer, if any, is not disturbed.
     pub async fn open_mirror(store: Arc<dyn ObjectStore>, prefix: object_store::path::Path) -> Result<Self> {
-        let place = format!("mirror at {prefix}");
+        let place = format!("mirror at {}", crate::mirror::describe(&*store, &prefix));
         let view = MirrorView::open(store, prefix).await?;
-        Self::checked(view.shared_database(), place)
+        let mut inspector = Self::checked(view.shared_database(), place.clone(), place, true)?;
+        let (replayed, operator_records) = view.replayed();
+        inspector.mirror = Some(MirrorRead { replayed, operator_records });
+        Ok(inspector)
     }
 
-    fn checked(db: Arc<dyn ReadableDatabase + Send + Sync>, source: String) -> Result<Self> {
-        let inspector = Self { db, source };
+    fn checked(
+        db: Arc<dyn ReadableDatabase + Send + Sync>,
+        source: String,
+        place: String,
+        in_memory: bool,
+    ) -> Result<Self> {
+        let inspector = Self { db, source, place, in_memory, mirror: None };
         // A store of a format this version does not know is refused, never misread.
-        crate::wal::tables::check_format(&inspector.snapshot()?.meta()?)?;
+        let meta = inspector.read(|snapshot| snapshot.meta())?;
+        crate::wal::tables::check_format(&meta)?;
         Ok(inspector)
     }
 
     fn snapshot(&self) -> Result<TableSnapshot> {
-        TableSnapshot::begin(&*self.db)
+        TableSnapshot::begin(&*self.db).map_err(|e| self.failed(e))
+    }
+
+    /// Runs `f` on a snapshot; a failure to read the bytes names the store (see [`Inspector::failed`]).
+    fn read<T>(&self, f: impl FnOnce(&TableSnapshot) -> Result<T>) -> Result<T> {
+        f(&self.snapshot()?).map_err(|e| self.failed(e))
+    }
+
+    /// A read failure as the caller can act on it: redb's damage names the store and says to restore it, and
+    /// in memory, where no read does I/O, an I/O error is the bytes' damage too (see `error::read_failed`).
+    fn failed(&self, error: Error) -> Error {
+        crate::error::read_failed(&self.place, self.in_memory, error)
     }
 
     /// Where the store was read from, for messages.
@@ -179,7 +308,10 @@ impl Inspector {
 
     /// The store at a glance, from one snapshot.
     pub fn summary(&self) -> Result<StoreSummary> {
-        let snapshot = self.snapshot()?;
+        self.read(Self::summary_of)
+    }
+
+    fn summary_of(snapshot: &TableSnapshot) -> Result<StoreSummary> {
         let meta = snapshot.meta()?;
         let counts = StateFilter::ALL.iter().map(|s| Ok((*s, snapshot.count(*s)?))).collect::<Result<Vec<_>>>()?;
         let in_flight = snapshot.in_flight(&meta)?;
@@ -204,27 +336,30 @@ impl Inspector {
         after: Option<crate::collect::GarbageRef>,
         limit: usize,
     ) -> Result<Vec<crate::collect::GarbageEntry>> {
-        self.snapshot()?.garbage(after, limit.min(crate::limits::GARBAGE_PAGE_ENTRIES_MAX))
+        self.read(|s| s.garbage(after, limit.min(crate::limits::GARBAGE_PAGE_ENTRIES_MAX)))
     }
 
     /// One checkpoint, if it exists.
     pub fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
-        self.snapshot()?.get(id)
+        self.read(|s| s.get(id))
     }
 
     /// Every checkpoint in a state, by id.
     pub fn list(&self, filter: StateFilter) -> Result<Vec<CheckpointInfo>> {
-        self.snapshot()?.list(filter)
+        self.read(|s| s.list(filter))
     }
 
     /// The record of commit key `key`, if it was begun.
     pub fn commit(&self, key: u64) -> Result<Option<CommitInfo>> {
-        Ok(self.snapshot()?.commit_value(key)?.map(|value| CommitInfo::from_value(key, value)))
+        self.read(|s| Ok(s.commit_value(key)?.map(|value| CommitInfo::from_value(key, value))))
     }
 
     /// Every commit key begun, in key order.
     pub fn commits(&self) -> Result<Vec<CommitInfo>> {
-        let snapshot = self.snapshot()?;
+        self.read(Self::commits_of)
+    }
+
+    fn commits_of(snapshot: &TableSnapshot) -> Result<Vec<CommitInfo>> {
         let next_key = snapshot.meta()?.seq.next_key;
         let mut out = Vec::new();
         for key in 0..next_key {
@@ -232,6 +367,32 @@ impl Inspector {
                 .commit_value(key)?
                 .ok_or_else(|| Error::corrupt(format!("commit key {key} is below the next key but has no record")))?;
             out.push(CommitInfo::from_value(key, value));
+        }
+        Ok(out)
+    }
+
+    /// The operator records still readable here, oldest first (at most
+    /// [`INSPECT_OPERATOR_RECORDS_MAX`] of the newest from a mirror): from a store file, those in its log; from a
+    /// mirror, those in the log segments its restore replayed after the newest snapshot. See [`OperatorRecord`]
+    /// for how long a reason lasts: read both the file and the mirror to find every reason either still holds.
+    pub fn operator_records(&self) -> Result<Vec<OperatorRecord>> {
+        if let Some(mirror) = &self.mirror {
+            return Ok(mirror.operator_records.clone());
+        }
+        self.operator_records_in_log().map_err(|e| self.failed(e))
+    }
+
+    fn operator_records_in_log(&self) -> Result<Vec<OperatorRecord>> {
+        use redb::ReadableTable as _;
+        let txn = self.db.begin_read()?;
+        let log = txn.open_table(crate::wal::tables::LOG)?;
+        let mut out = Vec::new();
+        for entry in log.iter()? {
+            let (seq, bytes) = entry?;
+            let place = format!("{}, table log, seq {}", self.place, seq.value());
+            if let Some(record) = OperatorRecord::from_frame(bytes.value(), &place)? {
+                OperatorRecord::keep(&mut out, record);
+            }
         }
         Ok(out)
     }
@@ -245,7 +406,11 @@ impl Inspector {
     /// state index, every commit key, every pending checkpoint's write results. The first damage found is a
     /// [`crate::ErrorKind::Corrupt`] error naming its place.
     pub fn verify(&self) -> Result<VerifyReport> {
-        let snapshot = self.snapshot()?;
+        let mirror_records = self.mirror.as_ref().map(|m| m.replayed);
+        self.read(|snapshot| Ok(VerifyReport { mirror_records, ..Self::verify_of(snapshot)? }))
+    }
+
+    fn verify_of(snapshot: &TableSnapshot) -> Result<VerifyReport> {
         let frames = snapshot.verify_log()?;
         snapshot.verify_fresh_parts()?;
         let mut checkpoints = 0;
@@ -260,6 +425,6 @@ impl Inspector {
         }
         let pending = snapshot.pending()?;
         let pending_results = pending.checkpoints.iter().map(|c| c.results.len() as u64).sum();
-        Ok(VerifyReport { frames, checkpoints, commits: next_key, pending_results })
+        Ok(VerifyReport { frames, mirror_records: None, checkpoints, commits: next_key, pending_results })
     }
 }

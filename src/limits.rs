@@ -154,3 +154,7 @@ pub const INSPECT_REPAIR_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 /// the damage it found in each (a copy read while the job commits may be torn; the next one is not, unless the
 /// file is damaged).
 pub const INSPECT_LIVE_COPY_ATTEMPTS_MAX: u32 = 3;
+/// How many of the newest operator records (see [`crate::inspect::Inspector::operator_records`]) a mirror's
+/// restore into memory keeps while it replays the log: enough for every hatch of an incident, bounded whatever
+/// the log holds.
+pub const INSPECT_OPERATOR_RECORDS_MAX: usize = 256;

@@ -46,6 +46,11 @@ pub(crate) use gc::no_progress;
 pub(crate) use open::open;
 pub(crate) use ship::Progress;
 
+/// Names `path` in `store` for a message: as the URL an operator passes for a local directory or S3.
+pub(crate) fn describe(store: &dyn ObjectStore, path: &Path) -> String {
+    remote::describe(path, &store.to_string())
+}
+
 /// The object decoders and the key layout, for the testkit's fuzz target of restores.
 #[cfg(any(test, feature = "testkit"))]
 pub(crate) use format::{decode_manifest, decode_segment, decode_snapshot};
@@ -184,7 +189,8 @@ pub(crate) fn refuse_without_mirror(txn: &WriteTransaction) -> Result<()> {
     match read_mark(txn)? {
         None => Ok(()),
         Some(mark) => Err(Error::wrong_store(format!(
-            "the store is mirrored at {}: open it with that mirror (StoreBuilder::mirror)",
+            "the store is mirrored at {}: open it with its mirror (the store builder's `mirror` setting), or its \
+             changes would never reach the mirror",
             mark.location
         ))),
     }

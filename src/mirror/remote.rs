@@ -190,10 +190,23 @@ async fn timed<T>(
     }
 }
 
-/// Names `path` in `store` for a message; an empty prefix is the store's root, not an empty word that would print
-/// "the mirror at  in".
-fn describe(path: &Path, store: &str) -> String {
-    if path.as_ref().is_empty() { format!("the root of {store}") } else { format!("{path} in {store}") }
+/// Names `path` in `store` for a message, as the URL an operator would pass (`file:///dir/prefix`,
+/// `s3://bucket/prefix`) when the store is a local directory or S3: object_store's paths drop the leading `/` of
+/// a local path, and its stores print as type names. Any other store is named as it prints itself; an empty
+/// prefix is then the store's root, not an empty word that would print "the mirror at  in".
+pub(crate) fn describe(path: &Path, store: &str) -> String {
+    let inner =
+        |name: &str| store.strip_prefix(name).and_then(|s| s.strip_prefix('(')).and_then(|s| s.strip_suffix(')'));
+    if let Some(root) = inner("LocalFileSystem") {
+        // The root is a `file://` URL ending in `/`.
+        format!("{root}{path}")
+    } else if let Some(bucket) = inner("AmazonS3") {
+        format!("s3://{bucket}/{path}")
+    } else if path.as_ref().is_empty() {
+        format!("the root of {store}")
+    } else {
+        format!("{path} in {store}")
+    }
 }
 
 #[cfg(test)]
@@ -206,5 +219,13 @@ mod describe_tests {
         assert_eq!(root, "the root of S3(bucket)");
         assert!(!format!("the mirror at {root}").contains("  "));
         assert_eq!(describe(&Path::from("jobs/a"), "S3(bucket)"), "jobs/a in S3(bucket)");
+    }
+
+    /// A local directory and an S3 bucket are named by the URL an operator passes, with the leading `/`.
+    #[test]
+    fn a_local_directory_and_a_bucket_are_named_as_urls() {
+        let local = object_store::local::LocalFileSystem::new();
+        assert_eq!(describe(&Path::from("tmp/m/job"), &local.to_string()), "file:///tmp/m/job");
+        assert_eq!(describe(&Path::from("jobs/a"), "AmazonS3(bucket)"), "s3://bucket/jobs/a");
     }
 }

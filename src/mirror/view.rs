@@ -9,6 +9,7 @@ use object_store::path::Path;
 use redb::{Database, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
+use crate::inspect::OperatorRecord;
 use crate::mirror::format::decode_segment;
 use crate::mirror::read::{EpochFloor, for_each_segment, read_manifests, read_snapshot};
 use crate::mirror::remote::Remote;
@@ -51,6 +52,7 @@ pub struct MirrorView {
     floor: EpochFloor,
     epoch: Epoch,
     next_seq: u64,
+    replayed: Replayed,
 }
 
 struct Loaded {
@@ -58,6 +60,25 @@ struct Loaded {
     next_slot: u64,
     floor: EpochFloor,
     meta: Option<Meta>,
+    replayed: Replayed,
+}
+
+/// What the restore and the refreshes replayed beside the tables: the view keeps no log, so this is the one
+/// moment an [`crate::inspect::Inspector`] can count the records checked and read the operator's reasons.
+#[derive(Default, Clone)]
+struct Replayed {
+    records: u64,
+    operator_records: Vec<OperatorRecord>,
+}
+
+impl Replayed {
+    fn frame(&mut self, bytes: &[u8], place: &str) -> Result<()> {
+        self.records += 1;
+        if let Some(record) = OperatorRecord::from_frame(bytes, place)? {
+            OperatorRecord::keep(&mut self.operator_records, record);
+        }
+        Ok(())
+    }
 }
 
 impl MirrorView {
@@ -76,7 +97,14 @@ impl MirrorView {
 
     fn from_loaded(remote: Arc<Remote>, loaded: Loaded) -> Self {
         let (epoch, next_seq) = loaded.meta.as_ref().map_or((0, 0), |m| (m.epoch, m.next_seq));
-        Self { remote, db: Arc::new(loaded.db), next_slot: loaded.next_slot, floor: loaded.floor, epoch, next_seq }
+        let (next_slot, floor, replayed) = (loaded.next_slot, loaded.floor, loaded.replayed);
+        Self { remote, db: Arc::new(loaded.db), next_slot, floor, epoch, next_seq, replayed }
+    }
+
+    /// The log records replayed since the newest snapshot (by the restore and every refresh), and the operator's
+    /// records among them (the newest [`crate::limits::INSPECT_OPERATOR_RECORDS_MAX`]).
+    pub(crate) fn replayed(&self) -> (u64, Vec<OperatorRecord>) {
+        (self.replayed.records, self.replayed.operator_records.clone())
     }
 
     /// The restored tables, for a read-only [`crate::inspect::Inspector`].
@@ -89,9 +117,9 @@ impl MirrorView {
     pub async fn refresh(&mut self) -> Result<u64> {
         let remote = self.remote.clone();
         let db = self.db.clone();
-        let (next_slot, floor) = (self.next_slot, self.floor);
-        let Refreshed { applied, next_slot, floor, meta, reloaded } =
-            tokio::task::spawn_blocking(move || refresh(&remote, &db, next_slot, floor))
+        let (next_slot, floor, replayed) = (self.next_slot, self.floor, self.replayed.clone());
+        let Refreshed { applied, next_slot, floor, meta, reloaded, replayed } =
+            tokio::task::spawn_blocking(move || refresh(&remote, &db, next_slot, floor, replayed))
                 .await
                 .map_err(|e| Error::bug(format!("view task: {e}")))??;
         if let Some(loaded) = reloaded {
@@ -100,6 +128,7 @@ impl MirrorView {
         }
         self.next_slot = next_slot;
         self.floor = floor;
+        self.replayed = replayed;
         if let Some(m) = meta {
             self.epoch = m.epoch;
             self.next_seq = m.next_seq;
@@ -147,6 +176,7 @@ fn load(remote: &Remote) -> Result<Loaded> {
     let txn = db.begin_write()?;
     create_all(&txn)?;
     let mut meta = None;
+    let mut replayed = Replayed::default();
     if newest.snapshot {
         let (header, entries, place) = read_snapshot(remote, newest.first_slot)?;
         meta = Some(snapshot::load(&txn, &header, &entries, &place)?);
@@ -160,6 +190,7 @@ fn load(remote: &Remote) -> Result<Loaded> {
             let place = remote.describe(&remote.layout.wal(segment.header.slot));
             for f in &segment.frames {
                 tables.replay(&mut meta, f, &place)?;
+                replayed.frame(f, &place)?;
             }
             match meta.as_mut() {
                 Some(m) => tables.truncate_log(m, m.next_seq),
@@ -173,7 +204,7 @@ fn load(remote: &Remote) -> Result<Loaded> {
         read
     };
     txn.commit()?;
-    Ok(Loaded { db, next_slot, floor, meta })
+    Ok(Loaded { db, next_slot, floor, meta, replayed })
 }
 
 /// What a refresh read: the records applied, where the next one starts, and the state (or a fresh restore).
@@ -183,9 +214,16 @@ struct Refreshed {
     floor: EpochFloor,
     meta: Option<Meta>,
     reloaded: Option<Loaded>,
+    replayed: Replayed,
 }
 
-fn refresh(remote: &Remote, db: &Database, mut slot: u64, mut floor: EpochFloor) -> Result<Refreshed> {
+fn refresh(
+    remote: &Remote,
+    db: &Database,
+    mut slot: u64,
+    mut floor: EpochFloor,
+    mut replayed: Replayed,
+) -> Result<Refreshed> {
     let txn = db.begin_write()?;
     let mut meta = read_meta(&txn.open_table(META)?, &txn.open_table(LOG)?)?;
     let mut applied = 0u64;
@@ -202,6 +240,7 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64, mut floor: EpochFloor)
             }
             for f in &segment.frames {
                 tables.replay(&mut meta, f, &place)?;
+                replayed.frame(f, &place)?;
             }
             if let Some(m) = meta.as_mut() {
                 // The view keeps no log: cut behind each segment, so a long catch-up holds one at a time.
@@ -222,9 +261,9 @@ fn refresh(remote: &Remote, db: &Database, mut slot: u64, mut floor: EpochFloor)
         let loaded = load(remote)?;
         let applied = loaded.meta.as_ref().map_or(0, |m| m.next_seq);
         let (next_slot, floor) = (loaded.next_slot, loaded.floor);
-        return Ok(Refreshed { applied, next_slot, floor, meta: None, reloaded: Some(loaded) });
+        return Ok(Refreshed { applied, next_slot, floor, meta: None, reloaded: Some(loaded), replayed });
     }
-    Ok(Refreshed { applied, next_slot: slot, floor, meta, reloaded: None })
+    Ok(Refreshed { applied, next_slot: slot, floor, meta, reloaded: None, replayed })
 }
 
 impl std::fmt::Debug for MirrorView {

@@ -150,6 +150,10 @@ impl Record {
     /// the encoding by `golden_encodings`), which lets a reader pass over other records undecoded.
     pub(crate) const STAGE_VARIANT_INDEX: u8 = 2;
 
+    /// The first bytes of the operator's records (`Resolve`, `ForceAbort`, `Unbind`), frozen the same way: a reader
+    /// looking for the reasons an operator recorded decodes only these.
+    pub(crate) const OPERATOR_VARIANT_INDEXES: [u8; 3] = [11, 12, 13];
+
     /// Encodes the record as a frame payload.
     pub fn to_payload(&self) -> Result<Vec<u8>, Error> {
         postcard::to_allocvec(self).map_err(|e| Error::bug(format!("encoding a record: {e}")))
@@ -320,6 +324,8 @@ mod tests {
             assert_eq!(Record::from_payload(&bytes, "golden").unwrap(), record);
             let stage = matches!(record, Record::Stage { .. });
             assert_eq!(bytes[0] == Record::STAGE_VARIANT_INDEX, stage, "the fresh parts' scan skips by it: {record:?}");
+            let operator = matches!(record, Record::Resolve { .. } | Record::ForceAbort { .. } | Record::Unbind { .. });
+            assert_eq!(Record::OPERATOR_VARIANT_INDEXES.contains(&bytes[0]), operator, "{record:?}");
         }
     }
 

@@ -15,7 +15,8 @@ Exit codes:
   5  not found: no store, mirror or checkpoint there, or it belongs to another job
   6  transient: I/O or object-store failure; retry
   7  refused: the change does not fit the checkpoint's or key's state; nothing was written
- 70  a bug in sinkpoint: report it";
+ 70  a bug in sinkpoint: report it
+A reader that closes the output early (`| head`) changes no code: the rest of the output is dropped.";
 
 /// One exit code.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

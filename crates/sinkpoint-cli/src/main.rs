@@ -1,7 +1,8 @@
 //! `sinkpoint`: the operator's view of a sinkpoint store, and the hatches that settle a stuck job.
 //!
-//! Reading commands open the store file read-only (refused while a running job holds it) or restore its mirror
-//! into memory (never disturbing the writer). Changing commands open the store as its writer, so they are
+//! Reading commands never write: they open the store file read-only (a file a running job holds, or one a crash
+//! left unclean, is read from a copy in memory, a moment old) or restore its mirror into memory (never
+//! disturbing the writer). Changing commands open the store as its writer, so they are
 //! refused while the job runs, and each records who and why in the log. `gc` lists (by default) or deletes
 //! garbage of a mirror or a shared-staging inbox by the core's rules: never a mirror object younger than the
 //! minimum age, never an unclaimed inbox part younger than the grace period, so it needs no writer to stop. Exit codes are in [`exit`].
@@ -12,9 +13,20 @@
 #![deny(missing_docs, unreachable_pub)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+// Every print of this crate goes through `out::print`, which never panics on a closed pipe: these shadow the
+// standard macros in every module declared below them.
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::out::print(format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { $crate::out::print(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::out::print(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod exit;
 mod gc;
 mod hatch;
+mod out;
 mod progress;
 mod read;
 mod render;
@@ -36,10 +48,12 @@ struct Cli {
 /// Where a reading command reads the store from.
 #[derive(Args, Debug, Clone)]
 struct Source {
-    /// The store file (opened read-only; refused while a running job holds it: use --mirror then).
+    /// The store file, never written: a running job's file, or one a crash left unclean, is read from a copy in
+    /// memory (a moment old). With --mirror too, status compares the two.
     #[arg(long, value_name = "PATH", required_unless_present = "mirror")]
     store: Option<PathBuf>,
-    /// The store's mirror: file:///dir/prefix, or s3://bucket/prefix configured from the AWS_* environment.
+    /// The store's mirror, restored into memory (never disturbing the job): file:///dir/prefix, or
+    /// s3://bucket/prefix configured from the AWS_* environment.
     #[arg(long, value_name = "URL")]
     mirror: Option<String>,
     /// Print JSON instead of text.
@@ -63,7 +77,8 @@ struct Writable {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Job, target, epoch, checkpoints per state, the key in flight, and what blocks the job.
+    /// Job, target, epoch, checkpoints per state, the key in flight, the latest operator change and what blocks
+    /// the job. With --store and --mirror: both must be the same job's, and how far apart they are.
     Status(Source),
     /// Checkpoints, by id (all states, or one).
     List {
@@ -73,7 +88,7 @@ enum Command {
         #[arg(long, value_enum)]
         state: Option<State>,
     },
-    /// One checkpoint.
+    /// One checkpoint, its commit key, and the operator changes that name them (with their reasons).
     Show {
         #[command(flatten)]
         source: Source,
@@ -91,11 +106,12 @@ enum Command {
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
-    /// Every commit key begun: its checkpoints, prepared table version and state.
+    /// Every commit key begun: its checkpoints, prepared table version, state and the operator changes to it.
     Commits(Source),
-    /// Reads and checks every log frame, checkpoint, commit and pending write result.
+    /// Reads and checks every checkpoint, commit and pending write result, and the log: a file's log frames, or the
+    /// mirror's snapshot and every log record after it (as a restore checks them).
     Verify(Source),
-    /// Every checkpoint, commit key and processed key as JSON lines.
+    /// Every checkpoint, commit key, processed key and operator change (with its reason) as JSON lines.
     Export(Source),
     /// Restores the store from its mirror into a new file, taking the mirror over (a new epoch: the writer that
     /// held it is fenced, as when a machine that lost its disk resumes the job).
@@ -219,9 +235,11 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return exit::fail(&format!("cannot start the async runtime: {e}"), exit::Code::Io),
     };
-    match runtime.block_on(run(cli.command)) {
-        Ok(code) => code.into(),
-        Err(failure) => exit::fail(&failure.message, failure.code),
+    let result = runtime.block_on(run(cli.command));
+    // The command's own failure first; else a failure to write its output (a closed pipe is none).
+    match (result, out::finish()) {
+        (Err(failure), _) | (Ok(_), Some(failure)) => exit::fail(&failure.message, failure.code),
+        (Ok(code), None) => code.into(),
     }
 }
 

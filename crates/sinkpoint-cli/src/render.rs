@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use sinkpoint::inspect::StoreSummary;
-use sinkpoint::{CheckpointInfo, CheckpointState, CommitInfo};
+use sinkpoint::inspect::{OperatorAction, OperatorRecord, StoreSummary};
+use sinkpoint::{CheckpointId, CheckpointInfo, CheckpointState, CommitInfo, Resolution};
 
 /// What blocks the job, and what to do about it.
 pub(crate) struct Advice {
@@ -12,8 +12,12 @@ pub(crate) struct Advice {
     pub(crate) text: String,
 }
 
-pub(crate) fn advice(summary: &StoreSummary) -> Advice {
+/// What blocks the job, given its summary and the latest operator record still readable (`last`).
+pub(crate) fn advice(summary: &StoreSummary, last: Option<&OperatorRecord>) -> Advice {
     let Some(commit) = &summary.in_flight else {
+        if let Some(text) = unbound_advice(summary, last) {
+            return Advice { blocked: false, text };
+        }
         let text = if summary.finished { "the job finished; nothing to do" } else { "nothing blocks the job" };
         return Advice { blocked: false, text: text.into() };
     };
@@ -35,6 +39,58 @@ pub(crate) fn advice(summary: &StoreSummary) -> Advice {
             blocked: false,
             text: format!("key {key} is being committed: run the job to finish it (a crashed run is recovered)"),
         },
+    }
+}
+
+/// After an un-bind of the next key (nothing begun since): the block may be in the table, which the store
+/// cannot see, so say what the next run does with the key.
+fn unbound_advice(summary: &StoreSummary, last: Option<&OperatorRecord>) -> Option<String> {
+    let last = last?;
+    let OperatorAction::Unbind { key } = last.action else { return None };
+    (key == summary.next_key).then(|| {
+        format!(
+            "key {key} was un-bound ({:?}); its checkpoints wait Sealed. Run the job: its committer probes the \
+             table for key {key} before it begins it again. If the table holds key {key}, the run refuses: record \
+             what landed under it with `sinkpoint settle-landed {key} ID... --reason ...` while the job is stopped",
+            last.reason
+        )
+    })
+}
+
+/// The file and its mirror, side by side (`status --store --mirror`).
+pub(crate) struct MirrorRelation {
+    pub(crate) file_next_seq: u64,
+    pub(crate) file_epoch: u64,
+    pub(crate) mirror_next_seq: u64,
+    pub(crate) mirror_epoch: u64,
+}
+
+impl MirrorRelation {
+    /// Records the file holds that the mirror has yet to receive.
+    pub(crate) fn lag(&self) -> u64 {
+        self.file_next_seq.saturating_sub(self.mirror_next_seq)
+    }
+
+    /// Records the mirror holds beyond the file read.
+    pub(crate) fn behind(&self) -> u64 {
+        self.mirror_next_seq.saturating_sub(self.file_next_seq)
+    }
+
+    fn text(&self) -> String {
+        let behind = self.behind();
+        if behind == 0 {
+            return format!("{} records", self.lag());
+        }
+        let why = if self.mirror_epoch > self.file_epoch {
+            format!(
+                "a newer writer (epoch {}; the file's is {}) went on from the mirror: this file is stale, restore \
+                 from the mirror",
+                self.mirror_epoch, self.file_epoch
+            )
+        } else {
+            "a running job's file is read from a copy, a moment old".to_string()
+        };
+        format!("none: the file read is {behind} records behind its mirror ({why})")
     }
 }
 
@@ -70,7 +126,13 @@ fn filter_name(filter: sinkpoint::StateFilter) -> &'static str {
     }
 }
 
-pub(crate) fn summary_text(source: &str, s: &StoreSummary, lag: Option<u64>, advice: &Advice) -> String {
+pub(crate) fn summary_text(
+    source: &str,
+    s: &StoreSummary,
+    mirror: Option<&MirrorRelation>,
+    last: Option<&OperatorRecord>,
+    advice: &Advice,
+) -> String {
     let counts: Vec<String> = s.counts.iter().map(|(f, n)| format!("{} {n}", filter_name(*f))).collect();
     let in_flight = s.in_flight.as_ref().map_or("none".to_string(), |c| {
         format!(
@@ -81,9 +143,11 @@ pub(crate) fn summary_text(source: &str, s: &StoreSummary, lag: Option<u64>, adv
             version(c.prepared_version)
         )
     });
-    let retention = s.retention_watermark.map_or("no constraint (nothing in flight)".to_string(), |v| {
-        format!("keep table versions >= {v} (a probe may read them)")
-    });
+    let retention = match (s.retention_watermark, &s.in_flight) {
+        (Some(v), _) => format!("keep table versions >= {v} (a probe may read them)"),
+        (None, Some(_)) => "no constraint (the target keeps no version to retain)".to_string(),
+        (None, None) => "no constraint (nothing in flight)".to_string(),
+    };
     let mut out = String::new();
     let _ = writeln!(out, "store        {source}");
     let _ = writeln!(out, "job          {}", s.job);
@@ -97,17 +161,71 @@ pub(crate) fn summary_text(source: &str, s: &StoreSummary, lag: Option<u64>, adv
         out,
         "garbage      {} ledger entries{}",
         s.garbage_entries,
-        if s.garbage_entries > 0 {
-            " (data files of dropped attempts: sinkpoint gc --store PATH --table URL collects them)"
-        } else {
-            ""
-        }
+        if s.garbage_entries > 0 { collector_hint(s.target.as_str()) } else { "" }
     );
-    if let Some(lag) = lag {
-        let _ = writeln!(out, "mirror lag   {lag} records");
+    if let Some(mirror) = mirror {
+        let _ = writeln!(out, "mirror lag   {}", mirror.text());
+    }
+    if let Some(last) = last {
+        let _ = writeln!(out, "operator     {}", operator_text(last));
     }
     let _ = writeln!(out, "{}  {}", if advice.blocked { "BLOCKED    " } else { "next       " }, advice.text);
     out
+}
+
+/// Who collects the data files of dropped attempts, by the target's kind: `gc --table` reads a DirTable only,
+/// and a Lance job's (identity `lance:<uri>`, as its adapters record it) has its own collector.
+fn collector_hint(target: &str) -> &'static str {
+    if target.starts_with("lance:") {
+        " (data files of dropped attempts: the Lance collector deletes them: LanceSink.collect_orphans, or \
+         Driver.collect_data_files(LanceDataFiles(uri)) in Python; in Rust collect_data_files with \
+         LanceTarget::data_files. sinkpoint gc --table reads a DirTable only)"
+    } else {
+        " (data files of dropped attempts: sinkpoint gc --store PATH --table URL collects them from a DirTable; \
+         another table's own collector from its table)"
+    }
+}
+
+/// One operator record as a line: what was changed, when (log seq and epoch) and why.
+pub(crate) fn operator_text(r: &OperatorRecord) -> String {
+    let what = match &r.action {
+        OperatorAction::Resolve { key, resolution } => format!("key {key} resolved {}", resolution_name(*resolution)),
+        OperatorAction::ForceAbort { ids } => format!("force-aborted {}", ids_text(ids)),
+        OperatorAction::Unbind { key } => format!("key {key} un-bound"),
+        _ => "an operator change this sinkpoint does not know".to_string(),
+    };
+    format!("{what} (log seq {}, epoch {}): {:?}", r.seq, r.epoch, r.reason)
+}
+
+pub(crate) fn operator_json(r: &OperatorRecord) -> Value {
+    let (action, key, resolution, ids) = match &r.action {
+        OperatorAction::Resolve { key, resolution } => {
+            ("resolve", Some(*key), Some(resolution_name(*resolution)), None)
+        }
+        OperatorAction::ForceAbort { ids } => ("force-abort", None, None, Some(ids)),
+        OperatorAction::Unbind { key } => ("unbind", Some(*key), None, None),
+        _ => ("unknown", None, None, None),
+    };
+    let ids = ids.map(|ids| ids.iter().map(|i| i.as_str()).collect::<Vec<_>>());
+    json!({
+        "seq": r.seq, "epoch": r.epoch, "action": action, "key": key, "resolution": resolution, "ids": ids,
+        "reason": r.reason,
+    })
+}
+
+fn resolution_name(resolution: Resolution) -> &'static str {
+    match resolution {
+        Resolution::Committed => "committed",
+        Resolution::NotCommitted => "not-committed",
+    }
+}
+
+/// At most a few ids, then how many more.
+fn ids_text(ids: &[CheckpointId]) -> String {
+    const SHOWN: usize = 3;
+    let shown: Vec<&str> = ids.iter().take(SHOWN).map(CheckpointId::as_str).collect();
+    let more = ids.len().saturating_sub(SHOWN);
+    if more == 0 { shown.join(", ") } else { format!("{} and {more} more", shown.join(", ")) }
 }
 
 fn version(v: Option<u64>) -> String {
@@ -138,7 +256,7 @@ pub(crate) fn checkpoint_line(c: &CheckpointInfo) -> String {
     format!("{}  {}{key}  attempt {}  parts {}  results {}", c.id, state_name(c.state), c.attempt, c.parts, c.results)
 }
 
-pub(crate) fn checkpoint_text(c: &CheckpointInfo, commit: Option<&CommitInfo>) -> String {
+pub(crate) fn checkpoint_text(c: &CheckpointInfo, commit: Option<&CommitInfo>, records: &[OperatorRecord]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "id           {}", c.id);
     let _ = writeln!(out, "state        {}", state_name(c.state));
@@ -147,6 +265,9 @@ pub(crate) fn checkpoint_text(c: &CheckpointInfo, commit: Option<&CommitInfo>) -
     let _ = writeln!(out, "results      {}", c.results);
     if let Some(commit) = commit {
         let _ = writeln!(out, "commit       {}", commit_line(commit));
+    }
+    for record in records {
+        let _ = writeln!(out, "operator     {}", operator_text(record));
     }
     out
 }

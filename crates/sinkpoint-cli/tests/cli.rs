@@ -385,6 +385,236 @@ async fn status_reads_a_store_a_crash_left_unclean_without_writing_it() {
     assert_eq!(std::fs::read(&crashed).unwrap_or_else(|e| panic!("{e}")), before, "the file was written");
 }
 
+/// A store of job `job` and target `target` at `dir/name` without a mirror, with one sealed checkpoint of `keys`
+/// source keys (each about 60 bytes: `keys` prints them all), closed.
+async fn store_of(dir: &Path, name: &str, job: &str, target: &str, keys: usize) -> PathBuf {
+    let path = dir.join(name);
+    let job = JobId::new(job).unwrap_or_else(|e| panic!("{e}"));
+    let target = TargetIdentity::new(target).unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::builder(job, target).path(&path).open().await.unwrap_or_else(|e| panic!("open: {e}"));
+    let id = CheckpointId::new("input-0").unwrap_or_else(|e| panic!("{e}"));
+    let keys = (0..keys).map(|k| format!("s3://bucket/inputs/a-rather-long-source-key-{k:012}.csv").into_bytes());
+    let part = StagePart::new(Attempt::FIRST, Part::FIRST).keys(keys.collect());
+    store.stage(&id, part).await.unwrap_or_else(|e| panic!("stage: {e}"));
+    store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+    store.close_async().await;
+    path
+}
+
+/// `sinkpoint keys … | head -1`: the reader closes the pipe after one line, while the command still prints
+/// (600 kB, far over a pipe's buffer). No panic, no backtrace, and the command's own exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_closes_the_pipe_early_gets_no_panic_and_the_commands_exit_code() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = store_of(dir.path(), "big.redb", "cli-job", "file://table", 10_000).await;
+    for command in ["keys", "export"] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sinkpoint"))
+            .args([command, "--store", &path.to_string_lossy()])
+            .env("RUST_BACKTRACE", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+        let mut first = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut first).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!first.is_empty(), "{command}: no first line");
+        // The reader and its buffer are dropped here: the pipe is closed while the command still prints.
+        let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        assert!(!stderr(&out).contains("panicked"), "{command}: {}", stderr(&out));
+        assert_eq!((code(&out), stderr(&out)), (0, String::new()), "{command}");
+    }
+}
+
+/// A store file cut to half its length (a bad copy, a full disk) is damage, exit 3, naming the file and saying
+/// to restore it: never "transient; retry". Both a closed store's file and one a crash left unclean (read from
+/// a copy in memory, where a page past the cut end is an I/O error of the copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_truncated_to_half_is_corrupt_naming_the_file() {
+    let job = Job::new();
+    let store = job.open().await;
+    for i in 0..20 {
+        job.seal(&store, i).await;
+    }
+    let crashed = job.dir.path().join("crashed.redb");
+    std::fs::copy(job.store_path(), &crashed).unwrap_or_else(|e| panic!("{e}"));
+    store.close_async().await;
+    for path in [job.store_path(), crashed] {
+        let file = std::fs::File::options().write(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let len = file.metadata().unwrap_or_else(|e| panic!("{e}")).len();
+        // Half, at a page boundary: a length redb's layout check accepts, so the damage shows only as a read
+        // past the end.
+        file.set_len(len / 2 / 4096 * 4096).unwrap_or_else(|e| panic!("{e}"));
+        for command in ["status", "verify", "list"] {
+            let out = cli(&[command, "--store", &path.to_string_lossy()]);
+            let name = path.to_string_lossy();
+            assert_eq!(code(&out), 3, "{command} {name}: {}", stderr(&out));
+            assert!(stderr(&out).contains(&*name), "{command}: names the file: {}", stderr(&out));
+            assert!(stderr(&out).contains("restore it from the mirror"), "{command}: {}", stderr(&out));
+        }
+    }
+}
+
+/// A directory given as the store file is called a directory, not missing.
+#[test]
+fn a_directory_given_as_the_store_is_called_a_directory() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = cli(&["status", "--store", &dir.path().to_string_lossy()]);
+    assert_eq!(code(&out), 5, "{}", stderr(&out));
+    assert!(stderr(&out).contains("is a directory, not a store file"), "{}", stderr(&out));
+}
+
+/// `status --store A --mirror B` of two jobs is refused naming both; a file read behind its mirror is shown
+/// behind, not as "lag 0".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_refuses_another_jobs_mirror_and_shows_a_file_behind_its_mirror() {
+    let job = Job::new();
+    job.ordinary().await;
+    let other = store_of(job.dir.path(), "other.redb", "other-job", "file:///other-table", 1).await;
+    let mixed = cli(&["status", "--store", &other.to_string_lossy(), "--mirror", &job.mirror_url()]);
+    assert_eq!(code(&mixed), 5, "{}", stdout(&mixed));
+    assert!(stderr(&mixed).contains("other-job") && stderr(&mixed).contains("cli-job"), "{}", stderr(&mixed));
+    // A copy of the file taken now falls behind the mirror as the job goes on.
+    let stale = job.dir.path().join("stale.redb");
+    std::fs::copy(job.store_path(), &stale).unwrap_or_else(|e| panic!("{e}"));
+    let store = job.open().await;
+    job.seal(&store, 7).await;
+    store.close_async().await;
+    let args = ["status", "--store", &stale.to_string_lossy(), "--mirror", &job.mirror_url()];
+    let value = json(&cli(&[&args[..], &["--json"]].concat()));
+    assert_eq!(value["mirror_lag_records"], 0, "{value}");
+    assert!(value["file_behind_mirror_records"].as_u64().is_some_and(|n| n > 0), "{value}");
+    let text = stdout(&cli(&args));
+    assert!(text.contains("behind its mirror"), "{text}");
+}
+
+/// A key in flight on a target that gives no version to retain: the retention line says why there is no
+/// constraint, not "nothing in flight".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_says_why_there_is_no_constraint_while_a_key_is_in_flight() {
+    let job = Job::new();
+    job.stuck().await;
+    let text = stdout(&cli(&["status", "--store", &job.store_arg()]));
+    assert!(text.contains("in flight: key 0"), "{text}");
+    assert!(text.contains("retention    no constraint (the target keeps no version to retain)"), "{text}");
+}
+
+/// The help of the reading commands says what they do with a running job's file: read a copy.
+#[test]
+fn the_store_flags_help_says_a_running_jobs_file_is_read_from_a_copy() {
+    let help = stdout(&cli(&["status", "--help"]));
+    assert!(!help.contains("refused while a running job holds it"), "{help}");
+    assert!(help.contains("read from a copy in"), "{help}");
+    let top = stdout(&cli(&["--help"]));
+    assert!(top.contains("`| head`"), "the exit codes say what a closed pipe does: {top}");
+}
+
+/// Errors an operator reads name states and places in the CLI's words, not Rust's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_speak_the_operators_language() {
+    let job = Job::new();
+    job.stuck().await;
+    let mirror = ["--store", &job.store_arg(), "--mirror", &job.mirror_url()];
+    let refused = cli(&[&["force-abort", "input-0", "--reason", "bad input"], &mirror[..]].concat());
+    assert_eq!(code(&refused), 7, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("is commit-unknown under key 0"), "{}", stderr(&refused));
+    assert!(!stderr(&refused).contains('{'), "no Rust Debug: {}", stderr(&refused));
+    let unmirrored = cli(&["unbind", "0", "--reason", "x", "--store", &job.store_arg()]);
+    for library in ["StoreBuilder::mirror", "LocalFileSystem("] {
+        assert!(!stderr(&unmirrored).contains(library), "{}", stderr(&unmirrored));
+    }
+    let store = job.open().await;
+    let held = cli(&[&["unbind", "0", "--reason", "x"], &mirror[..]].concat());
+    store.close_async().await;
+    assert_eq!(code(&held), 4, "{}", stderr(&held));
+    assert!(!stderr(&held).contains("give this one its own file"), "{}", stderr(&held));
+}
+
+/// A mirror is named by its URL (with the leading `/`), and its verify says what it checked: the records its
+/// restore replayed, not "0 log frames".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_is_named_by_its_url_and_its_verify_says_what_it_checked() {
+    let job = Job::new();
+    job.ordinary().await;
+    let status = stdout(&cli(&["status", "--mirror", &job.mirror_url()]));
+    assert!(status.starts_with(&format!("store        mirror at {}\n", job.mirror_url())), "{status}");
+    let verify = cli(&["verify", "--mirror", &job.mirror_url()]);
+    assert_eq!(code(&verify), 0, "{}", stderr(&verify));
+    assert!(!stdout(&verify).contains("0 log frames"), "{}", stdout(&verify));
+    assert!(stdout(&verify).contains("log records replayed"), "{}", stdout(&verify));
+    let value = json(&cli(&["verify", "--mirror", &job.mirror_url(), "--json"]));
+    assert!(value["mirror_records"].as_u64().is_some_and(|n| n > 0), "{value}");
+}
+
+/// The reasons operators recorded are read back: `show`, `commits`, `status` and `export`, from the file and
+/// from the mirror, text and JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reasons_operators_recorded_are_read_back() {
+    let job = Job::new();
+    job.stuck().await;
+    let mirror = ["--store", &job.store_arg(), "--mirror", &job.mirror_url()];
+    let resolved =
+        cli(&[&["resolve", "0", "not-committed", "--reason", "not in the table, checked"], &mirror[..]].concat());
+    assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
+    let (store, url) = (job.store_arg(), job.mirror_url());
+    for source in [["--store", store.as_str()], ["--mirror", url.as_str()]] {
+        let run = |args: &[&str]| stdout(&cli(&[args, &source[..]].concat()));
+        for command in [&["show", "input-0"][..], &["commits"], &["status"]] {
+            let text = run(command);
+            assert!(text.contains("not in the table, checked"), "{command:?} {source:?}: {text}");
+        }
+        let shown = json(&cli(&[&["show", "input-0", "--json"], &source[..]].concat()));
+        assert_eq!(shown["operator_records"][0]["action"], "resolve", "{shown}");
+        assert_eq!(shown["operator_records"][0]["resolution"], "not-committed", "{shown}");
+        let commits = json(&cli(&[&["commits", "--json"], &source[..]].concat()));
+        assert!(commits[0]["operator_records"][0]["reason"].as_str().is_some_and(|r| r.contains("checked")));
+        let status = json(&cli(&[&["status", "--json"], &source[..]].concat()));
+        assert_eq!(status["last_operator_record"]["key"], 0, "{status}");
+        let export = run(&["export"]);
+        assert!(
+            export.lines().any(|l| l.contains("\"kind\":\"operator_record\"") && l.contains("checked")),
+            "{export}"
+        );
+    }
+}
+
+/// After an un-bind, status shows it (the reason, and that the next run probes the key), not "nothing blocks
+/// the job".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_recorded_unbind() {
+    let job = Job::new();
+    job.stuck().await;
+    let mirror = ["--store", &job.store_arg(), "--mirror", &job.mirror_url()];
+    let out = cli(&[&["unbind", "0", "--reason", "key 0 is not in the table"], &mirror[..]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&cli(&["status", "--store", &job.store_arg()]));
+    assert!(!text.contains("nothing blocks the job"), "{text}");
+    assert!(text.contains("key 0 was un-bound") && text.contains("key 0 is not in the table"), "{text}");
+    assert!(text.contains("probes the table for key 0"), "{text}");
+}
+
+/// The garbage ledger's collector is named by the target's kind: a Lance job is pointed at the Lance
+/// collector, not at `gc --table` (which reads a DirTable only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_points_a_lance_job_at_the_lance_collector() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("lance.redb");
+    let job = JobId::new("lance-job").unwrap_or_else(|e| panic!("{e}"));
+    let target = TargetIdentity::new("lance:/data/table.lance").unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::builder(job, target).path(&path).open().await.unwrap_or_else(|e| panic!("open: {e}"));
+    let id = CheckpointId::new("input-0").unwrap_or_else(|e| panic!("{e}"));
+    let result = sinkpoint::WriteResult::new(sinkpoint::Format::Parquet, b"data/f0.lance".to_vec());
+    let part = StagePart::new(Attempt::FIRST, Part::FIRST).results(vec![result.unwrap_or_else(|e| panic!("{e}"))]);
+    store.stage(&id, part).await.unwrap_or_else(|e| panic!("stage: {e}"));
+    store.abort(&id).await.unwrap_or_else(|e| panic!("abort: {e}"));
+    store.close_async().await;
+    let text = stdout(&cli(&["status", "--store", &path.to_string_lossy()]));
+    assert!(text.contains("garbage      1 ledger entries"), "{text}");
+    assert!(text.contains("LanceSink.collect_orphans"), "{text}");
+    assert!(!text.contains("--table URL collects them"), "{text}");
+}
+
 /// What a person tries first: help, a wrong path, a wrong URL, S3 without credentials, a store a job holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persons_habits_get_one_line_errors_and_the_right_exit_codes() {
