@@ -59,7 +59,10 @@ pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code
     let dropped = with_writer(store, async |s, why| s.force_abort(&ids, why).await).await?;
     println!(
         "aborted {} checkpoints; their inputs will be read again (a checkpoint adopted from shared staging once the \
-         job's next adoption round has released its claim). Write results to clean up (also in the garbage ledger):",
+         job's next adoption round has released its claim). Their write results, below, are in the garbage ledger: \
+         never delete their files by hand (a table version may use them); the collector deletes each once no version \
+         does (`sinkpoint gc --store PATH --table URL` for a DirTable; for Lance, `LanceSink.collect_orphans` or \
+         `Driver.collect_data_files(LanceDataFiles(uri))`):",
         ids.len()
     );
     for result in &dropped {
