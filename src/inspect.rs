@@ -45,6 +45,8 @@ pub struct Inspector {
     in_memory: bool,
     /// Read from a mirror: what its restore replayed (the view keeps no log to read them from later).
     mirror: Option<MirrorRead>,
+    /// A running writer held the file: what is read is a copy.
+    held: bool,
 }
 
 /// What a restore of a mirror into memory read beside the tables.
@@ -84,6 +86,9 @@ pub struct StoreSummary {
     /// Entries in the garbage ledger: dropped attempts' write results whose data files wait for
     /// [`crate::collect::collect_data_files`].
     pub garbage_entries: u64,
+    /// Where the store is mirrored (a store file opened with a mirror must be opened with it again); `None` for a
+    /// store never opened with one, and for a store read from its mirror.
+    pub mirrored_at: Option<String>,
 }
 
 impl StoreSummary {
@@ -228,6 +233,7 @@ impl Inspector {
             match Self::repaired_in_memory(path, place.clone()) {
                 Ok(mut inspector) => {
                     inspector.source = format!("{place} (held by a running job: read from a copy, a moment old)");
+                    inspector.held = true;
                     return Ok(inspector);
                 }
                 Err(e) if e.kind() == crate::ErrorKind::Corrupt => last = Some(e),
@@ -279,7 +285,7 @@ impl Inspector {
         place: String,
         in_memory: bool,
     ) -> Result<Self> {
-        let inspector = Self { db, source, place, in_memory, mirror: None };
+        let inspector = Self { db, source, place, in_memory, mirror: None, held: false };
         // A store of a format this version does not know is refused, never misread.
         let meta = inspector.read(|snapshot| snapshot.meta())?;
         crate::wal::tables::check_format(&meta)?;
@@ -299,6 +305,12 @@ impl Inspector {
     /// in memory, where no read does I/O, an I/O error is the bytes' damage too (see `error::read_failed`).
     fn failed(&self, error: Error) -> Error {
         crate::error::read_failed(&self.place, self.in_memory, error)
+    }
+
+    /// Whether a running writer held the store file when it was opened (it was read from a copy): a tool that
+    /// would change the store refuses then, before it tries to open the file for writing.
+    pub fn held_by_a_writer(&self) -> bool {
+        self.held
     }
 
     /// Where the store was read from, for messages.
@@ -326,6 +338,7 @@ impl Inspector {
             finished: meta.finished,
             next_seq: meta.next_seq,
             garbage_entries: snapshot.garbage_count()?,
+            mirrored_at: snapshot.mirrored_at()?,
         })
     }
 
@@ -352,6 +365,15 @@ impl Inspector {
     /// The record of commit key `key`, if it was begun.
     pub fn commit(&self, key: u64) -> Result<Option<CommitInfo>> {
         self.read(|s| Ok(s.commit_value(key)?.map(|value| CommitInfo::from_value(key, value))))
+    }
+
+    /// Whether [`crate::Store::resolve`] would take `resolution` for key `key` in this state of the store: the
+    /// same rule, checked without a writer, so a tool can refuse a verdict before it opens the store for writing.
+    /// `Err` (`IllegalTransition`) says why and what settles the key instead.
+    pub fn check_verdict(&self, key: u64, resolution: crate::Resolution) -> Result<()> {
+        let current = self.read(|s| Ok(s.commit_value(key)?.map(|value| value.state)))?;
+        crate::state::check_verdict(key, current, resolution)?;
+        Ok(())
     }
 
     /// Every commit key begun, in key order.

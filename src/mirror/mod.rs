@@ -178,6 +178,19 @@ pub(crate) fn read_mark(txn: &WriteTransaction) -> Result<Option<Mark>> {
     value.map(|v| decode_value(v.value(), &|| "table mirror".into())).transpose()
 }
 
+/// Where the store in `txn` is mirrored, read without a write transaction (none in a store never opened with a
+/// mirror), so a caller can refuse before it opens the file as a writer.
+pub(crate) fn mirrored_at(txn: &redb::ReadTransaction) -> Result<Option<String>> {
+    let table = match txn.open_table(MARK) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let value = table.get(MARK_KEY)?;
+    let mark: Option<Mark> = value.map(|v| decode_value(v.value(), &|| "table mirror".into())).transpose()?;
+    Ok(mark.map(|m| m.location))
+}
+
 pub(crate) fn write_mark(txn: &WriteTransaction, mark: &Mark) -> Result<()> {
     txn.open_table(MARK)?.insert(MARK_KEY, encode_value(mark)?.as_slice())?;
     Ok(())

@@ -143,6 +143,11 @@ impl Snapshot {
         Ok(out)
     }
 
+    /// Where the store is mirrored, if it was ever opened with a mirror.
+    pub(crate) fn mirrored_at(&self) -> Result<Option<String>> {
+        crate::mirror::mirrored_at(&self.txn)
+    }
+
     /// How many entries the garbage ledger holds (none in a file made before it existed).
     pub(crate) fn garbage_count(&self) -> Result<u64> {
         match self.txn.open_table(GARBAGE) {

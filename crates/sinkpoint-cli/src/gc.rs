@@ -36,6 +36,8 @@ pub(crate) struct Request<'a> {
     pub(crate) grace_ms: u64,
     pub(crate) apply: bool,
     pub(crate) json: bool,
+    /// Confirms a takeover when the mirror has seen a newer writer than the store file (see `source::writer`).
+    pub(crate) take_over: bool,
 }
 
 /// Parses a duration such as `0s`, `90s`, `10m`, `24h`, `7d` or `500ms` into milliseconds.
@@ -269,7 +271,7 @@ fn inbox_text(out: &mut String, url: &str, job: &JobId, g: &InboxGarbage, delete
 async fn data_files(path: &std::path::Path, url: &str, request: &Request<'_>) -> Result<CollectReport, Failure> {
     let (objects, prefix) = object_store_at("--table", url)?;
     let table = sinkpoint::DirTable::new(objects, prefix);
-    let store = crate::source::writer(path, request.mirror).await?;
+    let store = crate::source::writer(path, request.mirror, request.take_over).await?;
     let settings = CollectSettings { grace_ms: request.grace_ms, apply: request.apply };
     let report = collect_data_files(&store, &table, &SystemClock, &settings).await;
     store.close_async().await;

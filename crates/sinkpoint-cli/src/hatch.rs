@@ -24,14 +24,26 @@ async fn with_writer<T>(
     store: &Writable,
     change: impl AsyncFnOnce(&Store, &str) -> sinkpoint::Result<T>,
 ) -> Result<T, Failure> {
-    let opened = writer(&store.store, store.mirror.as_deref()).await?;
+    check_reason(store)?;
+    let opened = writer(&store.store, store.mirror.as_deref(), store.take_over).await?;
     let result = change(&opened, &attributed(&store.reason)).await;
     // Closing waits for the writer (and the mirror, in synchronous mode) to finish what was recorded.
     opened.close_async().await;
     Ok(result?)
 }
 
+/// The CLI prefixes who ran it, so an empty reason would reach the store as a non-empty one.
+fn check_reason(store: &Writable) -> Result<(), Failure> {
+    if store.reason.trim().is_empty() {
+        return Err(Failure::new(Code::Usage, "--reason is empty: say why, for the next operator"));
+    }
+    Ok(())
+}
+
 pub(crate) async fn resolve(store: &Writable, key: u64, resolution: Resolution) -> Result<Code, Failure> {
+    check_reason(store)?;
+    // Refused before the store is opened for writing, so a refused verdict leaves the file as it was.
+    Inspector::open_file(&store.store)?.check_verdict(key, resolution)?;
     with_writer(store, async |s, why| s.resolve(key, resolution, why).await).await?;
     println!("key {key} resolved {resolution:?}; the next run of the job acts on it");
     Ok(Code::Ok)

@@ -73,6 +73,10 @@ struct Writable {
     /// Why, recorded in the log with the change (required: the next operator reads it).
     #[arg(long)]
     reason: String,
+    /// Confirms taking the job over when the mirror has seen a newer writer than this file (the job runs or ran
+    /// elsewhere): that writer is fenced and stops. Without it such a command is refused, with nothing changed.
+    #[arg(long)]
+    take_over: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -208,6 +212,10 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// With --store and --mirror: confirms taking the job over when the mirror has seen a newer writer than
+        /// the store file (that writer is fenced and stops); refused without it, with nothing changed.
+        #[arg(long, requires = "store")]
+        take_over: bool,
     },
 }
 
@@ -257,7 +265,7 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
         Command::ForceAbort { store, ids } => hatch::force_abort(&store, &ids).await,
         Command::Unbind { store, key } => hatch::unbind(&store, key).await,
         Command::SettleLanded { store, key, ids } => hatch::settle_landed(&store, key, &ids).await,
-        Command::Gc { mirror, shared, job, store, table, min_age, grace, dry_run: _, apply, json } => {
+        Command::Gc { mirror, shared, job, store, table, min_age, grace, dry_run: _, apply, json, take_over } => {
             let request = gc::Request {
                 mirror: mirror.as_deref(),
                 shared: shared.as_deref(),
@@ -268,6 +276,7 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
                 grace_ms: grace,
                 apply,
                 json,
+                take_over,
             };
             gc::gc(&request).await
         }

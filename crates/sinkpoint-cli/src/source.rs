@@ -90,20 +90,76 @@ pub(crate) async fn mirror_inspector(url: &str) -> Result<Inspector, Failure> {
 }
 
 /// The store file at `path` opened as its writer (and with its mirror), for a command that changes it. The
-/// job and target are read from the file first: the operator never retypes them.
-pub(crate) async fn writer(path: &Path, mirror_url: Option<&str>) -> Result<Store, Failure> {
-    let summary = Inspector::open_file(path)?.summary()?;
+/// job and target are read from the file first: the operator never retypes them. Every refusal comes from that
+/// read-only look (and a read of the mirror), before the file is opened for writing, so a refused command leaves
+/// the file as it was, byte for byte (an unclean file keeps its evidence too).
+///
+/// Opening with the mirror claims a new epoch, fencing any writer of the job elsewhere: when the mirror has seen
+/// a newer epoch than this file (another machine runs the job, or a restore took it over), that needs `take_over`.
+pub(crate) async fn writer(path: &Path, mirror_url: Option<&str>, take_over: bool) -> Result<Store, Failure> {
+    let inspector = Inspector::open_file(path)?;
+    if inspector.held_by_a_writer() {
+        return Err(Failure::new(
+            Code::Held,
+            format!(
+                "a running job holds {}: stop it first, then run the command again (nothing was changed)",
+                path.display()
+            ),
+        ));
+    }
+    let summary = inspector.summary()?;
+    // Its read-only handle on the file would keep the writer's open below from taking the file's lock.
+    drop(inspector);
+    match (mirror_url, &summary.mirrored_at) {
+        (None, Some(at)) => {
+            return Err(Failure::new(
+                Code::Usage,
+                format!(
+                    "the store is mirrored at {at}: give its mirror with --mirror URL, or the change would never \
+                     reach it (nothing was changed)"
+                ),
+            ));
+        }
+        (Some(url), _) => check_mirror_before_writing(&summary, url, take_over).await?,
+        (None, None) => {}
+    }
     let mut builder: StoreBuilder = Store::builder(summary.job, summary.target).path(path).must_exist();
     if let Some(url) = mirror_url {
         let (store, prefix) = mirror(url)?;
         builder = builder.mirror(store, prefix, MirrorSettings::default());
     }
-    match builder.open().await {
-        Ok(store) => Ok(store),
-        // A mirrored store refuses a writer without its mirror (the change would never reach it): say which flag.
-        Err(e) if mirror_url.is_none() && e.kind() == sinkpoint::ErrorKind::WrongStore => {
-            Err(Failure::new(Code::Usage, format!("{e}; give the mirror with --mirror URL")))
-        }
-        Err(e) => Err(e.into()),
+    Ok(builder.open().await?)
+}
+
+/// Refuses, before anything is written, a mirror of another job, and a mirror a newer writer took over unless the
+/// operator confirms the takeover.
+async fn check_mirror_before_writing(
+    file: &sinkpoint::inspect::StoreSummary,
+    url: &str,
+    take_over: bool,
+) -> Result<(), Failure> {
+    let mirrored = mirror_inspector(url).await?.summary()?;
+    if mirrored.job != file.job || mirrored.target != file.target {
+        return Err(Failure::new(
+            Code::NotFound,
+            format!(
+                "the mirror at {url} belongs to job {} and target {}, not this file's job {} and target {} \
+                 (nothing was changed)",
+                mirrored.job, mirrored.target, file.job, file.target
+            ),
+        ));
     }
+    if mirrored.epoch > file.epoch && !take_over {
+        return Err(Failure::new(
+            Code::Held,
+            format!(
+                "the mirror at {url} was opened by a newer writer (epoch {}) than this file's last (epoch {}): \
+                 the job runs elsewhere, or was restored. Opening this file with the mirror fences that writer. \
+                 Stop it and run the command where it ran, or add --take-over to take the job over (nothing was \
+                 changed)",
+                mirrored.epoch, file.epoch
+            ),
+        ));
+    }
+    Ok(())
 }

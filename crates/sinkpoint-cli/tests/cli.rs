@@ -1229,3 +1229,108 @@ async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or
     let status = json(&cli(&["status", "--store", &job.store_arg(), "--json"]));
     assert_eq!(status["garbage_entries"], 0, "{status}");
 }
+
+/// A mirror of job `job` (target `file://other`) under `dir/mirror/job`, opened once and closed; its URL.
+async fn other_jobs_mirror(dir: &Path, job: &str) -> String {
+    let root = dir.join("mirror");
+    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{e}"));
+    let objects =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&root).unwrap_or_else(|e| panic!("{e}")));
+    let store = Store::builder(
+        JobId::new(job).unwrap_or_else(|e| panic!("{e}")),
+        TargetIdentity::new("file://other").unwrap_or_else(|e| panic!("{e}")),
+    )
+    .path(dir.join("other.redb"))
+    .mirror(objects, object_store::path::Path::from("job"), MirrorSettings::default())
+    .open()
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    store.close_async().await;
+    format!("file://{}/mirror/job", dir.display())
+}
+
+/// Refused hatches write nothing: a store a crash left unclean keeps every byte (its evidence) when the mirror is
+/// missing, is another job's, or was taken over by a newer writer (a job running elsewhere); `--take-over` is the
+/// operator's confirmation of that takeover, and the job then ends with every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_hatch_leaves_the_file_as_it_was_and_a_newer_writer_is_taken_over_only_when_told() {
+    let job = Job::new();
+    job.stuck().await;
+    // The same store as a crash leaves it: copied from a live writer.
+    let store = job.open().await;
+    let crashed = job.dir.path().join("crashed.redb");
+    std::fs::copy(job.store_path(), &crashed).unwrap_or_else(|e| panic!("{e}"));
+    store.close_async().await;
+    std::fs::copy(&crashed, job.store_path()).unwrap_or_else(|e| panic!("{e}"));
+    let bytes = || std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}"));
+    let before = bytes();
+    let resolve = ["resolve", "0", "not-committed", "--reason", "table checked", "--store", &job.store_arg()];
+
+    let unmirrored = cli(&resolve);
+    assert_eq!(code(&unmirrored), 2, "{}", stderr(&unmirrored));
+    assert!(stderr(&unmirrored).contains("--mirror URL"), "{}", stderr(&unmirrored));
+    assert!(bytes() == before, "a refusal for a missing --mirror wrote the file");
+
+    let other = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let other_url = other_jobs_mirror(other.path(), "other-job").await;
+    let wrong = cli(&[&resolve[..], &["--mirror", &other_url]].concat());
+    assert_eq!(code(&wrong), 5, "{}", stderr(&wrong));
+    assert!(stderr(&wrong).contains("other-job"), "{}", stderr(&wrong));
+    assert!(bytes() == before, "a refusal for another job's mirror wrote the file");
+
+    // Another machine restores the mirror and runs the job: the mirror's epoch passes this file's.
+    let elsewhere = job.dir.path().join("elsewhere.redb");
+    let restore = cli(&["restore", "--mirror", &job.mirror_url(), "--to", &elsewhere.to_string_lossy(), "--take-over"]);
+    assert_eq!(code(&restore), 0, "{}", stderr(&restore));
+    let mirror_url = job.mirror_url();
+    let mirrored = [&resolve[..], &["--mirror", &mirror_url]].concat();
+    let held = cli(&mirrored);
+    assert_eq!(code(&held), 4, "{}", stderr(&held));
+    assert!(stderr(&held).contains("--take-over"), "{}", stderr(&held));
+    assert!(bytes() == before, "a refused takeover wrote the file");
+
+    let taken = cli(&[&mirrored[..], &["--take-over"]].concat());
+    assert_eq!(code(&taken), 0, "{}", stderr(&taken));
+    assert_eq!(job.finish().await, ["row-0", "row-1"]);
+}
+
+/// The operator's night: a key only being committed (the crash came before its send) is refused a committed
+/// verdict, which would lose its rows, with the file unchanged and the advice to run the job; a reason of spaces
+/// is refused; the run then commits every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_verdict_on_a_key_being_committed_is_refused_and_the_run_commits_every_row_once() {
+    use sinkpoint::testkit::RawProtocol as _;
+    let job = Job::new();
+    let store = job.open().await;
+    for i in 0..2 {
+        job.seal(&store, i).await;
+    }
+    let ids: Vec<CheckpointId> =
+        (0..2).map(|i| CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"))).collect();
+    store.begin_commit(0, &ids, None, false).await.unwrap_or_else(|e| panic!("{e}"));
+    store.close_async().await;
+    let before = std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}"));
+    let resolve = |reason: &str| {
+        cli(&[
+            "resolve",
+            "0",
+            "committed",
+            "--reason",
+            reason,
+            "--store",
+            &job.store_arg(),
+            "--mirror",
+            &job.mirror_url(),
+        ])
+    };
+    let blank = resolve("   ");
+    assert_eq!(code(&blank), 2, "{}", stderr(&blank));
+    let wrong = resolve("it must have landed");
+    assert_eq!(code(&wrong), 7, "{}", stderr(&wrong));
+    assert!(stderr(&wrong).contains("running the job"), "{}", stderr(&wrong));
+    assert!(
+        std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}")) == before,
+        "a refused verdict wrote the file"
+    );
+    assert_eq!(job.finish().await, ["row-0", "row-1"]);
+}
