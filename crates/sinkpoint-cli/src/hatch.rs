@@ -5,13 +5,13 @@ use std::path::Path;
 
 use sinkpoint::inspect::Inspector;
 use sinkpoint::mirror::MirrorSettings;
-use sinkpoint::{CheckpointId, Resolution, Store, WriteResult};
+use sinkpoint::{CheckpointId, CommitKey, JobId, ProbeOutcome, Resolution, Store, Target as _, WriteResult};
 
-use crate::Writable;
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
 use crate::render::key_text;
-use crate::source::{mirror, writer};
+use crate::source::{check_writable, mirror, writer};
+use crate::{TableCheck, Writable};
 
 /// `who: why`, as the log records it.
 fn attributed(reason: &str) -> String {
@@ -32,6 +32,39 @@ async fn with_writer<T>(
     Ok(result?)
 }
 
+/// Whether the DirTable at `table.table` holds a commit under `job`'s key `key`; `None` when no table was given
+/// (the operator's confirmation then stands in for it, see [`unconfirmed`]).
+async fn table_holds(table: &TableCheck, job: &JobId, key: u64) -> Result<Option<bool>, Failure> {
+    let Some(url) = &table.table else { return Ok(None) };
+    let (objects, prefix) = crate::source::object_store_at("--table", url)?;
+    let dir = sinkpoint::DirTable::new(objects, prefix);
+    match dir.probe(&CommitKey { job: job.clone(), n: key }, None).await {
+        ProbeOutcome::Committed { .. } => Ok(Some(true)),
+        ProbeOutcome::NotCommitted => Ok(Some(false)),
+        ProbeOutcome::Unknown { reason } => Err(Failure::new(
+            Code::Io,
+            format!(
+                "the table at {url} cannot tell whether it holds key {key} ({reason}); retry (nothing was changed)"
+            ),
+        )),
+    }
+}
+
+/// Refuses a change that loses rows on a wrong word unless the operator confirmed they checked the table.
+fn unconfirmed(table: &TableCheck, key: u64, what: &str) -> Result<(), Failure> {
+    if table.i_checked_the_table {
+        return Ok(());
+    }
+    Err(Failure::new(
+        Code::Usage,
+        format!(
+            "this {what}. Check the table for key {key} first: give --table URL for a DirTable, or look yourself \
+             (Lance: the table metadata's `sinkpoint.job.<job>` mark names the job's last landed key) and add \
+             --i-checked-the-table (nothing was changed)"
+        ),
+    ))
+}
+
 /// The CLI prefixes who ran it, so an empty reason would reach the store as a non-empty one.
 fn check_reason(store: &Writable) -> Result<(), Failure> {
     if store.reason.trim().is_empty() {
@@ -40,16 +73,63 @@ fn check_reason(store: &Writable) -> Result<(), Failure> {
     Ok(())
 }
 
-pub(crate) async fn resolve(store: &Writable, key: u64, resolution: Resolution) -> Result<Code, Failure> {
+pub(crate) async fn resolve(
+    store: &Writable,
+    table: &TableCheck,
+    key: u64,
+    resolution: Resolution,
+) -> Result<Code, Failure> {
     check_reason(store)?;
     // Refused before the store is opened for writing, so a refused verdict leaves the file as it was.
+    let job = check_writable(&store.store, store.mirror.as_deref(), store.take_over).await?.job;
     Inspector::open_file(&store.store)?.check_verdict(key, resolution)?;
+    if resolution == Resolution::Committed {
+        match table_holds(table, &job, key).await? {
+            Some(false) => {
+                return Err(Failure::new(
+                    Code::Refused,
+                    format!(
+                        "the table holds no commit under key {key}: resolving it committed would lose its rows for \
+                         good. Resolve it not-committed (the next run re-sends it once) (nothing was changed)"
+                    ),
+                ));
+            }
+            Some(true) => {}
+            None => unconfirmed(
+                table,
+                key,
+                "marks its checkpoints Committed without sending them: if the table does not hold the key, their \
+                 rows are lost for good",
+            )?,
+        }
+    }
     with_writer(store, async |s, why| s.resolve(key, resolution, why).await).await?;
     println!("key {key} resolved {resolution:?}; the next run of the job acts on it");
     Ok(Code::Ok)
 }
 
-pub(crate) async fn unbind(store: &Writable, key: u64) -> Result<Code, Failure> {
+pub(crate) async fn unbind(store: &Writable, table: &TableCheck, key: u64) -> Result<Code, Failure> {
+    check_reason(store)?;
+    let job = check_writable(&store.store, store.mirror.as_deref(), store.take_over).await?.job;
+    match table_holds(table, &job, key).await? {
+        Some(true) => {
+            return Err(Failure::new(
+                Code::Refused,
+                format!(
+                    "the table holds a commit under key {key}: un-bound, the key would be refused by every later run. \
+                     If it holds this key's checkpoints, resolve it committed; if it holds others, use settle-landed \
+                     with the ids it holds (nothing was changed)"
+                ),
+            ));
+        }
+        Some(false) => {}
+        None => unconfirmed(
+            table,
+            key,
+            "puts its checkpoints back to Sealed for a later key: if the table holds the key, every later run of the \
+             job is refused",
+        )?,
+    }
     with_writer(store, async |s, why| s.unbind(key, why).await).await?;
     println!("key {key} un-bound: its checkpoints are Sealed again; the next run commits them under a fresh probe");
     Ok(Code::Ok)

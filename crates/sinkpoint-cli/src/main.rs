@@ -79,6 +79,18 @@ struct Writable {
     take_over: bool,
 }
 
+/// How a hatch that can lose rows on a wrong word learns what the table holds.
+#[derive(Args, Debug, Clone)]
+struct TableCheck {
+    /// The job's table, when it is a DirTable (file:///dir/prefix or s3://bucket/prefix): the key is probed there
+    /// and a verdict the table contradicts is refused.
+    #[arg(long, value_name = "URL", conflicts_with = "i_checked_the_table")]
+    table: Option<String>,
+    /// Confirms that you looked at the table yourself and it agrees (for a table the CLI cannot read, e.g. Lance).
+    #[arg(long)]
+    i_checked_the_table: bool,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Job, target, epoch, checkpoints per state, the key in flight, the latest operator change and what blocks
@@ -130,14 +142,23 @@ enum Command {
         #[arg(long)]
         take_over: bool,
     },
-    /// Settles a key whose outcome is unknown, after looking at the table yourself.
+    /// Settles a key whose outcome is unknown (commit-unknown), after looking at the table. A key that is only
+    /// being committed is settled by running the job, never here.
+    ///
+    /// `not-committed`: the next run re-sends the key once (a wrong one costs nothing: the table refuses the
+    /// re-send). `committed`: the key's checkpoints are marked Committed without being sent; if the table does not
+    /// hold the key, their rows are lost for good, so it needs the table's word: --table URL (a DirTable: the key is
+    /// probed and a contradicting verdict refused) or, for a table the CLI cannot read (Lance: the job's mark in the
+    /// table metadata), --i-checked-the-table.
+    #[command(verbatim_doc_comment)]
     Resolve {
         #[command(flatten)]
         store: Writable,
+        #[command(flatten)]
+        table: TableCheck,
         /// The commit key.
         key: u64,
-        /// What the table holds: `committed` (marks its checkpoints Committed) or `not-committed` (the next commit
-        /// re-sends the key once).
+        /// What the table holds: `committed` or `not-committed`.
         #[arg(value_enum)]
         verdict: Verdict,
     },
@@ -149,10 +170,16 @@ enum Command {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Un-binds a key that is not in the table (a mismatch): its checkpoints go back to Sealed, losing nothing.
+    /// Un-binds the key in flight when the table does not hold it: its checkpoints go back to Sealed and the next
+    /// run commits them under a fresh probe, losing nothing. If the table holds the key, every later run is refused
+    /// (the table keeps the key): use settle-landed then. Needs the table's word: --table URL (a DirTable: the key
+    /// is probed, and refused if the table holds it) or --i-checked-the-table.
+    #[command(verbatim_doc_comment)]
     Unbind {
         #[command(flatten)]
         store: Writable,
+        #[command(flatten)]
+        table: TableCheck,
         /// The commit key.
         key: u64,
     },
@@ -261,9 +288,11 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
         Command::Verify(source) => read::verify(&source).await,
         Command::Export(source) => read::export(&source).await,
         Command::Restore { mirror, to, take_over } => hatch::restore(&mirror, &to, take_over).await,
-        Command::Resolve { store, key, verdict } => hatch::resolve(&store, key, verdict.resolution()).await,
+        Command::Resolve { store, table, key, verdict } => {
+            hatch::resolve(&store, &table, key, verdict.resolution()).await
+        }
         Command::ForceAbort { store, ids } => hatch::force_abort(&store, &ids).await,
-        Command::Unbind { store, key } => hatch::unbind(&store, key).await,
+        Command::Unbind { store, table, key } => hatch::unbind(&store, &table, key).await,
         Command::SettleLanded { store, key, ids } => hatch::settle_landed(&store, key, &ids).await,
         Command::Gc { mirror, shared, job, store, table, min_age, grace, dry_run: _, apply, json, take_over } => {
             let request = gc::Request {

@@ -28,7 +28,8 @@ pub(crate) fn advice(summary: &StoreSummary, last: Option<&OperatorRecord>) -> A
             text: format!(
                 "key {key}'s outcome is unknown. Run the job: its committer probes the table. If the probe cannot \
                  tell (the table's history was expired), look at the table and run `sinkpoint resolve {key} \
-                 committed|not-committed --reason ...` while the job is stopped"
+                 committed|not-committed --reason ...` while the job is stopped (committed needs the table's word: \
+                 --table URL for a DirTable, or --i-checked-the-table)"
             ),
         },
         _ if commit.awaits_recommit => Advice {

@@ -97,6 +97,21 @@ pub(crate) async fn mirror_inspector(url: &str) -> Result<Inspector, Failure> {
 /// Opening with the mirror claims a new epoch, fencing any writer of the job elsewhere: when the mirror has seen
 /// a newer epoch than this file (another machine runs the job, or a restore took it over), that needs `take_over`.
 pub(crate) async fn writer(path: &Path, mirror_url: Option<&str>, take_over: bool) -> Result<Store, Failure> {
+    let summary = check_writable(path, mirror_url, take_over).await?;
+    let mut builder: StoreBuilder = Store::builder(summary.job, summary.target).path(path).must_exist();
+    if let Some(url) = mirror_url {
+        let (store, prefix) = mirror(url)?;
+        builder = builder.mirror(store, prefix, MirrorSettings::default());
+    }
+    Ok(builder.open().await?)
+}
+
+/// Every refusal [`writer`] makes, read-only: the store's summary when the file may be opened as its writer.
+pub(crate) async fn check_writable(
+    path: &Path,
+    mirror_url: Option<&str>,
+    take_over: bool,
+) -> Result<sinkpoint::inspect::StoreSummary, Failure> {
     let inspector = Inspector::open_file(path)?;
     if inspector.held_by_a_writer() {
         return Err(Failure::new(
@@ -123,12 +138,7 @@ pub(crate) async fn writer(path: &Path, mirror_url: Option<&str>, take_over: boo
         (Some(url), _) => check_mirror_before_writing(&summary, url, take_over).await?,
         (None, None) => {}
     }
-    let mut builder: StoreBuilder = Store::builder(summary.job, summary.target).path(path).must_exist();
-    if let Some(url) = mirror_url {
-        let (store, prefix) = mirror(url)?;
-        builder = builder.mirror(store, prefix, MirrorSettings::default());
-    }
-    Ok(builder.open().await?)
+    Ok(summary)
 }
 
 /// Refuses, before anything is written, a mirror of another job, and a mirror a newer writer took over unless the

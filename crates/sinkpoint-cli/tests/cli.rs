@@ -302,17 +302,15 @@ async fn an_unknown_key_resolved_not_committed_commits_every_row_once() {
 async fn an_unbound_key_commits_every_row_once() {
     let job = Job::new();
     job.stuck().await;
-    let out = cli(&[
-        "unbind",
-        "0",
-        "--reason",
-        "not in the table",
-        "--store",
-        &job.store_arg(),
-        "--mirror",
-        &job.mirror_url(),
-    ]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let unbind = ["unbind", "0", "--reason", "not in the table", "--store", &job.store_arg()];
+    let mirror_url = job.mirror_url();
+    let unbind = [&unbind[..], &["--mirror", &mirror_url]].concat();
+    let unchecked = cli(&unbind);
+    assert_eq!(code(&unchecked), 2, "un-binding needs the table's word: {}", stderr(&unchecked));
+    assert!(stderr(&unchecked).contains("--i-checked-the-table"), "{}", stderr(&unchecked));
+    let table_url = format!("file://{}/table", job.dir.path().display());
+    let out = cli(&[&unbind[..], &["--table", &table_url]].concat());
+    assert_eq!(code(&out), 0, "the table does not hold key 0: {}", stderr(&out));
     let sealed = json(&cli(&["list", "--state", "sealed", "--json", "--mirror", &job.mirror_url()]));
     assert_eq!(sealed.as_array().map(Vec::len), Some(2), "the un-bind is in the mirror too: {sealed}");
     assert_eq!(job.finish().await, ["row-0", "row-1"]);
@@ -586,7 +584,9 @@ async fn status_shows_a_recorded_unbind() {
     let job = Job::new();
     job.stuck().await;
     let mirror = ["--store", &job.store_arg(), "--mirror", &job.mirror_url()];
-    let out = cli(&[&["unbind", "0", "--reason", "key 0 is not in the table"], &mirror[..]].concat());
+    let out = cli(
+        &[&["unbind", "0", "--reason", "key 0 is not in the table", "--i-checked-the-table"], &mirror[..]].concat()
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&cli(&["status", "--store", &job.store_arg()]));
     assert!(!text.contains("nothing blocks the job"), "{text}");
@@ -1332,5 +1332,42 @@ async fn a_committed_verdict_on_a_key_being_committed_is_refused_and_the_run_com
         std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}")) == before,
         "a refused verdict wrote the file"
     );
+    assert_eq!(job.finish().await, ["row-0", "row-1"]);
+}
+
+/// The table's word decides the verdicts that lose rows when wrong: with `--table`, `resolve committed` of a key the
+/// table lacks is refused (its rows would be lost) and `unbind` of a key the table holds is refused (every later run
+/// would be refused); the verdict the table supports is taken and the job ends with every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_table_a_verdict_it_contradicts_is_refused_and_the_one_it_supports_is_taken() {
+    let job = Job::new();
+    let store = job.open().await;
+    for i in 0..2 {
+        job.seal(&store, i).await;
+    }
+    // Key 0 lands, its acknowledgement is lost, and no probe can tell: the table holds it, the store does not know.
+    let target = FaultyTarget::scripted(
+        job.table(),
+        vec![CommitFault::LandThenLoseAck],
+        vec![ProbeFault::Pass, ProbeFault::Unknown, ProbeFault::Unknown],
+    );
+    let _ = Committer::new(&store, &target).commit_pending().await;
+    store.close_async().await;
+    let table_url = format!("file://{}/table", job.dir.path().display());
+    let mirror_url = job.mirror_url();
+    let base = ["--reason", "checked", "--store", &job.store_arg(), "--mirror", &mirror_url, "--table", &table_url];
+    let before = std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}"));
+    let unbind = cli(&[&["unbind", "0"], &base[..]].concat());
+    assert_eq!(code(&unbind), 7, "{}", stderr(&unbind));
+    assert!(stderr(&unbind).contains("holds a commit under key 0"), "{}", stderr(&unbind));
+    assert!(std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}")) == before, "a refusal wrote the file");
+    // The same store against an empty table: a committed verdict there would lose both rows.
+    let empty = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let empty_url = format!("file://{}", empty.path().display());
+    let lossy = cli(&[&["resolve", "0", "committed"], &base[..6], &["--table", &empty_url]].concat());
+    assert_eq!(code(&lossy), 7, "{}", stderr(&lossy));
+    assert!(stderr(&lossy).contains("lose its rows"), "{}", stderr(&lossy));
+    let resolved = cli(&[&["resolve", "0", "committed"], &base[..]].concat());
+    assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
     assert_eq!(job.finish().await, ["row-0", "row-1"]);
 }

@@ -379,7 +379,7 @@ fn landed_but_unreadable(n: u64, mark: &JobMark, reason: &str) -> String {
          ({reason}): its version was cleaned up past the retention watermark. Nothing can land twice, whichever \
          verdict is given: `sinkpoint resolve {n} not-committed` re-sends the key, and the re-send is known as the \
          landed commit when this store's epoch sent it ({}); after the store was reopened, a landed key {n} of a \
-         job with one driver is this store's, and `sinkpoint resolve {n} committed` settles it",
+         job with one driver is this store's, and `sinkpoint resolve {n} committed --i-checked-the-table` settles it",
         mark.epoch, mark.version, mark.epoch
     )
 }
