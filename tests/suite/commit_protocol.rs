@@ -56,6 +56,23 @@ async fn run_inputs(store: &Store, table: &sinkpoint::DirTable, range: std::ops:
     }
 }
 
+/// Seals `inputs` into a new store, stops its committer at `point` of the commit (a crash: the store is poisoned),
+/// and reopens the store as the next run does.
+async fn crashed_at(
+    backend: &CrashBackend,
+    target: &dyn Target,
+    table: &sinkpoint::DirTable,
+    inputs: std::ops::Range<usize>,
+    point: &'static str,
+) -> Store {
+    let store = open(backend).await;
+    run_inputs(&store, table, inputs).await;
+    let err = Committer::new(&store, target).with_crash_hook(crash_at(point)).commit_pending().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
+    store.close();
+    open(backend).await
+}
+
 #[tokio::test]
 async fn f1_a_landed_commit_is_only_marked_on_recovery() {
     for naive in [false, true] {
@@ -697,16 +714,7 @@ async fn a_wrong_verdict_refused_by_the_target_after_a_reopen_is_dropped_and_the
 async fn a_committed_verdict_on_a_key_only_being_committed_is_refused_and_the_run_commits_it() {
     let backend = CrashBackend::new();
     let table = memory_table();
-    let store = open(&backend).await;
-    run_inputs(&store, &table, 0..2).await;
-    let err = Committer::new(&store, &table)
-        .with_crash_hook(crash_at(crash_points::AFTER_BEGIN_COMMIT))
-        .commit_pending()
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
-    store.close();
-    let store = open(&backend).await;
+    let store = crashed_at(&backend, &table, &table, 0..2, crash_points::AFTER_BEGIN_COMMIT).await;
     let frames = store.log_frames().unwrap().len();
     let err = store.resolve(0, sinkpoint::Resolution::Committed, "sure it landed").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::IllegalTransition, "{err}");
@@ -724,16 +732,8 @@ async fn a_committed_verdict_on_a_key_only_being_committed_is_refused_and_the_ru
 async fn a_key_being_committed_whose_probe_cannot_tell_is_recorded_unknown_and_takes_a_verdict() {
     let backend = CrashBackend::new();
     let target = FaultyTarget::scripted(memory_table(), vec![], probes_forever_unknown());
-    let store = open(&backend).await;
-    run_inputs(&store, target.inner(), 0..2).await;
-    let err = Committer::new(&store, &target)
-        .with_crash_hook(crash_at(crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK))
-        .commit_pending()
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
-    store.close();
-    let store = open(&backend).await;
+    let point = crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK;
+    let store = crashed_at(&backend, &target, target.inner(), 0..2, point).await;
     assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::Committing { key: 0 });
     let report = Committer::new(&store, &target).recover().await.unwrap();
     assert!(matches!(report.blocked, Some(Blocked::Unknown { key: 0, .. })), "{report:?}");
