@@ -82,7 +82,17 @@ pub(crate) async fn resolve(
     check_reason(store)?;
     // Refused before the store is opened for writing, so a refused verdict leaves the file as it was.
     let job = check_writable(&store.store, store.mirror.as_deref(), store.take_over).await?.job;
-    Inspector::open_file(&store.store)?.check_verdict(key, resolution)?;
+    let inspector = Inspector::open_file(&store.store)?;
+    inspector.check_verdict(key, resolution)?;
+    let settled = inspector.commit(key)?.is_some_and(|c| match resolution {
+        Resolution::Committed => matches!(c.state, sinkpoint::CheckpointState::Committed { .. }),
+        Resolution::NotCommitted => c.awaits_recommit,
+    });
+    drop(inspector);
+    if settled {
+        println!("key {key} already stands {}: nothing changed", verdict_text(resolution));
+        return Ok(Code::Ok);
+    }
     if resolution == Resolution::Committed {
         match table_holds(table, &job, key).await? {
             Some(false) => {
@@ -104,8 +114,20 @@ pub(crate) async fn resolve(
         }
     }
     with_writer(store, async |s, why| s.resolve(key, resolution, why).await).await?;
-    println!("key {key} resolved {resolution:?}; the next run of the job acts on it");
+    match resolution {
+        Resolution::Committed => println!("key {key} resolved committed: its checkpoints are Committed"),
+        Resolution::NotCommitted => {
+            println!("key {key} resolved not-committed: the next run of the job re-sends it once")
+        }
+    }
     Ok(Code::Ok)
+}
+
+fn verdict_text(resolution: Resolution) -> &'static str {
+    match resolution {
+        Resolution::Committed => "committed",
+        Resolution::NotCommitted => "resolved not-committed (the next run re-sends it)",
+    }
 }
 
 pub(crate) async fn unbind(store: &Writable, table: &TableCheck, key: u64) -> Result<Code, Failure> {

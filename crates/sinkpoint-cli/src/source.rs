@@ -31,6 +31,17 @@ pub(crate) fn object_store_at(
     })?;
     match parsed.scheme() {
         "file" => {
+            // `file://dir/x` names host `dir`, not a relative path: say so, rather than object_store's generic error.
+            if let Some(host) = parsed.host_str().filter(|h| !h.is_empty()) {
+                return Err(Failure::new(
+                    Code::Usage,
+                    format!(
+                        "{flag} {url}: a file URL takes an absolute path, file:///dir/prefix (this one reads \
+                         {host:?} as a host); for a path relative to here use file://$PWD/{host}{}",
+                        parsed.path()
+                    ),
+                ));
+            }
             let (store, prefix) = object_store::parse_url(&parsed)
                 .map_err(|e| Failure::new(Code::Usage, format!("{flag} {url}: {e}")))?;
             if !Path::new(parsed.path()).is_dir() {

@@ -1371,3 +1371,31 @@ async fn with_the_table_a_verdict_it_contradicts_is_refused_and_the_one_it_suppo
     assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
     assert_eq!(job.finish().await, ["row-0", "row-1"]);
 }
+
+/// A verdict the key already stands at changes nothing and says so; a relative `file://` URL (the form a job's
+/// target may print) gets the absolute form to use, not a generic URL error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_already_standing_changes_nothing_and_a_relative_file_url_is_explained() {
+    let job = Job::new();
+    job.ordinary().await;
+    let before = std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}"));
+    let mirror_url = job.mirror_url();
+    let again = cli(&[
+        "resolve",
+        "0",
+        "committed",
+        "--reason",
+        "again",
+        "--store",
+        &job.store_arg(),
+        "--mirror",
+        &mirror_url,
+        "--i-checked-the-table",
+    ]);
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    assert!(stdout(&again).contains("already stands committed: nothing changed"), "{}", stdout(&again));
+    assert!(std::fs::read(job.store_path()).unwrap_or_else(|e| panic!("{e}")) == before, "a no-op wrote the file");
+    let relative = cli(&["status", "--mirror", "file://target/sinkpoint-demo/mirror/demo-job"]);
+    assert_eq!(code(&relative), 2, "{}", stderr(&relative));
+    assert!(stderr(&relative).contains("file://$PWD/target/sinkpoint-demo/mirror/demo-job"), "{}", stderr(&relative));
+}
