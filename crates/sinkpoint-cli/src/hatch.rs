@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
-use sinkpoint::inspect::Inspector;
+use sinkpoint::inspect::{Inspector, StoreSummary};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::{CheckpointId, CommitKey, JobId, ProbeOutcome, Resolution, Store, Target as _, WriteResult};
 
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
 use crate::render::key_text;
-use crate::source::{check_writable, mirror, writer};
+use crate::source::{check_writable, mirror, open_writer};
 use crate::{TableCheck, Writable};
 
 /// `who: why`, as the log records it.
@@ -20,12 +20,19 @@ fn attributed(reason: &str) -> String {
     format!("sinkpoint CLI, {user}@{host}: {reason}")
 }
 
+/// Every refusal a changing command makes before it writes (see [`check_writable`]): the store's summary.
+async fn checked(store: &Writable) -> Result<StoreSummary, Failure> {
+    check_reason(store)?;
+    check_writable(&store.store, store.mirror.as_deref(), store.take_over).await
+}
+
+/// Opens the store, `checked` already, as its writer, makes the change and closes it.
 async fn with_writer<T>(
     store: &Writable,
+    checked: StoreSummary,
     change: impl AsyncFnOnce(&Store, &str) -> sinkpoint::Result<T>,
 ) -> Result<T, Failure> {
-    check_reason(store)?;
-    let opened = writer(&store.store, store.mirror.as_deref(), store.take_over).await?;
+    let opened = open_writer(&store.store, checked, store.mirror.as_deref()).await?;
     let result = change(&opened, &attributed(&store.reason)).await;
     // Closing waits for the writer (and the mirror, in synchronous mode) to finish what was recorded.
     opened.close_async().await;
@@ -79,9 +86,9 @@ pub(crate) async fn resolve(
     key: u64,
     resolution: Resolution,
 ) -> Result<Code, Failure> {
-    check_reason(store)?;
     // Refused before the store is opened for writing, so a refused verdict leaves the file as it was.
-    let job = check_writable(&store.store, store.mirror.as_deref(), store.take_over).await?.job;
+    let summary = checked(store).await?;
+    let job = summary.job.clone();
     let inspector = Inspector::open_file(&store.store)?;
     inspector.check_verdict(key, resolution)?;
     let settled = inspector.commit(key)?.is_some_and(|c| match resolution {
@@ -113,7 +120,7 @@ pub(crate) async fn resolve(
             )?,
         }
     }
-    with_writer(store, async |s, why| s.resolve(key, resolution, why).await).await?;
+    with_writer(store, summary, async |s, why| s.resolve(key, resolution, why).await).await?;
     match resolution {
         Resolution::Committed => println!("key {key} resolved committed: its checkpoints are Committed"),
         Resolution::NotCommitted => {
@@ -131,8 +138,8 @@ fn verdict_text(resolution: Resolution) -> &'static str {
 }
 
 pub(crate) async fn unbind(store: &Writable, table: &TableCheck, key: u64) -> Result<Code, Failure> {
-    check_reason(store)?;
-    let job = check_writable(&store.store, store.mirror.as_deref(), store.take_over).await?.job;
+    let summary = checked(store).await?;
+    let job = summary.job.clone();
     match table_holds(table, &job, key).await? {
         Some(true) => {
             return Err(Failure::new(
@@ -152,14 +159,14 @@ pub(crate) async fn unbind(store: &Writable, table: &TableCheck, key: u64) -> Re
              job is refused",
         )?,
     }
-    with_writer(store, async |s, why| s.unbind(key, why).await).await?;
+    with_writer(store, summary, async |s, why| s.unbind(key, why).await).await?;
     println!("key {key} un-bound: its checkpoints are Sealed again; the next run commits them under a fresh probe");
     Ok(Code::Ok)
 }
 
 pub(crate) async fn settle_landed(store: &Writable, key: u64, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
-    with_writer(store, async |s, why| s.settle_landed(key, &ids, why).await).await?;
+    with_writer(store, checked(store).await?, async |s, why| s.settle_landed(key, &ids, why).await).await?;
     println!(
         "key {key} settled: {} checkpoints Committed under it as the table holds them; the key's others are Sealed \
          again and the next run commits them under a later key",
@@ -170,7 +177,7 @@ pub(crate) async fn settle_landed(store: &Writable, key: u64, ids: &[String]) ->
 
 pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
-    let dropped = with_writer(store, async |s, why| s.force_abort(&ids, why).await).await?;
+    let dropped = with_writer(store, checked(store).await?, async |s, why| s.force_abort(&ids, why).await).await?;
     println!(
         "aborted {} checkpoints; their inputs will be read again (a checkpoint adopted from shared staging once the \
          job's next adoption round has released its claim). Their write results, below, are in the garbage ledger: \

@@ -109,6 +109,15 @@ pub(crate) async fn mirror_inspector(url: &str) -> Result<Inspector, Failure> {
 /// a newer epoch than this file (another machine runs the job, or a restore took it over), that needs `take_over`.
 pub(crate) async fn writer(path: &Path, mirror_url: Option<&str>, take_over: bool) -> Result<Store, Failure> {
     let summary = check_writable(path, mirror_url, take_over).await?;
+    open_writer(path, summary, mirror_url).await
+}
+
+/// Opens the file at `path`, whose refusals [`check_writable`] already made (`summary` is its answer), as its writer.
+pub(crate) async fn open_writer(
+    path: &Path,
+    summary: sinkpoint::inspect::StoreSummary,
+    mirror_url: Option<&str>,
+) -> Result<Store, Failure> {
     let mut builder: StoreBuilder = Store::builder(summary.job, summary.target).path(path).must_exist();
     if let Some(url) = mirror_url {
         let (store, prefix) = mirror(url)?;
