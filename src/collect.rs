@@ -31,9 +31,10 @@ use async_trait::async_trait;
 use futures::StreamExt as _;
 
 use crate::error::{Error, Result};
+use crate::inspect::Inspector;
 use crate::limits::{COLLECT_CONCURRENT_MAX, GARBAGE_FORGET_ENTRIES_MAX, GARBAGE_PAGE_ENTRIES_MAX};
 use crate::mirror::Clock;
-use crate::store::Store;
+use crate::store::{Store, TableSnapshot};
 use crate::types::{Attempt, CheckpointId, WriteResult};
 
 /// The default grace period of [`CollectSettings`]: a day, like the inbox's.
@@ -193,35 +194,8 @@ pub async fn collect_data_files(
     settings: &CollectSettings,
 ) -> Result<CollectReport> {
     let _collecting = store.begin_collection()?;
-    let (ledger, live) = read_ledger_and_live(store, table)?;
-    let referenced = table.referenced().await?;
-    let now_ms = clock.wall_ms();
-    let mut report = CollectReport { entries: ledger.len() as u64, ..CollectReport::default() };
-    let mut settled = Vec::new();
-    let mut failure = None;
-    // Entries are judged [`COLLECT_CONCURRENT_MAX`] at a time (a stat and a delete are a request each), and
-    // reported in ledger order.
-    let (live, referenced) = (&live, &referenced);
-    let mut judged = futures::stream::iter(&ledger)
-        .map(|entry| async move { (entry.at, judge_entry(table, entry, live, referenced, now_ms, settings).await) })
-        .buffered(COLLECT_CONCURRENT_MAX);
-    while let Some((at, judgement)) = judged.next().await {
-        match judgement {
-            Ok((files, done)) => {
-                report.files.extend(files);
-                if done {
-                    settled.push(at);
-                }
-            }
-            // What was settled before the failure is still forgotten below; the rest waits for the next run
-            // (an entry judged alongside may have had its files deleted: the next run finds them gone).
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        }
-    }
-    drop(judged);
+    let (ledger, live) = read_ledger_and_live(&store.snapshot()?, table)?;
+    let (mut report, settled, failure) = judge_ledger(table, &ledger, &live, clock, settings).await?;
     if settings.apply {
         for chunk in settled.chunks(GARBAGE_FORGET_ENTRIES_MAX) {
             store.forget_garbage(chunk).await?;
@@ -234,9 +208,66 @@ pub async fn collect_data_files(
     }
 }
 
+/// What [`collect_data_files`] would delete, read through a read-only [`Inspector`]: a dry run that never opens
+/// the store for writing (so it takes no epoch and fences no writer) and deletes nothing. While a writer holds
+/// the store, the inspector reads a copy: the report is as of that copy.
+pub async fn preview_data_files(
+    inspector: &Inspector,
+    table: &dyn DataFiles,
+    clock: &dyn Clock,
+    grace_ms: u64,
+) -> Result<CollectReport> {
+    let (ledger, live) = inspector.read(|snapshot| read_ledger_and_live(snapshot, table))?;
+    let settings = CollectSettings { grace_ms, apply: false };
+    let (report, _settled, failure) = judge_ledger(table, &ledger, &live, clock, &settings).await?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+/// A report of every file of the ledger's entries, the entries settled, and the first failure (entries judged
+/// before it are reported and settled; the rest wait for the next run).
+type Judged = (CollectReport, Vec<GarbageRef>, Option<Error>);
+
+/// Judges (and with `settings.apply`, deletes) the files of every entry of `ledger`.
+async fn judge_ledger(
+    table: &dyn DataFiles,
+    ledger: &[GarbageEntry],
+    live: &BTreeSet<String>,
+    clock: &dyn Clock,
+    settings: &CollectSettings,
+) -> Result<Judged> {
+    let referenced = table.referenced().await?;
+    let now_ms = clock.wall_ms();
+    let mut report = CollectReport { entries: ledger.len() as u64, ..CollectReport::default() };
+    let mut settled = Vec::new();
+    // Entries are judged [`COLLECT_CONCURRENT_MAX`] at a time (a stat and a delete are a request each), and
+    // reported in ledger order.
+    let referenced = &referenced;
+    let mut judged = futures::stream::iter(ledger)
+        .map(|entry| async move { (entry.at, judge_entry(table, entry, live, referenced, now_ms, settings).await) })
+        .buffered(COLLECT_CONCURRENT_MAX);
+    while let Some((at, judgement)) = judged.next().await {
+        match judgement {
+            Ok((files, done)) => {
+                report.files.extend(files);
+                if done {
+                    settled.push(at);
+                }
+            }
+            // An entry judged alongside may have had its files deleted: the next run finds them gone.
+            Err(e) => return Ok((report, settled, Some(e))),
+        }
+    }
+    Ok((report, settled, None))
+}
+
 /// The whole ledger and the files every live checkpoint names, from one snapshot of the store.
-fn read_ledger_and_live(store: &Store, table: &dyn DataFiles) -> Result<(Vec<GarbageEntry>, BTreeSet<String>)> {
-    let snapshot = store.snapshot()?;
+fn read_ledger_and_live(
+    snapshot: &TableSnapshot,
+    table: &dyn DataFiles,
+) -> Result<(Vec<GarbageEntry>, BTreeSet<String>)> {
     let mut ledger = Vec::new();
     loop {
         let page = snapshot.garbage(ledger.last().map(|e: &GarbageEntry| e.at), GARBAGE_PAGE_ENTRIES_MAX)?;

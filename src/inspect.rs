@@ -297,7 +297,7 @@ impl Inspector {
     }
 
     /// Runs `f` on a snapshot; a failure to read the bytes names the store (see [`Inspector::failed`]).
-    fn read<T>(&self, f: impl FnOnce(&TableSnapshot) -> Result<T>) -> Result<T> {
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&TableSnapshot) -> Result<T>) -> Result<T> {
         f(&self.snapshot()?).map_err(|e| self.failed(e))
     }
 

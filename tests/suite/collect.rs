@@ -13,8 +13,11 @@ use mirror_support::{Bucket, Kind, builder, digest, sync_settings};
 use object_store::ObjectStoreExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use sinkpoint::collect::{CollectReport, CollectSettings, DataFiles, FileStat, Verdict, collect_data_files};
+use sinkpoint::collect::{
+    CollectReport, CollectSettings, DataFiles, FileStat, Verdict, collect_data_files, preview_data_files,
+};
 use sinkpoint::commit::Committer;
+use sinkpoint::inspect::Inspector;
 use sinkpoint::mirror::{Clock, SystemClock};
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::{
@@ -77,7 +80,8 @@ fn verdicts(report: &CollectReport) -> Vec<(String, Verdict)> {
 }
 
 /// A restarted attempt, an aborted checkpoint and a force-aborted one leave one ledger entry each; a dry run
-/// reports them (young inside the grace period, due past it) and deletes nothing; the collection deletes exactly
+/// reports them (young inside the grace period, due past it) and deletes nothing, and so does the read-only
+/// preview; the collection deletes exactly
 /// them, never a live or committed file, forgets them, and a second collection finds nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_attempts_files_are_collected_past_the_grace_period_and_nothing_else() {
@@ -111,6 +115,9 @@ async fn dropped_attempts_files_are_collected_past_the_grace_period_and_nothing_
     for file in dropped {
         assert!(job.exists(file).await, "a dry run deleted {file}");
     }
+    // The read-only preview judges alike, through an inspector of the running store's file (read from a copy).
+    let inspector = Inspector::open_file(job._dir.path().join("s.redb")).unwrap();
+    assert_eq!(preview_data_files(&inspector, &job.table, &job.clock, HOUR_MS).await.unwrap(), dry);
 
     let done = job.collect(HOUR_MS, true).await;
     assert_eq!(verdicts(&done), dropped.map(|f| (f.to_owned(), Verdict::Deleted)));

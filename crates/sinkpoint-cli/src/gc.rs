@@ -7,11 +7,13 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 use sinkpoint::JobId;
-use sinkpoint::collect::{CollectReport, CollectSettings, Verdict, collect_data_files};
+use sinkpoint::collect::{CollectReport, CollectSettings, Verdict, collect_data_files, preview_data_files};
+use sinkpoint::inspect::Inspector;
 use sinkpoint::mirror::{
     Clock as _, MirrorGarbage, SystemClock, delete_garbage_with_progress, find_garbage_with_progress,
 };
 use sinkpoint::shared::{Inbox, InboxGarbage, InboxReason, SharedStaging};
+use sinkpoint::{CommitKey, DirTable, ProbeOutcome, Target as _};
 
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
@@ -266,16 +268,67 @@ fn inbox_text(out: &mut String, url: &str, job: &JobId, g: &InboxGarbage, delete
     }
 }
 
-/// Collects the orphan data files the store's garbage ledger names from the reference table at `url`: the store
-/// is opened as its writer (refused while the job runs; with `--mirror`, the forgetting is mirrored too).
+/// Collects the orphan data files the store's garbage ledger names from the reference table at `url`, once the
+/// table is shown to be the store's target. A dry run reads the store read-only (a running job's file is read from
+/// a copy; no epoch is taken, nothing is written); `--apply` opens it as its writer (refused while the job runs;
+/// with `--mirror`, the store's mirror, the forgetting is mirrored too).
 async fn data_files(path: &std::path::Path, url: &str, request: &Request<'_>) -> Result<CollectReport, Failure> {
     let (objects, prefix) = object_store_at("--table", url)?;
     let table = sinkpoint::DirTable::new(objects, prefix);
+    let inspector = Inspector::open_file(path)?;
+    check_table_is_target(&inspector, &table, url).await?;
+    if !request.apply {
+        return Ok(preview_data_files(&inspector, &table, &SystemClock, request.grace_ms).await?);
+    }
+    // Its read-only handle on the file would keep the writer's open below from taking the file's lock.
+    drop(inspector);
     let store = crate::source::writer(path, request.mirror, request.take_over).await?;
-    let settings = CollectSettings { grace_ms: request.grace_ms, apply: request.apply };
+    let settings = CollectSettings { grace_ms: request.grace_ms, apply: true };
     let report = collect_data_files(&store, &table, &SystemClock, &settings).await;
     store.close_async().await;
     Ok(report?)
+}
+
+/// Refuses a `--table` that is not the store's target: its URL is the store's target identity, or it holds the
+/// store's last committed key under the store's job. A wrong table would be asked which files it references, and
+/// files of the right one it never names would be judged orphans.
+async fn check_table_is_target(inspector: &Inspector, table: &DirTable, url: &str) -> Result<(), Failure> {
+    let summary = inspector.summary()?;
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    if same(summary.target.as_str(), url) {
+        return Ok(());
+    }
+    // The in-flight key is at most the last one begun; the last committed key is one of the last two.
+    let committed = (summary.next_key.saturating_sub(2)..summary.next_key)
+        .rev()
+        .map(|key| inspector.commit(key))
+        .find_map(|info| match info {
+            Ok(Some(info)) if matches!(info.state, sinkpoint::CheckpointState::Committed { .. }) => Some(Ok(info.key)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .transpose()?;
+    let why = match committed {
+        Some(key) => match table.probe(&CommitKey { job: summary.job.clone(), n: key }, None).await {
+            ProbeOutcome::Committed { .. } => return Ok(()),
+            ProbeOutcome::NotCommitted => format!("it does not hold the job's committed key {key}"),
+            ProbeOutcome::Unknown { reason } => {
+                return Err(Failure::new(
+                    Code::Io,
+                    format!("the table at {url} cannot tell whether it holds key {key} ({reason}); retry"),
+                ));
+            }
+        },
+        None => "the job committed nothing yet to check it against".to_owned(),
+    };
+    Err(Failure::new(
+        Code::NotFound,
+        format!(
+            "--table {url} is not shown to be this store's target {} (job {}): {why}. Give the table the job \
+             commits to (nothing was read or deleted)",
+            summary.target, summary.job
+        ),
+    ))
 }
 
 fn files_json(path: &std::path::Path, url: &str, r: &CollectReport) -> Value {

@@ -209,7 +209,8 @@ enum Command {
     /// Each part's write results are printed: delete those data files yourself.
     #[command(verbatim_doc_comment)]
     Gc {
-        /// The job's mirror: file:///dir/prefix or s3://bucket/prefix.
+        /// The job's mirror: file:///dir/prefix or s3://bucket/prefix. Its garbage is collected; with --store and
+        /// --apply, the store is opened with it too (a mirrored store's changes must reach its mirror).
         #[arg(long, value_name = "URL")]
         mirror: Option<String>,
         /// The job's shared staging (the prefix given to SharedStaging): file:///dir/prefix or s3://bucket/prefix.
@@ -221,10 +222,13 @@ enum Command {
         /// Mirror objects are deleted only this long after they stopped being referenced (ms, s, m, h, d).
         #[arg(long, value_name = "DURATION", default_value = gc::GC_MIN_AGE_DEFAULT, value_parser = gc::parse_duration_ms)]
         min_age: u64,
-        /// The job's store file, to collect its orphan data files from --table (refused while the job runs).
+        /// The job's store file, to collect its orphan data files from --table. The dry run reads it (a running
+        /// job's from a copy) and writes nothing; --apply is refused while the job runs.
         #[arg(long, value_name = "PATH", requires = "table")]
         store: Option<PathBuf>,
         /// The reference table (DirTable) whose orphan data files to collect: file:///dir/prefix or s3://bucket/prefix.
+        /// Refused unless it is the store's target (its URL is the target's identity, or it holds the job's last
+        /// committed key).
         #[arg(long, value_name = "URL", requires = "store")]
         table: Option<String>,
         /// Unclaimed inbox parts, and orphan data files, are deleted only when older than this (ms, s, m, h, d).

@@ -1155,7 +1155,9 @@ async fn long_work_draws_nothing_on_a_stderr_that_is_not_a_terminal() {
 /// `gc --store PATH --table URL`: the orphan data files of a stopped job's dropped attempts (a restart, an abort
 /// and a force-abort) on a local reference table. The dry run lists them and deletes nothing; inside `--grace`
 /// they are kept; `--apply` deletes exactly them, the table still holds every committed row once, and a second
-/// run finds nothing. A running job's store is refused (exit 4), and `--table` needs `--store` (exit 2).
+/// run finds nothing. The dry run never writes the store (a running job's is read from a copy); `--apply` on a
+/// running job's store is refused (exit 4), a table that is not the store's target too (exit 5), and `--table`
+/// needs `--store` (exit 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or_a_live_checkpoint_names() {
     let job = Job::new();
@@ -1187,11 +1189,21 @@ async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or
     Committer::new(&store, &table).commit_pending().await.unwrap();
 
     let table_url = format!("file://{}", table_dir.display());
-    let held = cli(&["gc", "--store", &job.store_arg(), "--table", &table_url]);
+    // A dry run reads a running job's store from a copy; --apply is refused while the job runs.
+    let held = cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--json"]);
+    assert_eq!(json(&held)["data_files"]["entries"], 3, "a running job's store, dry run: {}", stderr(&held));
+    let held = cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--apply"]);
     assert_eq!(code(&held), 4, "a running job's store: {}", stderr(&held));
     store.close_async().await;
     let alone = cli(&["gc", "--table", &table_url]);
     assert_eq!(code(&alone), 2, "{}", stderr(&alone));
+    // A table that is not the store's target (its identity is `dir:table`, not this URL, and it lacks the job's
+    // committed key 0) is refused before anything is judged.
+    let other_dir = job.dir.path().join("other-table");
+    DirTable::local(&other_dir).unwrap();
+    let other = cli(&["gc", "--store", &job.store_arg(), "--table", &format!("file://{}", other_dir.display())]);
+    assert_eq!(code(&other), 5, "another table: {}", stderr(&other));
+    assert!(stderr(&other).contains("does not hold the job's committed key 0"), "{}", stderr(&other));
 
     let data = table_dir.join("data");
     let status = json(&cli(&["status", "--store", &job.store_arg(), "--json"]));
@@ -1202,11 +1214,13 @@ async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or
     for file in ["a-0", "b-0", "c-0"] {
         backdate(&data.join(file), std::time::Duration::from_secs(2 * 86_400));
     }
+    let before = std::fs::read(job.store_path()).unwrap();
     let dry = cli(&["gc", "--store", &job.store_arg(), "--table", &table_url]);
     assert_eq!(code(&dry), 0, "{}", stderr(&dry));
     assert!(stdout(&dry).contains("would delete 3 files, 12 bytes"), "{}", stdout(&dry));
     assert!(stdout(&dry).contains("dry run: nothing was deleted"), "{}", stdout(&dry));
     assert_eq!(files_under(&data), ["a-0", "a-1", "b-0", "c-0", "d-0"]);
+    assert!(std::fs::read(job.store_path()).unwrap() == before, "a dry run wrote the store (took an epoch)");
 
     let done = json(&cli(&["gc", "--store", &job.store_arg(), "--table", &table_url, "--apply", "--json"]));
     assert_eq!(done["data_files"]["deleted"]["count"], 3, "{done}");
