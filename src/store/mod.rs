@@ -385,8 +385,12 @@ impl Store {
                 seq.in_flight, seq.next_key
             )));
         }
+        // The key's committed mark is an operator's verdict: a `Resolve` record (applied as `MarkCommitted` is)
+        // carries the reason, so the next operator reads it back on either path.
+        let names = landed.iter().map(CheckpointId::as_str).collect::<Vec<_>>().join(", ");
+        let verdict = checks::truncate(&format!("settle-landed of {names}: {reason}"));
         records.push(Record::BeginCommit { key, ids: landed, target_version: None, final_commit: false });
-        records.push(Record::MarkCommitted { key });
+        records.push(Record::Resolve { key, resolution: Resolution::Committed, reason: verdict });
         self.forget_target_checked();
         tracing::warn!(key, reason, "an operator recorded what landed under a key");
         match self.writer.call(records, CallDurability::Immediate).await? {

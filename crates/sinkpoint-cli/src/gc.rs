@@ -17,7 +17,7 @@ use sinkpoint::{CommitKey, DirTable, ProbeOutcome, Target as _};
 
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
-use crate::render::{key_text, print_json};
+use crate::render::{key_text, print_json, result_json};
 use crate::source::object_store_at;
 
 /// The default `--min-age`: the mirror's own default `MirrorSettings::gc_age_ms_min` (10 minutes).
@@ -225,15 +225,6 @@ fn inbox_json(url: &str, job: &JobId, g: &InboxGarbage, deleted: Option<u64>) ->
         "young_count": g.young.len(), "young_bytes": g.young_bytes(), "young": entries(&g.young),
         "truncated": g.truncated, "deleted": deleted,
     })
-}
-
-fn result_json(r: &sinkpoint::WriteResult) -> Value {
-    match std::str::from_utf8(r.bytes()) {
-        Ok(text) => json!({ "format": format!("{:?}", r.format()), "result": text }),
-        Err(_) => {
-            json!({ "format": format!("{:?}", r.format()), "result_hex": crate::render::key_json(r.bytes())["key_hex"] })
-        }
-    }
 }
 
 fn inbox_text(out: &mut String, url: &str, job: &JobId, g: &InboxGarbage, deleted: Option<u64>, grace_ms: u64) {

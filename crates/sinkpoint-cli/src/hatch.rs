@@ -9,9 +9,23 @@ use sinkpoint::{CheckpointId, CommitKey, JobId, ProbeOutcome, Resolution, Store,
 
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
-use crate::render::key_text;
+use crate::render::{key_text, print_json, result_json};
 use crate::source::{check_writable, mirror, open_writer};
 use crate::{TableCheck, Writable};
+use serde_json::{Value, json};
+
+/// Prints a changing command's outcome: `text` for a person, or `value` (with `"command"` and `"changed"` added) as
+/// one JSON object with `--json`.
+fn report(json: bool, command: &str, changed: bool, text: &str, mut value: Value) {
+    if json {
+        value["command"] = Value::from(command);
+        value["changed"] = Value::from(changed);
+        value["outcome"] = Value::from(text);
+        print_json(&value);
+    } else {
+        println!("{text}");
+    }
+}
 
 /// `who: why`, as the log records it.
 fn attributed(reason: &str) -> String {
@@ -96,8 +110,10 @@ pub(crate) async fn resolve(
         Resolution::NotCommitted => c.awaits_recommit,
     });
     drop(inspector);
+    let fields = json!({ "key": key, "verdict": crate::render::resolution_name(resolution) });
     if settled {
-        println!("key {key} already stands {}: nothing changed", verdict_text(resolution));
+        let text = format!("key {key} already stands {}: nothing changed", verdict_text(resolution));
+        report(store.json, "resolve", false, &text, fields);
         return Ok(Code::Ok);
     }
     if resolution == Resolution::Committed {
@@ -121,12 +137,13 @@ pub(crate) async fn resolve(
         }
     }
     with_writer(store, summary, async |s, why| s.resolve(key, resolution, why).await).await?;
-    match resolution {
-        Resolution::Committed => println!("key {key} resolved committed: its checkpoints are Committed"),
+    let text = match resolution {
+        Resolution::Committed => format!("key {key} resolved committed: its checkpoints are Committed"),
         Resolution::NotCommitted => {
-            println!("key {key} resolved not-committed: the next run of the job re-sends it once")
+            format!("key {key} resolved not-committed: the next run of the job re-sends it once")
         }
-    }
+    };
+    report(store.json, "resolve", true, &text, fields);
     Ok(Code::Ok)
 }
 
@@ -160,25 +177,29 @@ pub(crate) async fn unbind(store: &Writable, table: &TableCheck, key: u64) -> Re
         )?,
     }
     with_writer(store, summary, async |s, why| s.unbind(key, why).await).await?;
-    println!("key {key} un-bound: its checkpoints are Sealed again; the next run commits them under a fresh probe");
+    let text =
+        format!("key {key} un-bound: its checkpoints are Sealed again; the next run commits them under a fresh probe");
+    report(store.json, "unbind", true, &text, json!({ "key": key }));
     Ok(Code::Ok)
 }
 
 pub(crate) async fn settle_landed(store: &Writable, key: u64, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
     with_writer(store, checked(store).await?, async |s, why| s.settle_landed(key, &ids, why).await).await?;
-    println!(
+    let text = format!(
         "key {key} settled: {} checkpoints Committed under it as the table holds them; the key's others are Sealed \
          again and the next run commits them under a later key",
         ids.len()
     );
+    let names: Vec<&str> = ids.iter().map(CheckpointId::as_str).collect();
+    report(store.json, "settle-landed", true, &text, json!({ "key": key, "committed": names }));
     Ok(Code::Ok)
 }
 
 pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
     let dropped = with_writer(store, checked(store).await?, async |s, why| s.force_abort(&ids, why).await).await?;
-    println!(
+    let mut text = format!(
         "aborted {} checkpoints; their inputs will be read again (a checkpoint adopted from shared staging once the \
          job's next adoption round has released its claim). Their write results, below, are in the garbage ledger: \
          never delete their files by hand (a table version may use them); the collector deletes each once no version \
@@ -187,8 +208,11 @@ pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code
         ids.len()
     );
     for result in &dropped {
-        println!("  {}", result_text(result));
+        text.push_str(&format!("\n  {}", result_text(result)));
     }
+    let names: Vec<&str> = ids.iter().map(CheckpointId::as_str).collect();
+    let results: Vec<Value> = dropped.iter().map(result_json).collect();
+    report(store.json, "force-abort", true, &text, json!({ "aborted": names, "write_results": results }));
     Ok(Code::Ok)
 }
 
@@ -196,7 +220,7 @@ fn result_text(result: &WriteResult) -> String {
     format!("{:?} {}", result.format(), key_text(result.bytes()))
 }
 
-pub(crate) async fn restore(url: &str, to: &Path, take_over: bool) -> Result<Code, Failure> {
+pub(crate) async fn restore(url: &str, to: &Path, take_over: bool, json: bool) -> Result<Code, Failure> {
     if !take_over {
         return Err(Failure::new(
             Code::Usage,
@@ -208,7 +232,7 @@ pub(crate) async fn restore(url: &str, to: &Path, take_over: bool) -> Result<Cod
         return Err(Failure::new(Code::Usage, format!("{} exists: restore into a new path", to.display())));
     }
     // The restore has no counts to give while it reads: a spinner names each phase (see `crate::progress`).
-    let progress = Progress::start(false, "reading the mirror");
+    let progress = Progress::start(json, "reading the mirror");
     let summary = crate::source::mirror_inspector(url).await?.summary()?;
     let (object_store, prefix) = mirror(url)?;
     progress.phase(&format!("restoring into {} (taking the mirror over)", to.display()));
@@ -222,12 +246,17 @@ pub(crate) async fn restore(url: &str, to: &Path, take_over: bool) -> Result<Cod
     progress.phase("verifying the restored store");
     let checked = Inspector::open_file(to)?.verify()?;
     drop(progress);
-    println!(
+    let text = format!(
         "restored job {} into {} as epoch {epoch}: {} checkpoints, {} commit keys; run the job with this file",
         summary.job,
         to.display(),
         checked.checkpoints,
         checked.commits
     );
+    let fields = json!({
+        "job": summary.job.as_str(), "to": to.display().to_string(), "epoch": epoch,
+        "checkpoints": checked.checkpoints, "commit_keys": checked.commits,
+    });
+    report(json, "restore", true, &text, fields);
     Ok(Code::Ok)
 }

@@ -77,6 +77,9 @@ struct Writable {
     /// elsewhere): that writer is fenced and stops. Without it such a command is refused, with nothing changed.
     #[arg(long)]
     take_over: bool,
+    /// Print the outcome as one JSON object instead of text (errors stay one line on stderr, with the exit code).
+    #[arg(long)]
+    json: bool,
 }
 
 /// How a hatch that can lose rows on a wrong word learns what the table holds.
@@ -141,6 +144,9 @@ enum Command {
         /// Confirms the takeover: any writer still running on this mirror stops, fenced.
         #[arg(long)]
         take_over: bool,
+        /// Print the outcome as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Settles a key whose outcome is unknown (commit-unknown), after looking at the table. A key that is only
     /// being committed is settled by running the job, never here.
@@ -291,7 +297,7 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
         Command::Commits(source) => read::commits(&source).await,
         Command::Verify(source) => read::verify(&source).await,
         Command::Export(source) => read::export(&source).await,
-        Command::Restore { mirror, to, take_over } => hatch::restore(&mirror, &to, take_over).await,
+        Command::Restore { mirror, to, take_over, json } => hatch::restore(&mirror, &to, take_over, json).await,
         Command::Resolve { store, table, key, verdict } => {
             hatch::resolve(&store, &table, key, verdict.resolution()).await
         }

@@ -214,7 +214,7 @@ pub(crate) fn operator_json(r: &OperatorRecord) -> Value {
     })
 }
 
-fn resolution_name(resolution: Resolution) -> &'static str {
+pub(crate) fn resolution_name(resolution: Resolution) -> &'static str {
     match resolution {
         Resolution::Committed => "committed",
         Resolution::NotCommitted => "not-committed",
@@ -318,4 +318,14 @@ fn hex(bytes: &[u8]) -> String {
 
 pub(crate) fn print_json(value: &Value) {
     println!("{value}");
+}
+
+/// A write result as JSON: its format, and its bytes as text when they are UTF-8, else as hex.
+pub(crate) fn result_json(r: &sinkpoint::WriteResult) -> Value {
+    match std::str::from_utf8(r.bytes()) {
+        Ok(text) => json!({ "format": format!("{:?}", r.format()), "result": text }),
+        Err(_) => {
+            json!({ "format": format!("{:?}", r.format()), "result_hex": key_json(r.bytes())["key_hex"] })
+        }
+    }
 }

@@ -334,14 +334,53 @@ async fn a_key_settled_as_landed_commits_the_named_checkpoints_and_seals_the_res
     assert_eq!(committed.as_array().map(Vec::len), Some(1), "{committed}");
 }
 
+/// Every changing command answers `--json` with one object (`command`, `changed`, `outcome` and its fields), and a
+/// key settled as landed after an un-bind (the next key's path) keeps the operator's reason where `status` reads it
+/// back. (Before, `--json` was refused by the changing commands, and that path recorded no reason.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_changing_commands_answer_json_and_a_settled_next_key_keeps_its_reason() {
+    let job = Job::new();
+    job.stuck().await;
+    let mirror_url = job.mirror_url();
+    let store = ["--store", &job.store_arg(), "--mirror", &mirror_url, "--json"];
+    let resolved = json(&cli(&[&["resolve", "0", "not-committed", "--reason", "looked"], &store[..]].concat()));
+    assert_eq!(
+        (&resolved["command"], &resolved["changed"], &resolved["key"]),
+        (&"resolve".into(), &true.into(), &0.into())
+    );
+    assert_eq!(resolved["verdict"], "not-committed", "{resolved}");
+    let again = json(&cli(&[&["resolve", "0", "not-committed", "--reason", "looked"], &store[..]].concat()));
+    assert_eq!(again["changed"], false, "the same verdict again changes nothing: {again}");
+    let unbind = ["unbind", "0", "--reason", "looked", "--i-checked-the-table"];
+    let unbound = json(&cli(&[&unbind[..], &store[..]].concat()));
+    assert_eq!((&unbound["command"], &unbound["changed"]), (&"unbind".into(), &true.into()), "{unbound}");
+    let settle = ["settle-landed", "0", "input-0", "input-1", "--reason", "the table holds both"];
+    let settled = json(&cli(&[&settle[..], &store[..]].concat()));
+    assert_eq!(settled["committed"], serde_json::json!(["input-0", "input-1"]), "{settled}");
+    let status = json(&cli(&["status", "--store", &job.store_arg(), "--json"]));
+    let last = &status["last_operator_record"];
+    assert_eq!((&last["action"], &last["key"]), (&"resolve".into(), &0.into()), "{status}");
+    let reason = last["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("settle-landed of input-0, input-1: ") && reason.ends_with("the table holds both"),
+        "{reason}"
+    );
+
+    let to = job.dir.path().join("restored.redb");
+    let to_arg = to.display().to_string();
+    let restored = json(&cli(&["restore", "--mirror", &mirror_url, "--to", &to_arg, "--take-over", "--json"]));
+    assert_eq!((&restored["command"], &restored["commit_keys"]), (&"restore".into(), &1.into()), "{restored}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_abort_lists_the_results_to_clean_up_and_refuses_committed_checkpoints() {
     let job = Job::new();
     job.ordinary().await;
     let mirror = ["--store", &job.store_arg(), "--mirror", &job.mirror_url()];
-    let out = cli(&[&["force-abort", "input-2", "--reason", "bad input"], &mirror[..]].concat());
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(stdout(&out).contains("f2"), "the aborted data file is named: {}", stdout(&out));
+    let out = cli(&[&["force-abort", "input-2", "--reason", "bad input", "--json"], &mirror[..]].concat());
+    let aborted = json(&out);
+    assert_eq!(aborted["aborted"], serde_json::json!(["input-2"]), "{aborted}");
+    assert!(aborted["write_results"].to_string().contains("f2"), "the aborted data file is named: {aborted}");
     let refused = cli(&[&["force-abort", "input-0", "--reason", "oops"], &mirror[..]].concat());
     assert_eq!(code(&refused), 7, "{}", stderr(&refused));
     assert_eq!(stderr(&refused).lines().count(), 1, "{}", stderr(&refused));
