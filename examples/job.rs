@@ -514,7 +514,8 @@ async fn run(args: Args) -> sinkpoint::Result<ExitCode> {
     let store_path = local_dir.join("sink.redb");
     let mirror_dir = args.dir.join("mirror");
     let job = JobId::new("demo-job")?;
-    let identity = TargetIdentity::new(format!("file://{}", table_dir.display()))?;
+    // An absolute path: the identity is a URL an operator can hand to `sinkpoint gc --table` as printed.
+    let identity = TargetIdentity::new(format!("file://{}", std::fs::canonicalize(&table_dir)?.display()))?;
     println!(
         "sinkpoint job: {} inputs x {} rows, store {}, table {}",
         args.inputs,

@@ -127,6 +127,9 @@ pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
 /// The most mirror objects one reader fetches at once (a restore reading the log's slots): enough to hide an
 /// object store's round trip behind the others, few enough to stay a polite client.
 pub const MIRROR_READS_CONCURRENT_MAX: usize = 16;
+/// The most prefixes below a mirror's URL a reader looks into for a manifest when the URL itself holds none (to
+/// name the job's mirror one level down in its message).
+pub(crate) const MIRROR_HINT_PREFIXES_MAX: usize = 8;
 /// The most bytes of segments (by the listing's sizes) one reader fetches at once while reading the log: with
 /// [`MIRROR_READS_CONCURRENT_MAX`] it bounds a restore's memory, whatever the log's length. A single larger
 /// segment is still read, alone.

@@ -119,6 +119,24 @@ impl Remote {
         Ok(self.block_on(async move { store.list(Some(&prefix)).try_collect::<Vec<_>>().await })??)
     }
 
+    /// The names of the prefixes one level under the mirror's own that hold a manifest (at most `limit`), for the
+    /// message of a mirror that holds none: a URL one level too high names the prefix above a job's mirror.
+    pub(crate) fn mirrors_below(&self, limit: usize) -> Result<Vec<String>> {
+        let store = self.store.clone();
+        let prefix = self.layout.prefix().clone();
+        let listed = self.block_on(async move { store.list_with_delimiter(Some(&prefix)).await })??;
+        let mut found = Vec::new();
+        for child in listed.common_prefixes.into_iter().take(limit) {
+            let store = self.store.clone();
+            let manifests = child.clone().join("manifest");
+            let holds = self.block_on(async move { store.list(Some(&manifests)).next().await.transpose() })??;
+            if holds.is_some() {
+                found.extend(child.filename().map(str::to_owned));
+            }
+        }
+        Ok(found)
+    }
+
     /// Deletes one object; an absent one is already deleted.
     pub(crate) fn delete(&self, path: &Path) -> Result<()> {
         let store = self.store.clone();

@@ -10,6 +10,7 @@ use redb::{Database, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
 use crate::inspect::OperatorRecord;
+use crate::limits::MIRROR_HINT_PREFIXES_MAX;
 use crate::mirror::format::decode_segment;
 use crate::mirror::read::{EpochFloor, for_each_segment, read_manifests, read_snapshot};
 use crate::mirror::remote::Remote;
@@ -167,10 +168,17 @@ fn in_memory() -> Result<Database> {
 fn load(remote: &Remote) -> Result<Loaded> {
     let manifests = read_manifests(remote)?;
     let Some((_, newest)) = manifests.last() else {
-        return Err(Error::wrong_store(format!(
-            "the mirror at {} is missing: it holds no manifest",
-            remote.describe(remote.layout.prefix())
-        )));
+        let here = remote.describe(remote.layout.prefix());
+        // A URL one level too high (the directory given to the job, not the job's own prefix) is the usual slip.
+        let below = remote.mirrors_below(MIRROR_HINT_PREFIXES_MAX).unwrap_or_default();
+        let hint = match below.first() {
+            Some(first) => format!(
+                "; the mirrors of {} are one level below it: give {here}/{first}",
+                below.iter().map(|j| format!("job {j}")).collect::<Vec<_>>().join(", ")
+            ),
+            None => String::new(),
+        };
+        return Err(Error::wrong_store(format!("the mirror at {here} is missing: it holds no manifest{hint}")));
     };
     let db = in_memory()?;
     let txn = db.begin_write()?;

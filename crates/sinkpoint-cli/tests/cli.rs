@@ -1451,4 +1451,10 @@ async fn a_verdict_already_standing_changes_nothing_and_a_relative_file_url_is_e
     let relative = cli(&["status", "--mirror", "file://target/sinkpoint-demo/mirror/demo-job"]);
     assert_eq!(code(&relative), 2, "{}", stderr(&relative));
     assert!(stderr(&relative).contains("file://$PWD/target/sinkpoint-demo/mirror/demo-job"), "{}", stderr(&relative));
+    // The directory above the job's mirror (the one the job was given) holds no manifest: the message names the
+    // job's mirror one level down.
+    let above = format!("file://{}/mirror", job.dir.path().display());
+    let high = cli(&["status", "--mirror", &above]);
+    assert_eq!(code(&high), 5, "{}", stderr(&high));
+    assert!(stderr(&high).contains(&format!("give {above}/job")), "{}", stderr(&high));
 }
