@@ -567,6 +567,109 @@ mod foreign {
     }
 }
 
+mod busy {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    use sinkpoint::testkit::CrashBackend;
+    use sinkpoint::{Committer, Store, TargetIdentity};
+
+    use super::*;
+
+    /// Plain Lance appenders beside the job, each appending as fast as it can.
+    const APPENDERS: usize = 2;
+    /// The job's commits, one input each.
+    const COMMITS: usize = 24;
+    /// Foreign appends made before the job starts.
+    const WARM_UP_APPENDS: usize = 20;
+    /// The bound on one commit's wall time while the appenders run.
+    const COMMIT_WALL_MS_MAX: u128 = 10_000;
+
+    /// Foreign appenders flat out (together well over 40 appends a second on a local disk): every commit of the
+    /// job lands within [`COMMIT_WALL_MS_MAX`], and every row, ours and theirs, is in the table once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_commit_lands_within_its_bound_beside_appenders_running_flat_out() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("busy.lance").to_string_lossy().into_owned();
+        let dataset = create_empty(&uri).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let total = Arc::new(AtomicUsize::new(0));
+        let appenders: Vec<_> = (0..APPENDERS)
+            .map(|a| {
+                let (uri, stop, total) = (uri.clone(), stop.clone(), total.clone());
+                tokio::spawn(async move {
+                    let mut written = 0usize;
+                    while !stop.load(Ordering::SeqCst) {
+                        let name = format!("foreign-{a}-{written}");
+                        let reader = RecordBatchIterator::new(vec![Ok(rows(&[&name]))], schema());
+                        let params = WriteParams { mode: WriteMode::Append, ..WriteParams::default() };
+                        if Dataset::write(reader, uri.as_str(), Some(params)).await.is_ok() {
+                            written += 1;
+                            total.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    written
+                })
+            })
+            .collect();
+        // The job starts once the appenders run at full speed.
+        while total.load(Ordering::SeqCst) < WARM_UP_APPENDS {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let before = total.load(Ordering::SeqCst);
+        let target = lance_target(&uri);
+        let job = JobId::new("busy").unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::builder(job, TargetIdentity::new(uri.clone()).unwrap_or_else(|e| panic!("{e}")))
+            .backend(CrashBackend::new())
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open store: {e}"));
+        let started = Instant::now();
+        let mut walls = Vec::new();
+        for i in 0..COMMITS {
+            let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
+            let name = format!("row-{i}");
+            let results =
+                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
+            store
+                .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results))
+                .await
+                .unwrap_or_else(|e| panic!("stage: {e}"));
+            store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+            let committer = Committer::new(&store, &target);
+            let begun = Instant::now();
+            let report = committer.commit_pending().await;
+            walls.push(begun.elapsed().as_millis());
+            assert!(report.as_ref().is_ok_and(|r| r.committed_keys.len() == 1), "commit {i}: {report:?}");
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let during = total.load(Ordering::SeqCst) - before;
+        stop.store(true, Ordering::SeqCst);
+        let mut foreign = Vec::new();
+        for appender in appenders {
+            foreign.push(appender.await.unwrap_or_else(|e| panic!("appender: {e}")));
+        }
+        let appends: usize = foreign.iter().sum();
+        println!(
+            "{during} foreign appends during the job's {seconds:.1} s ({:.0}/s; {appends} in all); commit wall \
+             times (ms): {walls:?}",
+            during as f64 / seconds
+        );
+        let names = names_in(&uri).await;
+        for i in 0..COMMITS {
+            assert_eq!(names.iter().filter(|n| **n == format!("row-{i}")).count(), 1, "row-{i}");
+        }
+        for (a, written) in foreign.iter().enumerate() {
+            for f in 0..*written {
+                let name = format!("foreign-{a}-{f}");
+                assert_eq!(names.iter().filter(|n| **n == name).count(), 1, "{name}");
+            }
+        }
+        let slowest = walls.iter().max().copied().unwrap_or_default();
+        assert!(slowest <= COMMIT_WALL_MS_MAX, "a commit took {slowest} ms beside the appenders: {walls:?}");
+    }
+}
+
 mod write_results {
     use lance::dataset::transaction::Operation;
     use lance::dataset::{CommitBuilder, transaction::TransactionBuilder};
