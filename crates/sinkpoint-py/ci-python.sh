@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's CI step, run by .ci/run: builds the wheel with maturin (abi3, the dev profile, stripped) into
-# the shared target dir, installs it into a cached venv holding Daft, Ray, pylance (requirements-ci.txt), and runs
-# pytest over crates/sinkpoint-py/tests. Prints the wheel's build time and size.
+# the shared target dir, installs it into a cached venv holding Daft, Ray, pylance, mypy and ruff
+# (requirements-ci.txt), checks the stubs against the installed module (mypy.stubtest), lints and format-checks the
+# package, its tests and the example (ruff), and runs pytest over crates/sinkpoint-py/tests. Prints the wheel's build
+# time and size.
 #
 # The dev profile, not release: the wheel links the Lance adapter, and so Lance, DataFusion and Arrow (400+ crates).
 # Built in the dev profile with the features `cargo test --workspace` resolves (sinkpoint-py's Cargo.toml asks for
@@ -44,4 +46,11 @@ printf 'wheel: %s, %s KiB, built in %ss (dev profile, stripped; warm target dir:
 rm -rf "$dist"
 
 cd "$here"
+# The static checks, before the tests (seconds): the hand-written stubs against the compiled module just installed
+# (stubtest-allowlist.txt lists the type-only names, each with its reason), then ruff's lint and format check
+# (pyproject.toml's [tool.ruff]). The doctests of the stubs and the modules run with the tests (tests/test_docs.py).
+"$venv/bin/python" -m mypy.stubtest sinkpoint._sinkpoint --mypy-config-file pyproject.toml \
+    --allowlist stubtest-allowlist.txt
+"$venv/bin/ruff" check --no-cache python tests examples
+"$venv/bin/ruff" format --no-cache --check python tests examples
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

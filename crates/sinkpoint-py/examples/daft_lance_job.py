@@ -79,10 +79,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit
 
+import daft
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-import daft
 from daft.io.sink import DataSink, WriteResult
 
 from sinkpoint.daft import LanceSink
@@ -440,7 +439,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--delay-ms", type=float, default=0.0, help="sleep per micropartition in the sink")
     ap.add_argument("--maintenance", action="store_true",
                     help="Lance cleanup (older_than 0) and compaction at the run's start, before the commits and after")
-    ap.add_argument("--plain", action="store_true", help="only the plain Lance write (no sinkpoint) into DIR/plain.lance")
+    ap.add_argument("--plain", action="store_true",
+                    help="only the plain Lance write (no sinkpoint) into DIR/plain.lance")
     ap.add_argument("--compare", action="store_true", help="plain write, then the sinkpoint job; print the cost")
     ap.add_argument("--s3-endpoint", help="put the staging and the mirror on this S3 API (http) and count the requests")
     ap.add_argument("--s3-bucket", default="sinkpoint-daft-example", help="the bucket (it must exist)")

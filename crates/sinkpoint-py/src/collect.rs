@@ -4,10 +4,10 @@
 //! [`DataFiles`] trait as a Python target is to `Target` (`target`): each call re-attaches the GIL, which the
 //! collector as a whole runs without.
 //!
-//! A Python exception from the object becomes a sinkpoint error naming the method and the exception: `IoError`
-//! (transient: retry the collection), or `InvalidInput` when it says the input is bad (`ValueError`,
-//! `TypeError`, `LookupError`, `AttributeError`, `NotImplementedError`, or an answer of the wrong shape). The
-//! original exception is the raised error's `__cause__`.
+//! A Python exception from the object becomes a sinkpoint error naming the method and the exception:
+//! `TransientIOError` (transient: retry the collection), or `InvalidInputError` when it says the input is bad
+//! (`ValueError`, `TypeError`, `LookupError`, `AttributeError`, `NotImplementedError`, or an answer of the wrong
+//! shape). The original exception is the raised error's `__cause__`.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -33,7 +33,7 @@ const ANSWER_SHOWN_CHARS_MAX: usize = 200;
 /// What a data files object must have.
 const METHODS: [&str; 4] = ["files_of", "referenced", "stat", "delete"];
 
-/// `grace_s` seconds as the core's milliseconds; InvalidInput for a negative or non-finite value.
+/// `grace_s` seconds as the core's milliseconds; InvalidInputError for a negative or non-finite value.
 pub(crate) fn grace_ms(grace_s: f64) -> PyResult<u64> {
     if !grace_s.is_finite() || grace_s < 0.0 {
         return Err(invalid(format!("grace_s must be a finite number of seconds >= 0, not {grace_s}")));
@@ -63,7 +63,7 @@ pub(crate) struct PyDataFiles {
 }
 
 impl PyDataFiles {
-    /// The adapter over `object`; InvalidInput when it lacks one of the four methods.
+    /// The adapter over `object`; InvalidInputError when it lacks one of the four methods.
     pub(crate) fn new(object: &Bound<'_, PyAny>) -> PyResult<Self> {
         for method in METHODS {
             if !object.hasattr(method)? {

@@ -23,6 +23,9 @@ use crate::values::{
     results_to_py,
 };
 
+// `collect_data_files`'s text signature spells this default.
+const _: () = assert!(DATA_FILE_GRACE_S_DEFAULT == 86_400.0);
+
 /// The exit code of a process stopped at a crash point (`crash_at`), as the Rust example jobs use.
 const CRASH_EXIT_CODE: i32 = 86;
 
@@ -121,7 +124,7 @@ impl PyDriver {
         let mut slot = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // The lock is not held across the open: the open releases the GIL, and a thread waiting on this lock holds
         // it (a deadlock). Two threads racing the first call both open; the loser's open of the same file fails
-        // with AlreadyOpen (redb's lock) and that call raises it; the winner's store is kept.
+        // with AlreadyOpenError (redb's lock) and that call raises it; the winner's store is kept.
         Ok(slot.get_or_insert(opened).clone())
     }
 
@@ -334,9 +337,12 @@ impl PyDriver {
     /// `sinkpoint.lance.LanceDataFiles`). A file a live checkpoint names, the table references, or modified less
     /// than `grace_s` seconds ago is kept; the rest is due. With `apply`, due files are deleted and the settled
     /// entries leave the ledger; without it (the default) nothing changes. Runs without the GIL, re-attaching it
-    /// for each call on `files`. Raises IoError (or InvalidInput for a bad answer) when `files` fails: what was
-    /// deleted before stays deleted and its entries are forgotten.
+    /// for each call on `files`. Raises TransientIOError (or InvalidInputError for a bad answer) when `files`
+    /// fails: what was deleted before stays deleted and its entries are forgotten.
+    // The text signature spells the default as a number (PyO3 shows a constant as `...`); a const assertion at
+    // the top of this file keeps the two equal.
     #[pyo3(signature = (files, grace_s = DATA_FILE_GRACE_S_DEFAULT, apply = false))]
+    #[pyo3(text_signature = "($self, /, files, grace_s=86400.0, apply=False)")]
     fn collect_data_files(
         &self,
         py: Python<'_>,

@@ -1,6 +1,8 @@
 //! The exception hierarchy: one class per [`ErrorKind`], under `SinkpointError`, each carrying the core's
-//! message (which already says what to do) and `kind`, the kind's snake_case name. `SealLost` is an
-//! `IllegalTransition` that also names the winner and hands back the loser's own write results.
+//! message (which already says what to do) and `kind`, the kind's snake_case name (a class attribute, and set on
+//! each raised instance). `SealLostError` is an `IllegalTransitionError` that also names the winner and hands
+//! back the loser's own write results. The classes are created in the module `sinkpoint` (their `__module__`),
+//! where users import and pickle them from; `sinkpoint/__init__.py` maps the older names onto them.
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -9,19 +11,74 @@ use sinkpoint::{Error, ErrorKind, TransitionError};
 
 use crate::values::PyWriteResult;
 
-create_exception!(_sinkpoint, SinkpointError, PyException, "Base of every sinkpoint error; `kind` names it.");
-create_exception!(_sinkpoint, InvalidInput, SinkpointError, "Malformed or over a limit: fix it. Nothing written.");
-create_exception!(_sinkpoint, IllegalTransition, SinkpointError, "Does not fit the state. Nothing written.");
-create_exception!(_sinkpoint, SealLost, IllegalTransition, "Another attempt sealed it first: clean up `results`.");
-create_exception!(_sinkpoint, WrongStore, SinkpointError, "Another job's or target's store, or its state was lost.");
-create_exception!(_sinkpoint, Fenced, SinkpointError, "A newer writer took over: stop this one.");
-create_exception!(_sinkpoint, Corrupt, SinkpointError, "Stored bytes are damaged: report; restore from the mirror.");
-create_exception!(_sinkpoint, Poisoned, SinkpointError, "A write or fsync failed: drop the handle and reopen.");
-create_exception!(_sinkpoint, AlreadyOpen, SinkpointError, "Another writer holds the store's file.");
-create_exception!(_sinkpoint, IoError, SinkpointError, "Transient I/O or object-store failure: retry.");
-create_exception!(_sinkpoint, TargetError, SinkpointError, "The target failed or its answer is unknown: retry later.");
-create_exception!(_sinkpoint, CommitMismatch, SinkpointError, "The target holds our key with other checkpoints.");
-create_exception!(_sinkpoint, Bug, SinkpointError, "An internal invariant broke: report it.");
+create_exception!(sinkpoint, SinkpointError, PyException, "Base of every sinkpoint error; `kind` names its kind.");
+create_exception!(
+    sinkpoint,
+    InvalidInputError,
+    SinkpointError,
+    "Malformed or over a limit: fix the input; retrying fails the same way. Nothing was written."
+);
+create_exception!(
+    sinkpoint,
+    IllegalTransitionError,
+    SinkpointError,
+    "The call does not fit the checkpoint's or the commit's state. Nothing was written."
+);
+create_exception!(
+    sinkpoint,
+    SealLostError,
+    IllegalTransitionError,
+    "Another attempt sealed the checkpoint first: `winner` names it; delete the files of `results`, this attempt's own."
+);
+create_exception!(
+    sinkpoint,
+    WrongStoreError,
+    SinkpointError,
+    "The store belongs to another job or target, or its state was lost while the table has its commits."
+);
+create_exception!(sinkpoint, FencedError, SinkpointError, "A newer writer took over: stop this one.");
+create_exception!(
+    sinkpoint,
+    CorruptError,
+    SinkpointError,
+    "Stored bytes are damaged: report it; restore from the mirror."
+);
+create_exception!(
+    sinkpoint,
+    PoisonedError,
+    SinkpointError,
+    "A write or fsync failed: drop the handle, reopen and recover."
+);
+create_exception!(
+    sinkpoint,
+    AlreadyOpenError,
+    SinkpointError,
+    "Another writer holds the store's file: stop it or give this one its own file."
+);
+create_exception!(
+    sinkpoint,
+    TransientIOError,
+    SinkpointError,
+    "A transient I/O or object-store failure: retrying may succeed."
+);
+create_exception!(
+    sinkpoint,
+    TargetError,
+    SinkpointError,
+    "The target failed or its answer is unknown: retry later (an unknown commit is re-probed)."
+);
+create_exception!(
+    sinkpoint,
+    CommitMismatchError,
+    SinkpointError,
+    "The target holds our key with other checkpoints: an operator must resolve it."
+);
+create_exception!(
+    sinkpoint,
+    InternalError,
+    SinkpointError,
+    "An internal invariant broke: a bug in sinkpoint; report it."
+);
 
 /// The snake_case name of `kind` (the exception's `kind` attribute).
 pub(crate) fn kind_name(kind: ErrorKind) -> &'static str {
@@ -47,18 +104,18 @@ pub(crate) fn to_py(error: Error) -> PyErr {
     let message = error.to_string();
     let kind = error.kind();
     let err = match (kind, error.transition()) {
-        (_, Some(TransitionError::SealLost { .. })) => SealLost::new_err(message),
-        (ErrorKind::InvalidInput, _) => InvalidInput::new_err(message),
-        (ErrorKind::IllegalTransition, _) => IllegalTransition::new_err(message),
-        (ErrorKind::WrongStore, _) => WrongStore::new_err(message),
-        (ErrorKind::Fenced, _) => Fenced::new_err(message),
-        (ErrorKind::Corrupt, _) => Corrupt::new_err(message),
-        (ErrorKind::Poisoned, _) => Poisoned::new_err(message),
-        (ErrorKind::AlreadyOpen, _) => AlreadyOpen::new_err(message),
-        (ErrorKind::Io, _) => IoError::new_err(message),
+        (_, Some(TransitionError::SealLost { .. })) => SealLostError::new_err(message),
+        (ErrorKind::InvalidInput, _) => InvalidInputError::new_err(message),
+        (ErrorKind::IllegalTransition, _) => IllegalTransitionError::new_err(message),
+        (ErrorKind::WrongStore, _) => WrongStoreError::new_err(message),
+        (ErrorKind::Fenced, _) => FencedError::new_err(message),
+        (ErrorKind::Corrupt, _) => CorruptError::new_err(message),
+        (ErrorKind::Poisoned, _) => PoisonedError::new_err(message),
+        (ErrorKind::AlreadyOpen, _) => AlreadyOpenError::new_err(message),
+        (ErrorKind::Io, _) => TransientIOError::new_err(message),
         (ErrorKind::Target, _) => TargetError::new_err(message),
-        (ErrorKind::CommitMismatch, _) => CommitMismatch::new_err(message),
-        _ => Bug::new_err(message),
+        (ErrorKind::CommitMismatch, _) => CommitMismatchError::new_err(message),
+        _ => InternalError::new_err(message),
     };
     Python::attach(|py| {
         let value = err.value(py);
@@ -75,26 +132,33 @@ pub(crate) fn to_py(error: Error) -> PyErr {
     err
 }
 
-/// `InvalidInput` for a bad argument found in the binding itself (before the core sees it).
+/// `InvalidInputError` for a bad argument found in the binding itself (before the core sees it).
 pub(crate) fn invalid(message: impl Into<String>) -> PyErr {
     to_py(Error::invalid_input(message))
 }
 
-/// Registers the classes on the module.
+/// Registers the classes on the module, each with its `kind` as a class attribute (so a handler can read it from
+/// the class too, and an instance raised from Python has it).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("SinkpointError", py.get_type::<SinkpointError>())?;
-    m.add("InvalidInput", py.get_type::<InvalidInput>())?;
-    m.add("IllegalTransition", py.get_type::<IllegalTransition>())?;
-    m.add("SealLost", py.get_type::<SealLost>())?;
-    m.add("WrongStore", py.get_type::<WrongStore>())?;
-    m.add("Fenced", py.get_type::<Fenced>())?;
-    m.add("Corrupt", py.get_type::<Corrupt>())?;
-    m.add("Poisoned", py.get_type::<Poisoned>())?;
-    m.add("AlreadyOpen", py.get_type::<AlreadyOpen>())?;
-    m.add("IoError", py.get_type::<IoError>())?;
-    m.add("TargetError", py.get_type::<TargetError>())?;
-    m.add("CommitMismatch", py.get_type::<CommitMismatch>())?;
-    m.add("Bug", py.get_type::<Bug>())?;
+    let classes = [
+        (py.get_type::<InvalidInputError>(), ErrorKind::InvalidInput),
+        (py.get_type::<IllegalTransitionError>(), ErrorKind::IllegalTransition),
+        (py.get_type::<SealLostError>(), ErrorKind::IllegalTransition),
+        (py.get_type::<WrongStoreError>(), ErrorKind::WrongStore),
+        (py.get_type::<FencedError>(), ErrorKind::Fenced),
+        (py.get_type::<CorruptError>(), ErrorKind::Corrupt),
+        (py.get_type::<PoisonedError>(), ErrorKind::Poisoned),
+        (py.get_type::<AlreadyOpenError>(), ErrorKind::AlreadyOpen),
+        (py.get_type::<TransientIOError>(), ErrorKind::Io),
+        (py.get_type::<TargetError>(), ErrorKind::Target),
+        (py.get_type::<CommitMismatchError>(), ErrorKind::CommitMismatch),
+        (py.get_type::<InternalError>(), ErrorKind::Bug),
+    ];
+    for (class, kind) in classes {
+        class.setattr("kind", kind_name(kind))?;
+        m.add(class.name()?, class)?;
+    }
     Ok(())
 }

@@ -17,6 +17,8 @@ use crate::values::Reduced;
 
 /// The age `cleanup_old_versions` removes versions from when given none: two weeks, pylance's default.
 pub(crate) const CLEANUP_OLDER_THAN_S_DEFAULT: f64 = 14.0 * 86_400.0;
+// `cleanup_old_versions`'s text signature spells this default.
+const _: () = assert!(CLEANUP_OLDER_THAN_S_DEFAULT == 1_209_600.0);
 
 /// A sinkpoint target over the Lance dataset at `uri` (which must exist, with its schema).
 #[pyclass(name = "LanceTarget", module = "sinkpoint", frozen)]
@@ -95,7 +97,7 @@ fn probe_to_py(py: Python<'_>, outcome: ProbeOutcome) -> PyResult<Bound<'_, PyAn
 impl PyLanceTarget {
     /// The target over the dataset at `uri`. `storage_options` are Lance's (pylance's) object-store options
     /// (for S3: `aws_endpoint`, `aws_region`, `allow_http`, credentials). Nothing is opened until first used.
-    /// Raises InvalidInput for a URI scheme whose commits Lance does not make conditional
+    /// Raises InvalidInputError for a URI scheme whose commits Lance does not make conditional
     /// (`file+uring://`…): use a plain path, `file://` or `s3://`.
     #[new]
     #[pyo3(signature = (uri, storage_options = None))]
@@ -150,7 +152,10 @@ impl PyLanceTarget {
     /// the key in flight was prepared against: its probe reads the versions after it). `None`: nothing is in
     /// flight. Lance also deletes the data files no version references once they are 7 days old, staged ones
     /// included: commit a staged input within 7 days. Raises TargetError when the cleanup fails (retry it).
+    // The text signature spells the default as a number (PyO3 shows a constant as `...`); the const assertion
+    // beside the constant keeps the two equal.
     #[pyo3(signature = (older_than_seconds = CLEANUP_OLDER_THAN_S_DEFAULT, retention_watermark = None))]
+    #[pyo3(text_signature = "($self, /, older_than_seconds=1209600.0, retention_watermark=None)")]
     fn cleanup_old_versions(
         &self,
         py: Python<'_>,

@@ -7,7 +7,8 @@
 //! - `lance_target`: `LanceTarget`, the Rust Lance adapter (`sinkpoint-lance`) compiled in and driven natively.
 //! - `collect`: `Driver.garbage` and `Driver.collect_data_files`, the orphan data-file collector over a Python
 //!   object that knows the table's files (`sinkpoint.lance.LanceDataFiles` is one).
-//! - `errors`: one exception class per `ErrorKind`.
+//! - `outcomes`: `CommitOutcome` and `ProbeOutcome`, the typed answers of a target written in Python.
+//! - `errors`: one exception class per `ErrorKind`, created in the module `sinkpoint`.
 //!
 //! Every blocking call runs on one tokio runtime per process with the GIL released (`runtime`). Handles
 //! are configuration until first used: they pickle as it and reopen lazily where they are unpickled.
@@ -22,6 +23,7 @@ mod driver;
 mod errors;
 mod lance_target;
 mod objects;
+mod outcomes;
 mod runtime;
 mod staging;
 mod target;
@@ -53,6 +55,8 @@ fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::PySealedBy>()?;
     m.add_class::<values::PyCheckpointInfo>()?;
     m.add_class::<target::PyTargetCommit>()?;
+    m.add_class::<outcomes::PyCommitOutcome>()?;
+    m.add_class::<outcomes::PyProbeOutcome>()?;
     m.add_class::<target::PyDirTable>()?;
     m.add_class::<lance_target::PyLanceTarget>()?;
     m.add_class::<lance_target::PyCleanupStats>()?;

@@ -155,7 +155,9 @@ impl PyWorker {
     /// Stages part `part` of attempt `attempt` of checkpoint `id`: the source keys it covers and its write
     /// results (`WriteResult`s or pylance fragments). Returns "staged", or "already_staged" for a retry of
     /// the same part with the same bytes.
+    // The text signature spells the empty defaults as Python reads them (PyO3 shows an expression as `...`).
     #[pyo3(signature = (id, *, attempt = 0, part = 0, keys = Vec::new(), results = Vec::new()))]
+    #[pyo3(text_signature = "($self, /, id, *, attempt=0, part=0, keys=(), results=())")]
     fn stage(
         &self,
         py: Python<'_>,
@@ -176,7 +178,7 @@ impl PyWorker {
         }
     }
 
-    /// Seals checkpoint `id` with `parts` parts, all staged through this handle. Raises SealLost if another
+    /// Seals checkpoint `id` with `parts` parts, all staged through this handle. Raises SealLostError if another
     /// attempt sealed it first (its `results` are this attempt's, to delete).
     fn seal(&self, py: Python<'_>, id: &str, parts: u32) -> PyResult<()> {
         let id = id_arg(id)?;

@@ -1,5 +1,6 @@
 //! Targets the committer drives from Python: the reference [`DirTable`], and any Python object meeting the
-//! `Target` protocol (`version`, `commit`, `probe`), called with the GIL re-attached. (`sinkpoint.LanceTarget`
+//! `Target` protocol (`version`, `commit`, `probe`), called with the GIL re-attached. A Python target answers with
+//! a `CommitOutcome` or `ProbeOutcome` (`outcomes`), or with the older string tags. (`sinkpoint.LanceTarget`
 //! is compiled in and driven natively, as `DirTable` is: `lance_target`.) A Python target must keep the four
 //! guarantees of the Rust trait; this bridge keeps one more: whatever it cannot read as a clear answer is
 //! Unknown, never NotLanded.
@@ -10,6 +11,7 @@ use pyo3::types::PyTuple;
 use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, DirTable, ProbeOutcome, Target, TargetCommit};
 
 use crate::errors::to_py;
+use crate::outcomes::{PyCommitOutcome, PyProbeOutcome};
 use crate::runtime::block_on;
 use crate::values::{PyWriteResult, Reduced, results_to_py};
 
@@ -60,7 +62,7 @@ impl PyTarget {
     }
 }
 
-/// `"name"` or `("name", value)` as returned by a Python target.
+/// `"name"` or `("name", value)` as returned by a Python target (the older form of its answers).
 fn tagged<'py>(answer: &Bound<'py, PyAny>) -> PyResult<(String, Option<Bound<'py, PyAny>>)> {
     if let Ok(name) = answer.extract::<String>() {
         return Ok((name, None));
@@ -72,47 +74,65 @@ fn tagged<'py>(answer: &Bound<'py, PyAny>) -> PyResult<(String, Option<Bound<'py
     Ok((tuple.get_item(0)?.extract()?, Some(tuple.get_item(1)?)))
 }
 
-fn commit_outcome(answer: PyResult<Bound<'_, PyAny>>) -> CommitOutcome {
+/// What a commit may answer, for the message about an answer that is none of them.
+const COMMIT_FORMS: &str = "expected a sinkpoint.CommitOutcome (CommitOutcome.committed(), \
+    CommitOutcome.not_landed(reason), CommitOutcome.unknown(reason)) or, in the older form, \
+    \"committed\", (\"not_landed\", reason) or (\"unknown\", reason)";
+
+/// What a probe may answer, for the message about an answer that is none of them.
+const PROBE_FORMS: &str = "expected a sinkpoint.ProbeOutcome (ProbeOutcome.not_committed(), \
+    ProbeOutcome.committed(ids or None), ProbeOutcome.unknown(reason)) or, in the older form, \
+    \"not_committed\", (\"committed\", ids or None) or (\"unknown\", reason)";
+
+/// `repr(answer)`, or its `str` when its `repr` fails.
+fn shown(answer: &Bound<'_, PyAny>) -> String {
+    answer.repr().map_or_else(|_| answer.to_string(), |r| r.to_string())
+}
+
+/// The outcome a commit answered, or, for an answer that is none of the forms, what is wrong with it (the caller
+/// takes it as Unknown: the core's error then carries this reason).
+fn commit_outcome(answer: PyResult<Bound<'_, PyAny>>) -> Result<CommitOutcome, String> {
     let answer = match answer {
         Ok(a) => a,
-        Err(e) => return CommitOutcome::Unknown { reason: format!("the Python target raised: {e}") },
+        Err(e) => return Ok(CommitOutcome::Unknown { reason: format!("the Python target raised: {e}") }),
     };
+    if let Ok(outcome) = answer.cast::<PyCommitOutcome>() {
+        return Ok(outcome.get().0.clone());
+    }
     let reason = |value: Option<Bound<'_, PyAny>>| value.map_or_else(String::new, |v| v.to_string());
     match tagged(&answer) {
-        Ok((tag, None)) if tag == "committed" => CommitOutcome::Committed,
-        Ok((tag, value)) if tag == "not_landed" => CommitOutcome::NotLanded { reason: reason(value) },
-        Ok((tag, value)) if tag == "unknown" => CommitOutcome::Unknown { reason: reason(value) },
-        _ => CommitOutcome::Unknown {
-            reason: format!(
-                "the Python target answered {answer} to a commit: expected \"committed\", (\"not_landed\", reason) or (\"unknown\", reason)"
-            ),
-        },
+        Ok((tag, None)) if tag == "committed" => Ok(CommitOutcome::Committed),
+        Ok((tag, value)) if tag == "not_landed" => Ok(CommitOutcome::NotLanded { reason: reason(value) }),
+        Ok((tag, value)) if tag == "unknown" => Ok(CommitOutcome::Unknown { reason: reason(value) }),
+        _ => Err(format!("the Python target answered {} to a commit: {COMMIT_FORMS}", shown(&answer))),
     }
 }
 
-fn probe_outcome(answer: PyResult<Bound<'_, PyAny>>) -> ProbeOutcome {
+/// The outcome a probe answered, or, for an answer that is none of the forms, what is wrong with it.
+fn probe_outcome(answer: PyResult<Bound<'_, PyAny>>) -> Result<ProbeOutcome, String> {
     let answer = match answer {
         Ok(a) => a,
-        Err(e) => return ProbeOutcome::Unknown { reason: format!("the Python target raised: {e}") },
+        Err(e) => return Ok(ProbeOutcome::Unknown { reason: format!("the Python target raised: {e}") }),
     };
-    let bad = |answer: &Bound<'_, PyAny>| ProbeOutcome::Unknown {
-        reason: format!(
-            "the Python target answered {answer} to a probe: expected \"not_committed\", (\"committed\", ids or None) or (\"unknown\", reason)"
-        ),
+    if let Ok(outcome) = answer.cast::<PyProbeOutcome>() {
+        return Ok(outcome.get().0.clone());
+    }
+    let bad = |answer: &Bound<'_, PyAny>| {
+        Err(format!("the Python target answered {} to a probe: {PROBE_FORMS}", shown(answer)))
     };
     match tagged(&answer) {
-        Ok((tag, None)) if tag == "not_committed" => ProbeOutcome::NotCommitted,
+        Ok((tag, None)) if tag == "not_committed" => Ok(ProbeOutcome::NotCommitted),
         Ok((tag, Some(value))) if tag == "committed" => {
             if value.is_none() {
-                return ProbeOutcome::Committed { ids: None };
+                return Ok(ProbeOutcome::Committed { ids: None });
             }
             let Ok(raw) = value.extract::<Vec<String>>() else { return bad(&answer) };
             match raw.into_iter().map(CheckpointId::new).collect::<Result<Vec<_>, _>>() {
-                Ok(ids) => ProbeOutcome::Committed { ids: Some(ids) },
-                Err(e) => ProbeOutcome::Unknown { reason: format!("the Python target's probe named a bad id: {e}") },
+                Ok(ids) => Ok(ProbeOutcome::Committed { ids: Some(ids) }),
+                Err(e) => Err(format!("the Python target's probe named a bad id: {e}")),
             }
         }
-        Ok((tag, Some(value))) if tag == "unknown" => ProbeOutcome::Unknown { reason: value.to_string() },
+        Ok((tag, Some(value))) if tag == "unknown" => Ok(ProbeOutcome::Unknown { reason: value.to_string() }),
         _ => bad(&answer),
     }
 }
@@ -140,12 +160,14 @@ impl Target for PyTarget {
             prepared_version: commit.prepared_version,
         };
         Python::attach(|py| commit_outcome(self.object.bind(py).call_method1("commit", (offered,))))
+            .unwrap_or_else(|reason| CommitOutcome::Unknown { reason })
     }
 
     async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
         Python::attach(|py| {
             probe_outcome(self.object.bind(py).call_method1("probe", (key.job.as_str(), key.n, prepared_version)))
         })
+        .unwrap_or_else(|reason| ProbeOutcome::Unknown { reason })
     }
 }
 
@@ -178,7 +200,7 @@ impl PyDirTable {
     }
 
     /// Writes a data file (invisible until a commit references it) and returns its write result. A data file is
-    /// written once: a name that exists is refused (`InvalidInput`).
+    /// written once: a name that exists is refused (`InvalidInputError`).
     fn write_data_file(&self, py: Python<'_>, name: &str, data: Vec<u8>) -> PyResult<PyWriteResult> {
         Ok(block_on(py, || self.table.write_data_file(name, data))?.map_err(to_py)?.into())
     }

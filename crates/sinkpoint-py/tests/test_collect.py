@@ -149,8 +149,7 @@ def test_dropped_fragments_are_due_then_deleted_and_every_committed_row_reads_ba
     sizes = {f: os.path.getsize(job.path(f)) for f in (s["a1"], s["b"], s["c"])}
     assert dry.tally("due") == (2, sizes[s["a1"]] + sizes[s["b"]])
     assert {f.file: f.bytes for f in dry.files} == sizes
-    assert {f.file: f.id for f in dry.files} == {s["a1"]: s["ids"]["a"], s["b"]: s["ids"]["b"],
-                                                 s["c"]: s["ids"]["c"]}
+    assert {f.file: f.id for f in dry.files} == {s["a1"]: s["ids"]["a"], s["b"]: s["ids"]["b"], s["c"]: s["ids"]["c"]}
     assert (dry.entries, dry.forgotten) == (3, 0)
     assert job.data_dir() == before
     assert len(job.driver.garbage()) == 3
@@ -217,7 +216,7 @@ def test_a_delete_that_raises_is_an_io_error_and_its_entry_stays(job):
     b_entry = [(e.seq, e.index) for e in ledger if e.id == s["ids"]["b"]]
     files = FailingDelete(job.uri, [s["b"]], PermissionError("the bucket said no"))
 
-    with pytest.raises(sinkpoint.IoError) as err:
+    with pytest.raises(sinkpoint.TransientIOError) as err:
         job.driver.collect_data_files(files, grace_s=0, apply=True)
 
     assert "delete(" in str(err.value) and "the bucket said no" in str(err.value)
@@ -244,7 +243,7 @@ def test_a_delete_failing_on_every_file_keeps_every_entry_naming_a_file_to_delet
     s = drop_and_commit(job)
     before = job.data_dir()
     files = FailingDelete(job.uri, [s["a1"], s["b"]], OSError("unreachable"))
-    with pytest.raises(sinkpoint.IoError, match="unreachable"):
+    with pytest.raises(sinkpoint.TransientIOError, match="unreachable"):
         job.driver.collect_data_files(files, grace_s=0, apply=True)
     # At most C's entry (referenced: settled, if it came before A's in the ledger) was forgotten.
     assert {s["ids"]["a"], s["ids"]["b"]} <= {e.id for e in job.driver.garbage()}
@@ -280,17 +279,17 @@ def _failing_listing():
 @pytest.mark.parametrize(
     "replaced, error, kind",
     [
-        ({"files_of": _raise(ValueError("not ours"))}, sinkpoint.InvalidInput, ValueError),
-        ({"files_of": lambda fmt, data: "data/one-string.lance"}, sinkpoint.InvalidInput, None),
-        ({"files_of": lambda fmt, data: [1, 2]}, sinkpoint.InvalidInput, None),
-        ({"referenced": _raise(RuntimeError("listing failed"))}, sinkpoint.IoError, RuntimeError),
-        ({"referenced": _raise(ConnectionError("reset"))}, sinkpoint.IoError, ConnectionError),
-        ({"referenced": lambda: None}, sinkpoint.InvalidInput, None),
-        ({"referenced": _failing_listing}, sinkpoint.IoError, OSError),
-        ({"stat": lambda f: "yesterday"}, sinkpoint.InvalidInput, None),
-        ({"stat": lambda f: (1, -5)}, sinkpoint.InvalidInput, None),
-        ({"stat": _raise(TimeoutError("slow"))}, sinkpoint.IoError, TimeoutError),
-        ({"stat": _raise(KeyError("x"))}, sinkpoint.InvalidInput, KeyError),
+        ({"files_of": _raise(ValueError("not ours"))}, sinkpoint.InvalidInputError, ValueError),
+        ({"files_of": lambda fmt, data: "data/one-string.lance"}, sinkpoint.InvalidInputError, None),
+        ({"files_of": lambda fmt, data: [1, 2]}, sinkpoint.InvalidInputError, None),
+        ({"referenced": _raise(RuntimeError("listing failed"))}, sinkpoint.TransientIOError, RuntimeError),
+        ({"referenced": _raise(ConnectionError("reset"))}, sinkpoint.TransientIOError, ConnectionError),
+        ({"referenced": lambda: None}, sinkpoint.InvalidInputError, None),
+        ({"referenced": _failing_listing}, sinkpoint.TransientIOError, OSError),
+        ({"stat": lambda f: "yesterday"}, sinkpoint.InvalidInputError, None),
+        ({"stat": lambda f: (1, -5)}, sinkpoint.InvalidInputError, None),
+        ({"stat": _raise(TimeoutError("slow"))}, sinkpoint.TransientIOError, TimeoutError),
+        ({"stat": _raise(KeyError("x"))}, sinkpoint.InvalidInputError, KeyError),
     ],
 )
 def test_a_files_object_that_fails_raises_a_sinkpoint_error_and_changes_nothing(job, replaced, error, kind):
@@ -320,10 +319,10 @@ def test_a_files_object_without_the_methods_or_a_bad_grace_is_refused(job):
         def stat(self, file):
             return None
 
-    with pytest.raises(sinkpoint.InvalidInput, match="has no delete"):
+    with pytest.raises(sinkpoint.InvalidInputError, match="has no delete"):
         job.driver.collect_data_files(NoDelete())
     for grace in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(sinkpoint.InvalidInput, match="grace_s"):
+        with pytest.raises(sinkpoint.InvalidInputError, match="grace_s"):
             job.driver.collect_data_files(LanceDataFiles(job.uri), grace_s=grace)
     assert len(job.driver.garbage()) == 3
 
@@ -358,7 +357,7 @@ def test_a_plain_python_files_object_is_driven_too(job):
     assert memory.deleted == [s["a1"]]
     assert report.forgotten == 2
     assert [e.id for e in job.driver.garbage()] == [s["ids"]["b"]]
-    with pytest.raises(sinkpoint.InvalidInput):
+    with pytest.raises(sinkpoint.InvalidInputError):
         report.tally("maybe")
 
 
@@ -416,8 +415,13 @@ def test_lance_data_files_names_reads_and_deletes_the_files_of_a_dataset(tmp_pat
 def _fragment(path, base_id=None, deletion_base_id=None):
     meta = {"id": 0, "files": [{"path": path, "fields": [0], "base_id": base_id}], "physical_rows": 1}
     if deletion_base_id is not None:
-        meta["deletion_file"] = {"read_version": 1, "id": 5, "file_type": "bitmap", "num_deleted_rows": 1,
-                                 "base_id": deletion_base_id}
+        meta["deletion_file"] = {
+            "read_version": 1,
+            "id": 5,
+            "file_type": "bitmap",
+            "num_deleted_rows": 1,
+            "base_id": deletion_base_id,
+        }
     return json.dumps(meta).encode()
 
 
@@ -454,8 +458,15 @@ def test_lance_data_files_refuses_files_outside_its_data_directory(tmp_path):
     uri = str(tmp_path / "t.lance")
     create_dataset(uri, SCHEMA)
     files = LanceDataFiles(uri)
-    for foreign in (str(tmp_path / "elsewhere.lance"), f"{uri}/data/x.lance", "_versions/1.manifest", "data/../x",
-                    "data/a/b.lance", "data/", "../data/x.lance"):
+    for foreign in (
+        str(tmp_path / "elsewhere.lance"),
+        f"{uri}/data/x.lance",
+        "_versions/1.manifest",
+        "data/../x",
+        "data/a/b.lance",
+        "data/",
+        "../data/x.lance",
+    ):
         with pytest.raises(ValueError):
             files.stat(foreign)
         with pytest.raises(ValueError):
@@ -491,8 +502,9 @@ def test_lance_data_files_on_s3(tmp_path):
     uri = f"s3://{bucket}/t.lance"
     create_dataset(uri, SCHEMA, storage_options=options)
     lance.write_dataset(pa.table({"x": pa.array([1], pa.int64())}), uri, mode="append", storage_options=options)
-    fragment = write_fragment(uri, pa.table({"x": pa.array([7], pa.int64())}), schema=SCHEMA,
-                              storage_options=options)[0]
+    fragment = write_fragment(uri, pa.table({"x": pa.array([7], pa.int64())}), schema=SCHEMA, storage_options=options)[
+        0
+    ]
     result = sinkpoint.WriteResult.from_lance_fragment(fragment)
     files = LanceDataFiles(uri, storage_options=options)
     (name,) = files.files_of(result.format, result.data)

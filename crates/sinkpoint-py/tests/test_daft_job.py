@@ -190,7 +190,7 @@ def test_two_drivers_started_half_a_second_apart_write_no_duplicate(tmp_path, st
     else:
         # The second opens the mirrored store while the first is mid-way (fencing it), prunes what the first sealed
         # so far, and writes the rest racing the first's workers (it loses seals to them, or wins them): every input
-        # once either way. The first's finalize then fails with Fenced at its first write (or, had the second
+        # once either way. The first's finalize then fails with FencedError at its first write (or, had the second
         # adopted and deleted every seal before, with IncompleteInputs: its own store never saw them).
         assert stats[1] and stats[1][0] > 0, f"the runs did not overlap\n{both}"
         if codes[0] != 0:
@@ -337,11 +337,11 @@ def test_kill_9_of_every_process_of_a_ray_run_at_random_moments_then_a_rerun(tmp
         t0 = time.monotonic()
         proc = start(directory, mark, temp)
         runs.append((proc, mark, temp))
-        _wait_for(proc, directory, lambda l: l[0] > 0, 300)
+        _wait_for(proc, directory, lambda counts: counts[0] > 0, 300)
         t_first = time.monotonic() - t0
-        _wait_for(proc, directory, lambda l: l[1] >= RAY_INPUTS, 300)
+        _wait_for(proc, directory, lambda counts: counts[1] >= RAY_INPUTS, 300)
         t_sealed = time.monotonic() - t0
-        _wait_for(proc, directory, lambda l: l[2] >= 2, 300)
+        _wait_for(proc, directory, lambda counts: counts[2] >= 2, 300)
         t_commit = time.monotonic() - t0
         assert proc.wait(timeout=300) == 0, "the clean Ray run failed"
         t_end = time.monotonic() - t0
@@ -354,8 +354,9 @@ def test_kill_9_of_every_process_of_a_ray_run_at_random_moments_then_a_rerun(tmp
         # Kill moments across the run, one phase after the other (from a seeded start): before the first fragment
         # (Ray starting, the inputs read), mid-write (after the first fragment), around finalize and the commit
         # (from the last but one seal to 1.5 times as long as a seal and the commit took in the clean run, ~100 ms
-        # in all: the last seal, Daft collects the results, the driver adopts and commits), and after the commit (the table's version 2 is on disk; the driver
-        # reports, Ray shuts down). Version 1 is the empty table run() creates.
+        # in all: the last seal, Daft collects the results, the driver adopts and commits), and after the commit (the
+        # table's version 2 is on disk; the driver reports, Ray shuts down). Version 1 is the empty table run()
+        # creates.
         phases = ["startup", "write", "finalize", "committed"]
         offset = rng.randrange(len(phases))
         results = []
@@ -368,13 +369,13 @@ def test_kill_9_of_every_process_of_a_ray_run_at_random_moments_then_a_rerun(tmp
             if phase == "startup":
                 delay = rng.uniform(0.3, t_first)
             elif phase == "write":
-                _wait_for(proc, directory, lambda l: l[0] > 0, 300)
+                _wait_for(proc, directory, lambda counts: counts[0] > 0, 300)
                 delay = rng.uniform(0.0, max(0.1, t_sealed - t_first))
             elif phase == "finalize":
-                _wait_for(proc, directory, lambda l: l[1] >= RAY_INPUTS - 1, 300)
+                _wait_for(proc, directory, lambda counts: counts[1] >= RAY_INPUTS - 1, 300)
                 delay = rng.uniform(0.0, 1.5 * (t_commit - t_sealed + (t_sealed - t_first) / RAY_INPUTS))
             else:
-                _wait_for(proc, directory, lambda l: l[2] >= 2, 300)
+                _wait_for(proc, directory, lambda counts: counts[2] >= 2, 300)
                 delay = rng.uniform(0.0, 1.1 * max(0.2, t_end - t_commit))
             try:
                 proc.wait(timeout=delay)

@@ -21,9 +21,10 @@ try:
 except ImportError:
     pytest.skip("sinkpoint._sinkpoint is not built (maturin develop)", allow_module_level=True)
 
+from daft.recordbatch import MicroPartition
+
 import sinkpoint
 import sinkpoint.lance
-from daft.recordbatch import MicroPartition
 from sinkpoint.daft import INPUT_COLUMN, RESULT_SCHEMA, IncompleteInputs, LanceSink, daft_path, prune_inputs
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "daft_lance_job.py"

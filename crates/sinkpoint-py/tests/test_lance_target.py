@@ -31,7 +31,7 @@ except ImportError:
     pytest.skip("sinkpoint._sinkpoint is not built (maturin develop)", allow_module_level=True)
 
 import sinkpoint
-from sinkpoint import Driver, InvalidInput, SharedStaging, TargetError, WriteResult, checkpoint_id_for_key
+from sinkpoint import Driver, InvalidInputError, SharedStaging, TargetError, WriteResult, checkpoint_id_for_key
 from sinkpoint.lance import LANCE_FRAGMENT_JSON, LanceTarget, create_dataset, fragment_json, write_fragment
 
 SCHEMA = pa.schema([("x", pa.int64())])
@@ -206,9 +206,7 @@ def test_fragments_staged_as_json_bytes_commit_like_fragment_metadata(job, uri):
 
 def test_a_result_that_is_not_a_lance_fragment_never_reaches_the_table(job, uri):
     v0 = latest(uri)
-    job.staging.worker("w").stage_and_seal(
-        checkpoint_id_for_key("in-0"), ["in-0"], [WriteResult("parquet", b"PAR1")]
-    )
+    job.staging.worker("w").stage_and_seal(checkpoint_id_for_key("in-0"), ["in-0"], [WriteResult("parquet", b"PAR1")])
 
     with pytest.raises(sinkpoint.SinkpointError):
         job.commit(final=True)
@@ -226,13 +224,19 @@ def test_a_job_commits_into_a_dataset_on_the_s3_api_through_the_storage_options(
         pytest.skip("SINKPOINT_S3_ENDPOINT is unset (source .ci/moto.sh && moto_start)")
     bucket = f"lance-{uuid.uuid4().hex[:12]}"
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT", data=b""), timeout=10)
-    options = {"aws_endpoint": endpoint, "aws_access_key_id": "test", "aws_secret_access_key": "test",
-               "aws_region": "us-east-1", "allow_http": "true"}
+    options = {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }
     uri = f"s3://{bucket}/t.lance"
     create_dataset(uri, SCHEMA, storage_options=options)
     staging = SharedStaging(f"file://{tmp_path}/staging", JOB)
-    fragments = write_fragment(uri, pa.table({"x": pa.array([1, 2], pa.int64())}), schema=SCHEMA,
-                               storage_options=options)
+    fragments = write_fragment(
+        uri, pa.table({"x": pa.array([1, 2], pa.int64())}), schema=SCHEMA, storage_options=options
+    )
     staging.worker("w").stage_and_seal(checkpoint_id_for_key("in-0"), ["in-0"], fragments)
     target = LanceTarget(uri, storage_options=options)
     with Driver(str(tmp_path / "store.redb"), JOB, target, staging=staging) as driver:
@@ -284,6 +288,7 @@ def test_a_second_store_of_the_same_job_cannot_land_the_key_again(tmp_path, uri,
 
 def mark_digest(ids, files):
     """The job mark's digest, computed here from its definition in docs/FORMATS.md ("Lance job mark")."""
+
     def part(tag, items):
         out = tag + struct.pack("<Q", len(items))
         for item in sorted(items):
@@ -394,13 +399,13 @@ def test_cleanup_keeps_the_fragments_of_inputs_staged_and_not_yet_committed(uri,
 
 
 def test_a_uri_scheme_lance_commits_to_unconditionally_is_refused(tmp_path):
-    with pytest.raises(InvalidInput, match="file\\+uring"):
+    with pytest.raises(InvalidInputError, match="file\\+uring"):
         LanceTarget(f"file+uring://{tmp_path}/t.lance")
 
 
 def test_cleanup_refuses_an_age_that_is_not_one(uri):
     for age in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(InvalidInput):
+        with pytest.raises(InvalidInputError):
             LanceTarget(uri).cleanup_old_versions(older_than_seconds=age)
 
 

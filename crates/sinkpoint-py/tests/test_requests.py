@@ -59,11 +59,13 @@ LOG_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/[0-9.]+')
 @pytest.fixture
 def endpoint():
     if not ENDPOINT:
-        message = ("SINKPOINT_S3_ENDPOINT is unset: the object-store request counts of LanceSink were NOT measured. "
-                   "Start moto (source .ci/moto.sh && moto_start) and rerun.")
+        message = (
+            "SINKPOINT_S3_ENDPOINT is unset: the object-store request counts of LanceSink were NOT measured. "
+            "Start moto (source .ci/moto.sh && moto_start) and rerun."
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message + " (CI=true: a missing S3 endpoint is a failure)")
-        warnings.warn(message)
+        warnings.warn(message, stacklevel=2)
         print(f"\n*** {message}", file=sys.stderr)
         pytest.skip(message)
     return ENDPOINT.rstrip("/")
@@ -109,14 +111,29 @@ def _logged(log: str, offset: int, bucket: str) -> Counter:
 
 def _run(tmp: Path, endpoint: str, bucket: str, prefix: str, log):
     offset = os.path.getsize(log) if log else 0
-    cmd = [sys.executable, str(EXAMPLE), "--dir", str(tmp), "--inputs", str(INPUTS), "--rows", str(ROWS),
-           "--mirror", "--s3-endpoint", endpoint, "--s3-bucket", bucket, "--s3-prefix", prefix]
+    cmd = [
+        sys.executable,
+        str(EXAMPLE),
+        "--dir",
+        str(tmp),
+        "--inputs",
+        str(INPUTS),
+        "--rows",
+        str(ROWS),
+        "--mirror",
+        "--s3-endpoint",
+        endpoint,
+        "--s3-bucket",
+        bucket,
+        "--s3-prefix",
+        prefix,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     lines = p.stdout.splitlines()
     assert lines[-1] == f"table: {INPUTS * ROWS} rows, 0 duplicates, 0 missing", p.stdout[-2000:]
     summary = next(line for line in lines if line.startswith("requests: "))
-    counts = json.loads(next(line for line in lines if line.startswith("requests-json: "))[len("requests-json: "):])
+    counts = json.loads(next(line for line in lines if line.startswith("requests-json: "))[len("requests-json: ") :])
     print(f"\n{summary}")
     proxied: Counter = Counter()
     for role in ("worker", "driver", "mirror"):

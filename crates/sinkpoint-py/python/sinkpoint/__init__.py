@@ -10,11 +10,54 @@ every sealed checkpoint into the table exactly once, whatever crashed and was re
   ``force_abort``, and the orphan data-file collector: ``garbage`` (the ledger of dropped attempts' results) and
   ``collect_data_files`` (over ``sinkpoint.lance.LanceDataFiles`` or any object of the stubs' ``DataFiles`` protocol).
 - Targets: :class:`DirTable` (the reference directory table) and :class:`LanceTarget` (the Rust Lance adapter,
-  compiled in; ``sinkpoint.lance`` has it with the worker-side helpers over pylance).
+  compiled in; ``sinkpoint.lance`` has it with the worker-side helpers over pylance), or any Python object with
+  ``version``, ``commit`` and ``probe`` that answers with a :class:`CommitOutcome` / :class:`ProbeOutcome`.
 - ``sinkpoint.daft.LanceSink`` — a Daft ``DataSink`` writing Lance exactly once.
 
-Errors are :class:`SinkpointError` subclasses, one per kind; each message says what to do.
+A whole job in one process, its table a directory:
+
+>>> import tempfile, sinkpoint
+>>> tmp = tempfile.mkdtemp()
+>>> staging = sinkpoint.SharedStaging(f"file://{tmp}/staging", "job-1")
+>>> table = sinkpoint.DirTable(f"{tmp}/table")
+>>> worker = staging.worker("w1")
+>>> result = table.write_data_file("part-0", b"row 0\\nrow 1\\n")
+>>> worker.stage_and_seal(sinkpoint.checkpoint_id_for_key("input-0"), ["input-0"], [result])
+>>> with sinkpoint.Driver(f"{tmp}/job.redb", "job-1", table, staging=staging) as driver:
+...     _ = driver.recover()
+...     _ = driver.adopt()
+...     driver.finish().committed_keys
+[0]
+>>> table.rows()
+['row 0', 'row 1']
+
+Errors
+------
+
+Every error sinkpoint raises is a :class:`SinkpointError`; its message says what to do and its ``kind`` names
+the kind (``"fenced"``, ``"io"``, ...)::
+
+    SinkpointError
+    ├── InvalidInputError         malformed or over a limit: fix the input (nothing was written)
+    ├── IllegalTransitionError    the call does not fit the state (nothing was written)
+    │   └── SealLostError         another attempt sealed first: .winner, .results (delete their files)
+    ├── WrongStoreError           another job's or target's store, or its state was lost
+    ├── FencedError               a newer writer took over: stop this one
+    ├── CorruptError              stored bytes are damaged: report; restore from the mirror
+    ├── PoisonedError             a write or fsync failed: drop the handle, reopen and recover
+    ├── AlreadyOpenError          another writer holds the store's file
+    ├── TransientIOError          a transient I/O or object-store failure: retry
+    ├── TargetError               the target failed or its answer is unknown: retry later
+    ├── CommitMismatchError       the table holds our key with other checkpoints: an operator resolves it
+    └── InternalError             an internal invariant broke: a bug in sinkpoint, report it
+
+The names of sinkpoint 0.1 (``InvalidInput``, ``IllegalTransition``, ``SealLost``, ``WrongStore``, ``Fenced``,
+``Corrupt``, ``Poisoned``, ``AlreadyOpen``, ``IoError``, ``CommitMismatch``, ``Bug``) still import from
+``sinkpoint`` and are the same classes, with a ``DeprecationWarning``.
 """
+
+import warnings
+from typing import Any
 
 from ._sinkpoint import (
     CHECKPOINT_ID_BYTES_MAX,
@@ -24,34 +67,36 @@ from ._sinkpoint import (
     WORKER_NAME_BYTES_MAX,
     WRITE_RESULT_BYTES_MAX,
     AdoptReport,
-    AlreadyOpen,
-    Bug,
+    AlreadyOpenError,
     CheckpointInfo,
     CleanupStats,
     CollectReport,
-    CommitMismatch,
+    CommitMismatchError,
+    CommitOutcome,
     CommitReport,
-    Corrupt,
+    CorruptError,
     DirTable,
     Driver,
-    Fenced,
+    FencedError,
     GarbageEntry,
-    IllegalTransition,
-    InvalidInput,
-    IoError,
+    IllegalTransitionError,
+    InternalError,
+    InvalidInputError,
     LanceTarget,
     OrphanFile,
-    Poisoned,
+    PoisonedError,
+    ProbeOutcome,
     RecoveryReport,
     SealedBy,
-    SealLost,
+    SealLostError,
     SharedStaging,
     SinkpointError,
     TargetCommit,
     TargetError,
+    TransientIOError,
     Worker,
     WriteResult,
-    WrongStore,
+    WrongStoreError,
     __version__,
     checkpoint_id_for_key,
 )
@@ -64,34 +109,65 @@ __all__ = [
     "WORKER_NAME_BYTES_MAX",
     "WRITE_RESULT_BYTES_MAX",
     "AdoptReport",
-    "AlreadyOpen",
-    "Bug",
+    "AlreadyOpenError",
     "CheckpointInfo",
     "CleanupStats",
     "CollectReport",
-    "CommitMismatch",
+    "CommitMismatchError",
+    "CommitOutcome",
     "CommitReport",
-    "Corrupt",
+    "CorruptError",
     "DirTable",
     "Driver",
-    "Fenced",
+    "FencedError",
     "GarbageEntry",
-    "IllegalTransition",
-    "InvalidInput",
-    "IoError",
+    "IllegalTransitionError",
+    "InternalError",
+    "InvalidInputError",
     "LanceTarget",
     "OrphanFile",
-    "Poisoned",
+    "PoisonedError",
+    "ProbeOutcome",
     "RecoveryReport",
+    "SealLostError",
     "SealedBy",
-    "SealLost",
     "SharedStaging",
     "SinkpointError",
     "TargetCommit",
     "TargetError",
+    "TransientIOError",
     "Worker",
     "WriteResult",
-    "WrongStore",
+    "WrongStoreError",
     "__version__",
     "checkpoint_id_for_key",
 ]
+
+#: The exception names of sinkpoint 0.1, each the same class as its new name: ``except sinkpoint.Fenced`` still
+#: catches a ``FencedError``. Reading one warns (``DeprecationWarning``); they are not in ``__all__``.
+_DEPRECATED_NAMES = {
+    "AlreadyOpen": "AlreadyOpenError",
+    "Bug": "InternalError",
+    "CommitMismatch": "CommitMismatchError",
+    "Corrupt": "CorruptError",
+    "Fenced": "FencedError",
+    "IllegalTransition": "IllegalTransitionError",
+    "InvalidInput": "InvalidInputError",
+    "IoError": "TransientIOError",
+    "Poisoned": "PoisonedError",
+    "SealLost": "SealLostError",
+    "WrongStore": "WrongStoreError",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The 0.1 exception names, with a ``DeprecationWarning`` naming the new one."""
+    new = _DEPRECATED_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"sinkpoint.{name} is deprecated: use sinkpoint.{new} (the same class)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return globals()[new]

@@ -823,7 +823,7 @@ class LanceSink(DataSink):
                 t0 = time.perf_counter()
                 _retry_io(lambda: worker.seal(cid, inp.parts))
             inp.timings["seal_s"] += time.perf_counter() - t0
-        except sp.SealLost as lost:
+        except sp.SealLostError as lost:
             inp.status = "lost"
             garbage = _fragment_files(self.uri, lost.results)
             deleted = self._delete_lost(inp.path, lost.results)
@@ -886,7 +886,7 @@ class LanceSink(DataSink):
             try:
                 driver.epoch  # opens it
                 return driver
-            except sp.AlreadyOpen:
+            except sp.AlreadyOpenError:
                 try:
                     driver.close()
                 except sp.SinkpointError:
@@ -914,7 +914,7 @@ class LanceSink(DataSink):
         for p in empty:
             try:
                 worker.stage_and_seal(sp.checkpoint_id_for_key(p), [p], [])
-            except sp.SealLost:
+            except sp.SealLostError:
                 pass
         return True
 
@@ -1054,7 +1054,7 @@ def _retry_io(call: Callable[[], Any]) -> Any:
     for attempt in range(_IO_ATTEMPTS):
         try:
             return call()
-        except sp.IoError:
+        except sp.TransientIOError:
             if attempt + 1 == _IO_ATTEMPTS:
                 raise
             time.sleep(0.2 * 2**attempt)

@@ -74,9 +74,7 @@ def fragment_json(fragment: FragmentMetadata) -> bytes:
     return json.dumps(fragment.to_json()).encode()
 
 
-def create_dataset(
-    uri: str, schema: pa.Schema, storage_options: Optional[Dict[str, str]] = None
-) -> lance.LanceDataset:
+def create_dataset(uri: str, schema: pa.Schema, storage_options: Optional[Dict[str, str]] = None) -> lance.LanceDataset:
     """The dataset at ``uri``, created empty with ``schema`` if it does not exist yet (the target requires it).
 
     Safe to call from every process that starts a job: when two create it at once, one creation wins and the
@@ -192,7 +190,7 @@ class LanceDataFiles:
                     "Lance dataset: LanceDataFiles collects files of the dataset's own directory only"
                 )
             relative = str(deletion.path(fragment.id))
-            files.append(self._name(_DELETIONS_DIR, relative[len(_DELETIONS_DIR) + 1:]))
+            files.append(self._name(_DELETIONS_DIR, relative[len(_DELETIONS_DIR) + 1 :]))
         return files
 
     def referenced(self) -> Set[str]:
@@ -230,8 +228,7 @@ class LanceDataFiles:
                         out.add(_spell(data_file.base_id, _DATA_DIR, str(data_file.path)))
                     if meta.deletion_file is not None:
                         relative = str(meta.deletion_file.path(meta.id))
-                        out.add(_spell(meta.deletion_file.base_id, _DELETIONS_DIR,
-                                       relative[len(_DELETIONS_DIR) + 1:]))
+                        out.add(_spell(meta.deletion_file.base_id, _DELETIONS_DIR, relative[len(_DELETIONS_DIR) + 1 :]))
                 read.add(version)
 
     def stat(self, file: str) -> Optional[Tuple[int, int]]:
