@@ -231,6 +231,13 @@ pub(crate) struct PyAdoptReport {
     cleanup: Vec<PyWriteResult>,
     /// (id, reason) of sealed checkpoints the store refused.
     refused: Vec<(String, String)>,
+    /// Checkpoints whose claim the round released: the store no longer holds their seal (an operator
+    /// force-aborted or restarted them), so workers see their inputs unprocessed again and the next seal of each
+    /// is adopted as its next attempt. Their released seals' results are in `cleanup`.
+    released: Vec<String>,
+    /// (id, reason) of seals the round could not settle and left as they were, nothing written (the reason says
+    /// what to do); the next round tries them again.
+    held_back: Vec<(String, String)>,
     /// Object-store requests the round made.
     requests: u64,
 }
@@ -243,6 +250,8 @@ impl From<AdoptReport> for PyAdoptReport {
             unsealed: r.unsealed,
             cleanup: results_to_py(r.cleanup),
             refused: r.refused.into_iter().map(|x| (x.id.as_str().to_owned(), x.reason)).collect(),
+            released: ids_to_py(&r.released),
+            held_back: r.held_back.into_iter().map(|x| (x.id.as_str().to_owned(), x.reason)).collect(),
             requests: r.requests,
         }
     }
@@ -252,12 +261,15 @@ impl From<AdoptReport> for PyAdoptReport {
 impl PyAdoptReport {
     fn __repr__(&self) -> String {
         format!(
-            "AdoptReport(adopted={} checkpoints, already_adopted={}, unsealed={}, cleanup={} results, refused={:?}, requests={})",
+            "AdoptReport(adopted={} checkpoints, already_adopted={}, unsealed={}, cleanup={} results, refused={:?}, \
+             released={:?}, held_back={:?}, requests={})",
             self.adopted.len(),
             self.already_adopted,
             self.unsealed,
             self.cleanup.len(),
             self.refused,
+            self.released,
+            self.held_back,
             self.requests
         )
     }

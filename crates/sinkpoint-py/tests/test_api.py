@@ -252,6 +252,23 @@ def test_operator_hatches(job):
         driver.resolve(7, "committed", "no such key in flight")
 
 
+def test_adopt_reports_the_claims_it_released_and_the_seals_it_held_back(job):
+    staging, table, tmp = job
+    worker = staging.worker("w")
+    worker.stage_and_seal("cp", ["k"], [WriteResult("parquet", b"f")])
+    with Driver(str(tmp / "d.redb"), "job-1", table, staging=staging) as driver:
+        first = driver.adopt()
+        assert (first.adopted, first.released, first.held_back) == (["cp"], [], [])
+        driver.force_abort(["cp"], "operator: bad input file")
+        # The next round releases the aborted seal's claim: workers see the input unprocessed again.
+        again = driver.adopt()
+        assert again.released == ["cp"] and again.held_back == []
+        assert again.cleanup == [WriteResult("parquet", b"f")]
+        assert not worker.is_processed("k")
+        assert "released=[\"cp\"]" in repr(again) and "held_back=[]" in repr(again)
+        assert driver.adopt().released == []
+
+
 def test_a_dir_table_collects_the_files_of_dropped_attempts(job):
     staging, table, tmp = job
     key = "input-0"

@@ -25,7 +25,16 @@ from daft.recordbatch import MicroPartition
 
 import sinkpoint
 import sinkpoint.lance
-from sinkpoint.daft import INPUT_COLUMN, RESULT_SCHEMA, IncompleteInputs, LanceSink, daft_path, prune_inputs
+from sinkpoint.daft import (
+    INPUT_COLUMN,
+    POSITION_COLUMN,
+    RESULT_SCHEMA,
+    IncompleteInputs,
+    LanceSink,
+    daft_path,
+    prune_inputs,
+    read_inputs,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "daft_lance_job.py"
 
@@ -67,10 +76,16 @@ def _count(tmp: Path, count: int, rows: int):
 
 
 def _mp(path: str, first: int, rows: int) -> MicroPartition:
-    """A micropartition of ``rows`` rows of input ``path`` (the example's schema), ids from ``first``."""
+    """A micropartition of ``rows`` rows of input ``path`` (the example's schema) from position ``first``, as
+    :func:`read_inputs` reads them."""
     table = pq.read_table(path).slice(first, rows)
     table = table.append_column(INPUT_COLUMN, pa.array([daft_path(path)] * table.num_rows, pa.large_string()))
+    table = table.append_column(POSITION_COLUMN, pa.array(range(first, first + table.num_rows), pa.int64()))
     return MicroPartition.from_arrow(table)
+
+
+def _events(results):
+    return [e for r in results for e in r.result["events"]]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -123,6 +138,19 @@ def test_a_rerun_of_a_finished_job_does_nothing(tmp_path):
         assert prune_inputs(paths, driver=d) == []
 
 
+def test_a_finished_job_run_with_a_new_input_raises_and_writes_nothing(tmp_path):
+    paths = _inputs(tmp_path, count=3)
+    _sink(tmp_path).run(paths[:2])
+    version = lance.dataset(str(tmp_path / "table.lance")).version
+    again = _sink(tmp_path)
+    with pytest.raises(IncompleteInputs, match="write them under a new job id") as err:
+        again.run(paths)
+    assert err.value.missing == [daft_path(paths[2])]
+    assert again.report["finished"] and again.report["missing"] == [daft_path(paths[2])]
+    assert lance.dataset(str(tmp_path / "table.lance")).version == version
+    assert _count(tmp_path, 2, 200) == (400, 0, 0)
+
+
 def test_prune_inputs_drops_sealed_inputs_and_spells_paths_as_daft(tmp_path):
     paths = _inputs(tmp_path, count=3)
     sink = _sink(tmp_path)
@@ -142,7 +170,7 @@ def test_prune_inputs_drops_sealed_inputs_and_spells_paths_as_daft(tmp_path):
 def test_large_inputs_are_staged_in_parts_and_sealed_once(tmp_path):
     paths = _inputs(tmp_path, count=3, rows=400, row_groups=4)
     sink = _sink(tmp_path, flush_bytes=1)  # every micropartition flushes a part
-    sink.run(paths)
+    sink.run(paths, batch_rows=100)  # 4 micropartitions per input
     assert _count(tmp_path, 3, 400) == (1200, 0, 0)
     # 4 parts (one fragment each) per input.
     assert len(lance.dataset(str(tmp_path / "table.lance")).get_fragments()) == 12
@@ -152,7 +180,7 @@ def test_an_input_filtered_on_the_way_is_never_written_and_blocks_the_finish(tmp
     paths = _inputs(tmp_path, count=3, rows=200)
     sink = _sink(tmp_path)
     sink._inputs = [daft_path(p) for p in paths]
-    df = daft.read_parquet(paths, file_path_column=INPUT_COLUMN).where(daft.col("id") != 250)  # input 1 loses a row
+    df = read_inputs(paths).where(daft.col("id") != 250)  # input 1 loses a row
     with pytest.raises(IncompleteInputs) as err:
         df.write_sink(sink)
     assert list(err.value.incomplete) == [daft_path(paths[1])]
@@ -169,13 +197,115 @@ def test_an_input_filtered_on_the_way_is_never_written_and_blocks_the_finish(tmp
     assert _count(tmp_path, 3, 200) == (600, 0, 0)
 
 
-def test_an_input_read_twice_is_refused(tmp_path):
+def test_row_positions_are_tracked_as_runs(tmp_path):
+    from sinkpoint.daft import POSITION_RUNS_MAX, _Ranges
+
+    r = _Ranges()
+    assert r.complete(0) and not r.complete(10)
+    assert r.add(pa.array([2, 3, 4]), 10) is None and (r.starts, r.ends) == ([2], [5])
+    assert r.add(pa.array([0, 1]), 10) is None and (r.starts, r.ends) == ([0], [5])  # joined: one run
+    assert r.add(pa.array([9, 7]), 10) is None and (r.starts, r.ends) == ([0, 7, 9], [5, 8, 10])
+    # A position held already, twice in one batch, or beyond the file: refused, nothing of the batch added.
+    assert "arrived twice" in r.add(pa.array([5, 4]), 10)
+    assert "twice in one batch" in r.add(pa.array([5, 5]), 10)
+    assert "beyond the file's 10 rows" in r.add(pa.array([10]), 10)
+    assert "beyond" in r.add(pa.array([-1]), 10)
+    assert (r.starts, r.ends, r.count) == ([0, 7, 9], [5, 8, 10], 7) and not r.complete(10)
+    assert r.add(pa.array([8, 5, 6]), 10) is None
+    assert (r.starts, r.ends, r.count) == ([0], [10], 10) and r.complete(10)
+    # Rows scattered into more runs than the limit: refused (the input would never complete cheaply).
+    scattered = _Ranges()
+    assert "disjoint runs" in scattered.add(pa.array(range(0, 2 * POSITION_RUNS_MAX + 2, 2)), 10**9)
+
+
+def test_rows_without_positions_are_refused(tmp_path):
+    paths = _inputs(tmp_path, count=1, rows=100, row_groups=1)
+    sink = _sink(tmp_path)
+    sink.start()
+    table = pq.read_table(paths[0]).append_column(INPUT_COLUMN, pa.array([daft_path(paths[0])] * 100,
+                                                                         pa.large_string()))
+    with pytest.raises(ValueError, match="read_inputs"):
+        list(sink.write(iter([MicroPartition.from_arrow(table)])))
+
+
+def test_an_input_whose_copies_interleave_is_never_sealed(tmp_path):
     paths = _inputs(tmp_path, count=2, rows=100, row_groups=1)
     sink = _sink(tmp_path)
     sink.start()
-    list(sink.write(iter([_mp(paths[0], 0, 60)])))
-    with pytest.raises(ValueError, match="read twice"):
-        list(sink.write(iter([_mp(paths[0], 0, 60)])))
+    results = []
+    # Two copies of input 0, interleaved: 100 rows arrive, positions 0..59 twice and 60..99 never.
+    for first in (0, 30):
+        results += list(sink.write(iter([_mp(paths[0], first, 30)])))
+        results += list(sink.write(iter([_mp(paths[0], first, 30)])))
+    results += list(sink.write(iter([_mp(paths[1], 0, 100)])))
+    assert [e["event"] for e in _events(results)] == ["pending", "rejected", "sealed"]
+    sink._inputs = [daft_path(p) for p in paths]
+    with pytest.raises(IncompleteInputs, match="more than once") as err:
+        sink.finalize(results)
+    assert list(err.value.rejected) == [daft_path(paths[0])]
+    assert "arrived twice" in err.value.rejected[daft_path(paths[0])]
+    assert err.value.missing == [] and err.value.incomplete == {}
+    # Input 1 is committed; nothing of input 0; the job is not finished.
+    ids = lance.dataset(str(tmp_path / "table.lance")).to_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == list(range(100, 200)) and not sink.report["finished"]
+
+
+def test_rows_after_an_input_is_sealed_are_an_error_finalize_raises(tmp_path):
+    paths = _inputs(tmp_path, count=1, rows=100, row_groups=1)
+    sink = _sink(tmp_path)
+    sink.start()
+    results = list(sink.write(iter([_mp(paths[0], 0, 100)])))
+    results += list(sink.write(iter([_mp(paths[0], 0, 40)])))  # a second copy, after the first was complete
+    assert [e["event"] for e in _events(results)] == ["sealed", "rejected"]
+    sink._inputs = [daft_path(paths[0])]
+    with pytest.raises(IncompleteInputs, match="after the input was complete") as err:
+        sink.finalize(results)
+    assert list(err.value.rejected) == [daft_path(paths[0])]
+    # The complete copy was sealed (each position once) and is committed once; the second copy is not.
+    assert _count(tmp_path, 1, 100) == (100, 0, 0)
+    assert sink.report["committed_keys"] == [0] and not sink.report["finished"]
+
+
+def _one_input_in_row_groups(tmp_path, rows: int = 40000, row_groups: int = 40) -> str:
+    """One input of ``rows`` rows in ``row_groups`` row groups (ids 0 .. rows - 1): the A5 reproduction's file."""
+    path = str(tmp_path / "inputs" / "big.parquet")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pq.write_table(pa.table({"id": pa.array(range(rows), pa.int64())}), path, row_group_size=rows // row_groups)
+    return path
+
+
+def test_a_duplicated_path_through_write_sink_is_refused(tmp_path):
+    path = _one_input_in_row_groups(tmp_path)
+    # daft.read_parquet gives each row its input but not its position: the sink refuses such rows, as it cannot
+    # tell one input read twice (here, interleaved in one process) from one read once.
+    sink = _sink(tmp_path)
+    df = daft.read_parquet([path, path], file_path_column=INPUT_COLUMN)
+    with pytest.raises(Exception, match="read_inputs"):
+        df.write_sink(sink)
+    assert _ids(tmp_path) == []
+
+
+def test_a_duplicated_path_read_with_positions_is_never_sealed_as_a_mix(tmp_path):
+    path = _one_input_in_row_groups(tmp_path)
+    # The table is created at start(): when the copies interleave nothing is sealed, and finalize's recovery probes
+    # the table.
+    sink = _sink(tmp_path, schema=pa.schema([("id", pa.int64())]))
+    sink._inputs = [daft_path(path)]
+    df = read_inputs([path, path], batch_rows=1000)
+    with pytest.raises(IncompleteInputs, match="more than once") as err:
+        df.write_sink(sink)
+    assert list(err.value.rejected) == [daft_path(path)]
+    # Whether the copies interleaved (nothing sealed) or came one after the other (the first sealed whole), the
+    # table holds no mix: each row once, or nothing.
+    ids = _ids(tmp_path)
+    assert ids in ([], list(range(40000)))
+
+
+def _ids(tmp_path):
+    try:
+        return sorted(lance.dataset(str(tmp_path / "table.lance")).to_table(columns=["id"]).column("id").to_pylist())
+    except (ValueError, OSError):
+        return []
 
 
 def test_splitting_one_input_across_tasks_is_refused(tmp_path):

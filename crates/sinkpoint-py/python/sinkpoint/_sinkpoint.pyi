@@ -313,6 +313,11 @@ class AdoptReport:
     cleanup: list[WriteResult]
     #: (id, reason) pairs of sealed checkpoints the store refused.
     refused: list[tuple[str, str]]
+    #: Checkpoints whose claim the round released (force-aborted or restarted after adoption): their inputs are
+    #: unprocessed again for workers, and the next seal of each is adopted as the next attempt.
+    released: list[str]
+    #: (id, reason) pairs of seals the round left as they were, nothing written; the next round tries them again.
+    held_back: list[tuple[str, str]]
     #: Object-store requests the round made.
     requests: int
 

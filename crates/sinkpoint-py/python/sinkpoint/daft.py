@@ -14,9 +14,10 @@ Usage (``examples/daft_lance_job.py`` is the full job)::
                      mirror_url="s3://bucket/sinkpoint-mirror")
     sink.run(["s3://in/0001.parquet", ...])        # recover, adopt, prune, read, write, commit: the commits
 
-or, with a DataFrame built by hand (every row must carry its input, and every row of an input must reach the sink)::
+or, with a DataFrame built by hand (every row must carry its input and its position in it, and every row of an input
+must reach the sink once)::
 
-    df = daft.read_parquet(prune_inputs(paths, staging_url=..., job=...), file_path_column=sink.input_column)
+    df = read_inputs(prune_inputs(paths, staging_url=..., job=...))
     df.write_sink(sink)
 
 How Daft calls a DataSink (the facts this module is built on, from Daft 0.7.26):
@@ -29,9 +30,12 @@ How Daft calls a DataSink (the facts this module is built on, from Daft 0.7.26):
   exactly ONE MicroPartition (``src/daft-writers/src/sink.rs``: ``safe_write`` on a one-element list); there is
   no end-of-task call. With Ray the sink is pickled into every task's plan, after ``start()``.
 - One input file reaches the sink as several MicroPartitions, interleaved with other files: the parquet reader
-  emits one per row group (or per morsel of ``default_morsel_size`` rows), with both runners. So an input is
-  complete only once its rows add up to the file's row count, which the sink reads from the parquet footer (Daft's
-  ``read_parquet_statistics``; or give ``row_counts``).
+  emits one per row group (or per morsel of ``default_morsel_size`` rows), with both runners. A row count cannot
+  tell an input read once from one read twice and interleaved, and ``read_parquet`` gives each row its file but not
+  its position in it; so :func:`read_inputs` (a ``daft.io.source.DataSource``, one task per file) adds the
+  position, and an input is complete only once positions ``0 .. rows - 1`` have each arrived exactly once; the
+  sink reads ``rows`` from the parquet footer (Daft's ``read_parquet_statistics``; or give ``row_counts``). A
+  position that arrives twice, beyond the file, or after the seal is rejected, and ``finalize`` raises it.
 - Daft splits one parquet file across scan tasks (by row groups) only when ``enable_scan_task_split_and_merge``
   is on (off by default), the scan has at most ``parquet_split_row_groups_max_files`` (10) tasks, and the file is
   larger than ``scan_tasks_max_size_bytes`` (384 MiB) or of unknown size (``src/daft-scan/src/scan_task_iters/mod.rs``
@@ -73,7 +77,10 @@ fragment is garbage (the worker deletes it: requests on the table's store, not c
 Limits:
 
 - Inputs are parquet files, each written whole: an input's rows are buffered in the worker until they are all there
-  (memory: up to ``flush_bytes`` per input in flight, then the buffer is written and staged as one more part).
+  (memory: up to ``flush_bytes`` per input in flight, then the buffer is written and staged as one more part). Its
+  positions are kept as sorted disjoint runs: one for rows read in order, at most :data:`POSITION_RUNS_MAX`.
+- :func:`read_inputs` reads with pyarrow on Daft's event loop (one batch at a time per process), not with Daft's
+  native reader.
 - Fragment files of an attempt that lost its seal are deleted by that worker at once (best effort; a file it could
   not delete stays and is reported: :attr:`LanceSink.report` ``garbage``, the deleted ones in ``garbage_deleted``).
   Those of losers the driver's adoption finds and of force-aborted checkpoints are in the store's garbage ledger:
@@ -90,6 +97,7 @@ Limits:
 
 from __future__ import annotations
 
+import bisect
 import collections
 import json
 import logging
@@ -99,27 +107,35 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from daft.io.sink import DataSink, WriteResult
+from daft.io.source import DataSource, DataSourceTask
+from daft.schema import Schema
 
 __all__ = [
     "INPUT_COLUMN",
+    "POSITION_COLUMN",
     "RESULT_SCHEMA",
     "IncompleteInputs",
     "LanceSink",
     "daft_path",
     "prune_inputs",
+    "read_inputs",
 ]
 
 logger = logging.getLogger("sinkpoint.daft")
 
-#: The column that carries each row's input (``read_parquet(..., file_path_column=INPUT_COLUMN)``); it is not
-#: written to the table.
+#: The column that carries each row's input (:func:`read_inputs` adds it); it is not written to the table.
 INPUT_COLUMN = "_sinkpoint_input"
+
+#: The column that carries each row's position in its input (0 for the file's first row; :func:`read_inputs` adds
+#: it); it is not written to the table. An input is sealed only when positions ``0 .. rows - 1`` have each arrived
+#: once.
+POSITION_COLUMN = "_sinkpoint_row"
 
 #: The schema of what ``finalize`` returns: one row per commit this run made (``key``), the checkpoint ids it
 #: committed, their inputs (when this process knows them) and their rows (``None`` when not all are known, e.g.
@@ -153,6 +169,13 @@ _PRUNE_CONCURRENCY = 16
 #: Attempts of a stage or seal call that raised ``IoError`` (they are idempotent in one handle).
 _IO_ATTEMPTS = 3
 
+#: Rows per batch :func:`read_inputs` reads (one MicroPartition each on the way to the sink).
+READ_BATCH_ROWS_DEFAULT = 65536
+
+#: The most disjoint runs of positions one input may have arrived as before it is complete (see :class:`_Ranges`):
+#: an input read in order is one run; a run costs about 100 bytes, so this bounds one input's tracking at a few MiB.
+POSITION_RUNS_MAX = 65536
+
 
 def _sp() -> Any:
     """The compiled core, imported on first use (so this module imports, and the sink pickles, without it)."""
@@ -168,14 +191,20 @@ def _lance() -> Any:
 
 
 class IncompleteInputs(RuntimeError):
-    """Some inputs were not written completely; nothing of them is in the table (their checkpoints were never
-    sealed), and everything complete was committed. ``incomplete`` maps an input to ``(rows seen, rows it has)``;
-    ``missing`` lists inputs of :meth:`LanceSink.run` that no task wrote; ``refused`` the (id, reason) pairs the
-    committer refused at adoption. ``report`` is the sink's report of the run."""
+    """Some inputs were not written exactly once; everything complete was committed, and the job is not finished.
+    ``incomplete`` maps an input to ``(rows seen, rows it has)`` (never sealed: nothing of it is in the table);
+    ``rejected`` maps an input to why some of its rows were refused (a row position that arrived twice, beyond the
+    file's rows, or after the input was sealed: the input was read twice or its rows multiplied on the way). An input
+    refused before its seal is never sealed; one sealed before (each row once) is committed, and the copies after are
+    not. ``missing`` lists inputs of :meth:`LanceSink.run` that no task wrote, or that a finished job does not hold;
+    ``refused`` the (id, reason) pairs the committer refused at adoption. ``report`` is the sink's report of the
+    run."""
 
-    def __init__(self, message: str, *, incomplete=None, missing=None, refused=None, report=None) -> None:
+    def __init__(self, message: str, *, incomplete=None, missing=None, refused=None, rejected=None,
+                 report=None) -> None:
         super().__init__(message)
         self.incomplete: Dict[str, tuple] = dict(incomplete or {})
+        self.rejected: Dict[str, str] = dict(rejected or {})
         self.missing: List[str] = list(missing or [])
         self.refused: List[tuple] = list(refused or [])
         self.report: Dict[str, Any] = dict(report or {})
@@ -241,22 +270,223 @@ def _worker_name(role: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Reading the inputs: every row carries its input and its position in it
+
+
+def read_inputs(
+    paths: Iterable[str],
+    *,
+    input_column: str = INPUT_COLUMN,
+    position_column: str = POSITION_COLUMN,
+    io_config: Any = None,
+    batch_rows: int = READ_BATCH_ROWS_DEFAULT,
+) -> Any:
+    """A Daft DataFrame of the parquet files ``paths``, one scan task per file, each row with two columns more: its
+    input (``input_column``, spelled as :func:`daft_path` spells it: the checkpoint key) and its position in that
+    file (``position_column``, int64, from 0). Write it with ``df.write_sink(sink)``: :class:`LanceSink` seals an
+    input only when each position arrived exactly once. ``io_config`` is Daft's IOConfig for the files.
+
+    Daft 0.7.26's ``read_parquet`` gives the file path (``file_path_column``) but no row position, so this reads
+    the files itself (pyarrow, through the filesystem Daft derives from ``io_config``), ``batch_rows`` rows at a
+    time; the schema is the first file's."""
+    if batch_rows < 1:
+        raise ValueError("batch_rows must be positive")
+    inputs = [str(p) for p in paths]
+    if not inputs:
+        raise ValueError("read_inputs needs at least one path")
+    return _InputSource(inputs, input_column, position_column, io_config, int(batch_rows)).read()
+
+
+def _open_parquet(path: str, io_config: Any) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` of ``path`` (a local path or a URL Daft's IOConfig can reach)."""
+    import pyarrow.parquet as pq
+    from daft.filesystem import _resolve_paths_and_filesystem
+
+    (resolved,), fs = _resolve_paths_and_filesystem(path, io_config)
+    return pq.ParquetFile(fs.open_input_file(resolved))
+
+
+class _InputSource:
+    """What :func:`read_inputs` reads."""
+
+    def __init__(self, paths: List[str], input_column: str, position_column: str, io_config: Any,
+                 batch_rows: int) -> None:
+        self.paths = paths
+        self.input_column = input_column
+        self.position_column = position_column
+        self.io_config = io_config
+        self.batch_rows = batch_rows
+
+    def arrow_schema(self) -> pa.Schema:
+        schema = _open_parquet(self.paths[0], self.io_config).schema_arrow
+        for name in (self.input_column, self.position_column):
+            if name in schema.names:
+                raise ValueError(f"{self.paths[0]} has a column {name!r} already: choose another name for it")
+        return schema.append(pa.field(self.input_column, pa.large_string())).append(
+            pa.field(self.position_column, pa.int64()))
+
+    def read(self) -> Any:
+        return _InputsSource(self).read()
+
+
+class _InputsSource(DataSource):
+    """The inputs as a Daft DataSource: one task per file."""
+
+    def __init__(self, spec: _InputSource) -> None:
+        self.spec = spec
+        self._schema = Schema.from_pyarrow_schema(spec.arrow_schema())
+
+    @property
+    def name(self) -> str:
+        return "sinkpoint inputs"
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    async def get_tasks(self, pushdowns: Any) -> AsyncIterator[DataSourceTask]:
+        # Pushdowns are not applied here: Daft applies projections, filters and limits after the scan.
+        for path in self.spec.paths:
+            yield _InputTask(self.spec, path, self._schema)
+
+
+class _InputTask(DataSourceTask):
+    """One input file, read in order: each batch with its input and its rows' positions."""
+
+    def __init__(self, spec: _InputSource, path: str, schema: Schema) -> None:
+        self.spec = spec
+        self.path = path
+        self._schema = schema
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    async def read(self) -> AsyncIterator[Any]:
+        from daft.recordbatch import RecordBatch
+
+        # Blocking reads on Daft's event loop, as Daft runs its own Python scan tasks: a read handed to Daft's
+        # reader on another thread from here deadlocks, and an abandoned reader thread aborts the process at exit.
+        spec = self.spec
+        target = self._schema.to_pyarrow_schema()
+        key = daft_path(self.path)
+        position = 0
+        for batch in _open_parquet(self.path, spec.io_config).iter_batches(batch_size=spec.batch_rows):
+            n = batch.num_rows
+            table = pa.Table.from_batches([batch])
+            table = table.append_column(spec.input_column, pa.array([key] * n, pa.large_string()))
+            table = table.append_column(spec.position_column, pa.array(range(position, position + n), pa.int64()))
+            position += n
+            if not table.schema.equals(target, check_metadata=False):
+                table = table.select(target.names).cast(target)
+            yield RecordBatch.from_arrow_table(table)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Worker-side state (per process, per run)
+
+
+class _Ranges:
+    """The row positions of one input that have arrived: sorted, disjoint, half-open runs ``[start, end)``, joined
+    with their neighbours as the gaps fill. An input read in order is one run at all times; rows that arrive out of
+    order cost one run per gap until it fills, up to :data:`POSITION_RUNS_MAX`."""
+
+    __slots__ = ("starts", "ends", "count")
+
+    def __init__(self) -> None:
+        self.starts: List[int] = []
+        self.ends: List[int] = []
+        #: Positions held (the sum of the runs' lengths).
+        self.count = 0
+
+    def complete(self, total: int) -> bool:
+        """Whether positions ``0 .. total - 1`` have each arrived (and nothing else)."""
+        return self.count == total and (total == 0 or (self.starts == [0] and self.ends == [total]))
+
+    def add(self, positions: pa.Array, total: int) -> Optional[str]:
+        """Adds ``positions`` (of rows of a file with ``total`` rows); or, when one of them is out of range,
+        arrived before, or twice among them, adds nothing and says why."""
+        runs = _runs(positions)
+        if isinstance(runs, str):
+            return runs
+        if runs and (runs[0][0] < 0 or runs[-1][1] > total):
+            return (f"row positions {runs[0][0]}..{runs[-1][1] - 1} reach beyond the file's {total} rows "
+                    "(rows multiplied on the way, or rows of another file)")
+        for start, end in runs:
+            i = bisect.bisect_right(self.starts, start) - 1
+            if (i >= 0 and self.ends[i] > start) or (i + 1 < len(self.starts) and self.starts[i + 1] < end):
+                return f"a row position in {start}..{end - 1} arrived twice (the input was read twice?)"
+        for start, end in runs:
+            self._insert(start, end)
+        if len(self.starts) > POSITION_RUNS_MAX:
+            return (f"its rows arrived as more than {POSITION_RUNS_MAX} disjoint runs of positions (rows filtered "
+                    "or shuffled on the way)")
+        return None
+
+    def _insert(self, start: int, end: int) -> None:
+        i = bisect.bisect_right(self.starts, start)
+        self.count += end - start
+        joins_left = i > 0 and self.ends[i - 1] == start
+        joins_right = i < len(self.starts) and self.starts[i] == end
+        if joins_left and joins_right:
+            self.ends[i - 1] = self.ends[i]
+            del self.starts[i], self.ends[i]
+        elif joins_left:
+            self.ends[i - 1] = end
+        elif joins_right:
+            self.starts[i] = start
+        else:
+            self.starts.insert(i, start)
+            self.ends.insert(i, end)
+
+
+def _runs(positions: pa.Array) -> Any:
+    """The sorted runs ``[(start, end)]`` of consecutive values in ``positions``; or why there are none (a value
+    twice, or a null)."""
+    if len(positions) == 0:
+        return []
+    if positions.null_count:
+        return f"{positions.null_count} row(s) have no position"
+    positions = positions.cast(pa.int64())
+    first = positions[0].as_py()
+    last = positions[-1].as_py()
+    if last - first + 1 == len(positions) and len(positions) > 1:
+        steps = pc.pairwise_diff(positions).slice(1)
+        if pc.all(pc.equal(steps, 1)).as_py():
+            return [(first, last + 1)]  # in order: the usual case
+    elif len(positions) == 1:
+        return [(first, first + 1)]
+    ordered = pc.take(positions, pc.array_sort_indices(positions))
+    steps = pc.pairwise_diff(ordered).slice(1)
+    if pc.any(pc.equal(steps, 0)).as_py():
+        return "a row position arrived twice in one batch"
+    breaks = pc.indices_nonzero(pc.not_equal(steps, 1)).to_pylist()
+    values = ordered.to_pylist()
+    runs = []
+    begin = 0
+    for b in breaks:
+        runs.append((values[begin], values[b] + 1))
+        begin = b + 1
+    runs.append((values[begin], values[-1] + 1))
+    return runs
 
 
 class _Input:
     """One input as this process has seen it in one run."""
 
-    __slots__ = ("path", "lock", "status", "expected", "rows", "chunks", "nbytes", "parts", "fragments", "dropped",
-                 "timings")
+    __slots__ = ("path", "lock", "status", "expected", "rows", "positions", "chunks", "nbytes", "parts",
+                 "fragments", "dropped", "timings")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = threading.Lock()
-        #: None (not seen yet), "collecting", "sealed", "skipped" (processed before), "lost", "failed"
+        #: None (not seen yet), "collecting", "sealed", "skipped" (processed before), "lost", "rejected" (a row
+        #: position arrived twice or out of range before the seal: never sealed), "failed"
         self.status: Optional[str] = None
         self.expected = 0
         self.rows = 0
+        #: The row positions collected so far; the input is sealed when they are exactly 0 .. expected - 1.
+        self.positions = _Ranges()
         self.chunks: List[pa.Table] = []
         self.nbytes = 0
         #: Parts staged so far (a large input flushes parts before it is complete).
@@ -316,7 +546,9 @@ class LanceSink(DataSink):
     - ``store_path``: the committer's local store file (on the driver), mirrored to ``mirror_url``
       (+ ``mirror_options``) when given, so a driver that lost its disk resumes from the mirror.
     - ``mode``: only ``"append"``.
-    - ``input_column``: the column carrying each row's input path (``file_path_column``); dropped before writing.
+    - ``input_column``, ``position_column``: the columns carrying each row's input path and its position in that
+      file (:func:`read_inputs` adds both); dropped before writing. An input is sealed only when each position
+      ``0 .. rows - 1`` arrived exactly once.
     - ``io_config``: Daft's IOConfig for reading the inputs' parquet footers (row counts), as for reading them.
     - ``row_counts``: the row count of each input, if known (saves the footer reads).
     - ``flush_bytes``: see :data:`FLUSH_BYTES_DEFAULT`.
@@ -347,6 +579,7 @@ class LanceSink(DataSink):
         staging_options: Optional[Dict[str, str]] = None,
         mirror_options: Optional[Dict[str, str]] = None,
         input_column: str = INPUT_COLUMN,
+        position_column: str = POSITION_COLUMN,
         schema: Optional[pa.Schema] = None,
         io_config: Any = None,
         row_counts: Optional[Mapping[str, int]] = None,
@@ -374,6 +607,7 @@ class LanceSink(DataSink):
         self.staging_options = dict(staging_options) if staging_options else None
         self.mirror_options = dict(mirror_options) if mirror_options else None
         self.input_column = input_column
+        self.position_column = position_column
         self.schema_hint = schema
         self.io_config = io_config
         self.row_counts = {daft_path(k): int(v) for k, v in row_counts.items()} if row_counts else None
@@ -431,8 +665,8 @@ class LanceSink(DataSink):
             events: List[Dict[str, Any]] = []
             written_rows = 0
             written_bytes = 0
-            for path, rows in self._by_input(table):
-                for event in self._add(run, path, rows):
+            for path, rows, positions in self._by_input(table):
+                for event in self._add(run, path, rows, positions):
                     if event["event"] == "sealed":
                         written_rows += event["rows"]
                         written_bytes += event.get("bytes", 0)
@@ -463,6 +697,7 @@ class LanceSink(DataSink):
             "garbage": [f for _, g in seen.lost.values() for f in g],
             "garbage_deleted": list(seen.deleted),
             "incomplete": dict(seen.incomplete),
+            "rejected": dict(seen.rejected),
             # Seconds per worker step summed over the inputs sealed in this run: is_processed_s + row_count_s +
             # stage_s + seal_s is what checkpointing costs the workers; fragment_s is the Lance write itself.
             "worker_timings": dict(seen.timings),
@@ -531,13 +766,14 @@ class LanceSink(DataSink):
         refused = [r for a in rounds for r in a.refused]
         report["missing"] = list(missing)
         report["refused"] = refused
-        if seen.incomplete or missing or refused:
+        if seen.incomplete or seen.rejected or missing or refused:
             commits += list(driver.commit_pending().committed_keys)
             report["committed_keys"] = commits
             report["finished"] = False
             self.report = report
-            raise IncompleteInputs(_incomplete_message(self.job, seen.incomplete, missing, refused),
-                                   incomplete=seen.incomplete, missing=missing, refused=refused, report=report)
+            raise IncompleteInputs(_incomplete_message(self.job, seen.incomplete, seen.rejected, missing, refused),
+                                   incomplete=seen.incomplete, missing=missing, refused=refused,
+                                   rejected=seen.rejected, report=report)
         commits += list(driver.finish().committed_keys)
         report["committed_keys"] = commits
         report["finished"] = True
@@ -565,14 +801,15 @@ class LanceSink(DataSink):
 
     # -- convenience: the whole job ----------------------------------------------------------------------------
 
-    def run(self, paths: Sequence[str], *, io_config: Any = None, **read_parquet_kwargs: Any) -> Any:
+    def run(self, paths: Sequence[str], *, io_config: Any = None, **read_options: Any) -> Any:
         """The whole job over the parquet files ``paths``. Opens the committer once (one epoch for the whole run)
         and returns at once when the job finished (the fast path of a rerun: nothing is read); else creates the
         table when missing, recovers, adopts what workers sealed before this run, prunes the inputs the store then
-        holds (locally: no request per input), reads the rest with Daft (one column more: :attr:`input_column`),
-        writes it through this sink, and ``finalize`` adopts and commits with the same driver. Returns
+        holds (locally: no request per input), reads the rest with :func:`read_inputs` (two columns more:
+        :attr:`input_column`, :attr:`position_column`; ``read_options`` go to it), writes it through this sink, and ``finalize`` adopts and commits with the same driver. Returns
         ``write_sink``'s DataFrame (the commits, :data:`RESULT_SCHEMA`); :attr:`report` says the rest. Checks at the
-        end that every input of ``paths`` is in the job (else :class:`IncompleteInputs`).
+        end that every input of ``paths`` is in the job, on the fast path too (else :class:`IncompleteInputs`: on a
+        finished job, the inputs it does not hold, which are not written).
 
         The store's file stays open (locked) until the run ends, so a second run of the job on the same store waits
         for this one (up to ``open_timeout_s``) instead of racing it; a driver on another machine that opens the
@@ -589,9 +826,10 @@ class LanceSink(DataSink):
                 # The fast path of a rerun: the job's final commit landed; nothing is read.
                 self.report = {"job": self.job, "already_finished": True, "finished": True, "inputs": len(inputs),
                                "pending": 0, "run_s": time.monotonic() - t0}
+                self._refuse_late_inputs(driver, inputs)
                 return daft.from_arrow(RESULT_SCHEMA.empty_table())
             # The committer's recovery probes the table: it must exist (created empty when missing).
-            self._ensure_table(inputs, io_config, read_parquet_kwargs)
+            self._ensure_table(inputs, io_config, read_options)
             report: Dict[str, Any] = {"job": self.job}
             rec, commits = self._recover(driver, report)
             if rec.finished:
@@ -604,6 +842,7 @@ class LanceSink(DataSink):
                 report.update(already_finished=not commits, finished=True, committed_keys=list(commits),
                               inputs=len(inputs), pending=0, run_s=time.monotonic() - t0)
                 self.report = report
+                self._refuse_late_inputs(driver, inputs)
                 return daft.from_arrow(table)
             # Every seal made before now (a crashed run's, a dead worker's) into the store, so that the store alone
             # says what is processed: the commit needs these adoptions anyway.
@@ -620,8 +859,8 @@ class LanceSink(DataSink):
                     mp = self.finalize([])
                     out = daft.from_arrow(mp.to_arrow())
                 else:
-                    df = daft.read_parquet(pending, file_path_column=self.input_column, io_config=io_config,
-                                           **read_parquet_kwargs)
+                    df = read_inputs(pending, input_column=self.input_column, position_column=self.position_column,
+                                     io_config=io_config, **read_options)
                     out = df.write_sink(self)
             finally:
                 self._inputs = None
@@ -630,11 +869,23 @@ class LanceSink(DataSink):
         self.report.update(inputs=len(inputs), pending=len(pending), prune_s=prune_s, run_s=time.monotonic() - t0)
         return out
 
-    def _ensure_table(self, inputs: List[str], io_config: Any, read_parquet_kwargs: Dict[str, Any]) -> None:
+    def _refuse_late_inputs(self, driver: Any, inputs: List[str]) -> None:
+        """Raises :class:`IncompleteInputs` naming the inputs of ``inputs`` that the finished job does not hold.
+        The driver's store answers each locally (no request per input)."""
+        late = [p for p in inputs if not driver.is_processed(p)]
+        if late:
+            self.report["missing"] = late
+            raise IncompleteInputs(
+                f"job {self.job} is finished and {len(late)} input(s) of this run are not in it (first: "
+                f"{late[:3]}); nothing was written. A finished job takes no more inputs: write them under a new job "
+                "id.",
+                missing=late,
+                report=self.report,
+            )
+
+    def _ensure_table(self, inputs: List[str], io_config: Any, read_options: Dict[str, Any]) -> None:
         """Creates the table when it is missing, with ``schema`` or else the schema of the first input's rows (a
         footer read; nothing is executed), so that the committer finds it even when no task writes a row."""
-        import daft
-
         if self.schema_hint is None:
             import lance
 
@@ -645,10 +896,10 @@ class LanceSink(DataSink):
                 pass
             if not inputs:
                 return
-            df = daft.read_parquet(inputs[:1], file_path_column=self.input_column, io_config=io_config,
-                                   **read_parquet_kwargs)
+            df = read_inputs(inputs[:1], input_column=self.input_column, position_column=self.position_column,
+                             io_config=io_config, **read_options)
             arrow = df.schema().to_pyarrow_schema()
-            self.schema_hint = pa.schema([f for f in arrow if f.name != self.input_column])
+            self.schema_hint = pa.schema([f for f in arrow if f.name not in (self.input_column, self.position_column)])
         _lance().create_dataset(self.uri, self.schema_hint, storage_options=self.storage_options)
 
     # -- maintenance -------------------------------------------------------------------------------------------
@@ -688,24 +939,29 @@ class LanceSink(DataSink):
     # -- worker internals --------------------------------------------------------------------------------------
 
     def _by_input(self, table: pa.Table) -> Iterator[tuple]:
-        """(input, rows without the input column) for each input of ``table``."""
+        """(input, rows without the input and position columns, their positions) for each input of ``table``."""
         if table.num_rows == 0:
             return
-        if self.input_column not in table.column_names:
+        absent = [c for c in (self.input_column, self.position_column) if c not in table.column_names]
+        if absent:
             raise ValueError(
-                f"the rows carry no {self.input_column!r} column: read the inputs with "
-                f"daft.read_parquet(paths, file_path_column={self.input_column!r})"
+                f"the rows carry no {' and no '.join(repr(c) for c in absent)} column: read the inputs with "
+                f"sinkpoint.daft.read_inputs(paths, input_column={self.input_column!r}, "
+                f"position_column={self.position_column!r}) (daft.read_parquet gives no row positions, and without "
+                "them an input read twice cannot be told from one read once)"
             )
         column = table.column(self.input_column)
         if column.null_count:
             raise ValueError(f"{column.null_count} row(s) have no input in {self.input_column!r}")
-        rows = table.drop_columns([self.input_column])
+        rows = table.drop_columns([self.input_column, self.position_column])
+        positions = table.column(self.position_column)
         values = pc.unique(column)
         if len(values) == 1:
-            yield str(values[0].as_py()), rows
+            yield str(values[0].as_py()), rows, positions.combine_chunks()
             return
         for value in values:
-            yield str(value.as_py()), rows.filter(pc.equal(column, value))
+            mask = pc.equal(column, value)
+            yield str(value.as_py()), rows.filter(mask), positions.filter(mask).combine_chunks()
 
     def _worker(self, run: _Run) -> Any:
         with run.lock:
@@ -713,8 +969,10 @@ class LanceSink(DataSink):
                 run.worker = self._staging("worker").worker(_worker_name("daft"))
             return run.worker
 
-    def _add(self, run: _Run, path: str, rows: pa.Table) -> List[Dict[str, Any]]:
-        """Adds an input's rows; seals the input once all its rows are here."""
+    def _add(self, run: _Run, path: str, rows: pa.Table, positions: pa.Array) -> List[Dict[str, Any]]:
+        """Adds an input's rows at ``positions``; seals the input once each of its positions arrived once. A
+        position that arrived before (here, or after the seal), or beyond the file's rows, is a ``rejected`` event,
+        which ``finalize`` raises: an input rejected before its seal is never sealed."""
         inp = run.input(path)
         events: List[Dict[str, Any]] = []
         with inp.lock:
@@ -731,22 +989,30 @@ class LanceSink(DataSink):
                     inp.expected = self._row_count(path)
                     inp.timings["row_count_s"] = time.perf_counter() - t1
                     inp.status = "collecting"
-            if inp.status != "collecting":
-                # Processed before, or sealed/lost here already: the same rows again (a duplicate delivery).
+            if inp.status in ("skipped", "rejected", "failed"):
+                # Processed before this run (another attempt's seal holds it), or refused already (reported once).
                 inp.dropped += rows.num_rows
                 return events
-            if inp.rows + rows.num_rows > inp.expected:
-                inp.status = "failed"
+            if inp.status in ("sealed", "lost"):
+                # Every position arrived once already: these rows are a second copy.
+                inp.dropped += rows.num_rows
+                events.append({"event": "rejected", "input": path, "rows": rows.num_rows,
+                               "reason": f"{rows.num_rows} row(s) arrived after the input was complete (the input "
+                                         "was read twice?); its complete copy was sealed, these were not written"})
+                return events
+            why = inp.positions.add(positions, inp.expected)
+            if why is not None:
+                inp.status = "rejected"
+                inp.dropped += inp.rows + rows.num_rows
                 inp.chunks = []
-                raise ValueError(
-                    f"input {path}: {inp.rows + rows.num_rows} rows reached the sink but the file has "
-                    f"{inp.expected}: the same input was read twice (a duplicate path?) or rows were multiplied "
-                    "(an explode, a join) on the way; nothing of it was sealed"
-                )
+                events.append({"event": "rejected", "input": path, "rows": rows.num_rows,
+                               "reason": f"{why}; nothing of it was sealed"})
+                return events
             inp.chunks.append(rows)
             inp.rows += rows.num_rows
             inp.nbytes += rows.nbytes
-            if inp.rows == inp.expected:
+            if inp.positions.complete(inp.expected):
+                assert inp.rows == inp.expected, (inp.path, inp.rows, inp.expected)
                 events.append(self._seal(run, inp))
             else:
                 if inp.nbytes >= self.flush_bytes:
@@ -900,7 +1166,8 @@ class LanceSink(DataSink):
         """Inputs of :meth:`run` not in the job's store (after adoption)."""
         if not self._inputs:
             return []
-        return [p for p in self._inputs if p not in seen.incomplete and not driver.is_processed(p)]
+        return [p for p in self._inputs
+                if p not in seen.incomplete and p not in seen.rejected and not driver.is_processed(p)]
 
     def _seal_empty(self, paths: List[str]) -> bool:
         """Seals, from the driver, an empty checkpoint for each input of ``paths`` that has no rows (such an input
@@ -973,6 +1240,8 @@ class _Summary:
         self.deleted: List[str] = []
         self.pending: Dict[str, tuple] = {}
         self.incomplete: Dict[str, tuple] = {}
+        #: Inputs with rows refused (a position twice, out of range, or after the seal): why, the first time.
+        self.rejected: Dict[str, str] = {}
         #: Seconds per worker step, summed over the sealed inputs.
         self.timings: Dict[str, float] = {}
 
@@ -997,7 +1266,9 @@ class _Summary:
                 elif kind == "pending":
                     rows, expected = s.pending.get(path, (0, e["expected"]))
                     s.pending[path] = (max(rows, int(e["rows"])), int(e["expected"]))
-        done = set(s.sealed) | s.skipped | set(s.lost)
+                elif kind == "rejected":
+                    s.rejected.setdefault(path, str(e["reason"]))
+        done = set(s.sealed) | s.skipped | set(s.lost) | set(s.rejected)
         s.incomplete = {p: v for p, v in s.pending.items() if p not in done}
         return s
 
@@ -1060,8 +1331,15 @@ def _retry_io(call: Callable[[], Any]) -> Any:
             time.sleep(0.2 * 2**attempt)
 
 
-def _incomplete_message(job: str, incomplete: Mapping[str, tuple], missing: List[str], refused: List[tuple]) -> str:
+def _incomplete_message(job: str, incomplete: Mapping[str, tuple], rejected: Mapping[str, str], missing: List[str],
+                        refused: List[tuple]) -> str:
     parts = [f"job {job} cannot finish:"]
+    if rejected:
+        first = "; ".join(f"{p}: {why}" for p, why in list(rejected.items())[:3])
+        parts.append(
+            f"{len(rejected)} input(s) reached the sink with rows more than once ({first}): every row of an input "
+            "must reach the sink once (no duplicate path, no explode or join between the read and the sink)."
+        )
     if incomplete:
         first = ", ".join(f"{p} ({r} of {n} rows)" for p, (r, n) in list(incomplete.items())[:3])
         parts.append(
