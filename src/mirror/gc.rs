@@ -2,7 +2,7 @@
 //! the writer died before its collection was due, or because no manifest ever referenced it (a snapshot whose
 //! writer crashed before its manifest).
 //!
-//! The rules are the writer's own (`ship::Maintainer`), made to hold for a process that is not the writer and
+//! The rules are the writer's own (`ship::maintainer::Maintainer`), made to hold for a process that is not the writer and
 //! whose clock is not the writer's:
 //!
 //! - **Never deleted**: the newest manifest (it fences every older epoch, and it is what a restore reads); the
