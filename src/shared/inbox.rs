@@ -101,6 +101,16 @@ struct Found {
     entries: Vec<Path>,
 }
 
+/// What a round cleans once the store's side is in the mirror.
+struct Chores {
+    /// Inbox entries to delete.
+    clear: Vec<Path>,
+    /// Entries of attempts that lost: read for their results (to the garbage ledger) before they go.
+    losers: Vec<Path>,
+    /// Claims to release, each by a `Released` object at its generation.
+    releases: Vec<(Path, Released)>,
+}
+
 /// What settling one seal came to.
 enum Settled {
     New,
@@ -151,11 +161,26 @@ impl Inbox {
             )));
         }
         let mut report = AdoptReport::default();
-        // (1) The claims the store holds adopted: their checkpoints are Sealed or later there, so reading them
-        // again would adopt nothing.
         let adopted = adopted_claims(store)?;
+        let claims = self.read_new_claims(store, &adopted, &mut report).await?;
+        let found = self.match_inbox(claims, &adopted, &mut report).await?;
+        let chores = self.settle_all(store, found, &mut report).await?;
+        self.finish_round(store, chores, &mut report).await?;
+        Ok(report)
+    }
+
+    /// (1) The claims the store holds adopted are passed over: their checkpoints are Sealed or later there, so
+    /// reading them again would adopt nothing. (2) The claims listing, whole; the names neither the store nor this
+    /// handle knows are read, and the seals and key claims among them returned by hash, with the newest
+    /// generation listed.
+    async fn read_new_claims(
+        &self,
+        store: &Store,
+        adopted: &HashSet<String>,
+        report: &mut AdoptReport,
+    ) -> Result<BTreeMap<String, (ClaimAt, u32)>> {
         // (2) The claims listing, whole; only the names neither the store nor this handle knows are kept.
-        let (unknown, listed) = self.unknown_claims(store, &adopted).await?;
+        let (unknown, listed) = self.unknown_claims(store, adopted).await?;
         report.requests += list_requests(listed);
         // Reads and adoptions run up to SHARED_CONCURRENT_MAX at a time: a round after 64 workers sealed costs
         // a few round trips, not 64, and the store folds the concurrent adoptions into a few group commits.
@@ -193,7 +218,17 @@ impl Inbox {
                 }
             }
         }
-        // (3) The inbox: the parts of multi-part checkpoints and of attempts that lost.
+        Ok(claims)
+    }
+
+    /// (3) The inbox: the parts of multi-part checkpoints and of attempts that lost, matched with the claims read
+    /// (a part of an adopted or settled checkpoint has its claim read again); every seal with its entries.
+    async fn match_inbox(
+        &self,
+        mut claims: BTreeMap<String, (ClaimAt, u32)>,
+        adopted: &HashSet<String>,
+        report: &mut AdoptReport,
+    ) -> Result<Vec<Found>> {
         let (groups, listed) = self.groups().await?;
         report.requests += list_requests(listed);
         let mut again: Vec<(String, Vec<Path>)> = Vec::new();
@@ -233,6 +268,12 @@ impl Inbox {
         for (hash, (claim, newest)) in claims {
             found.push(Found { hash, newest, claim, entries: Vec::new() });
         }
+        Ok(found)
+    }
+
+    /// (4) Each seal settled in the store (adopted, refused, released or held back), concurrently; returns what
+    /// the round must then clean: the entries to delete, the losers' entries to read first, the claims to release.
+    async fn settle_all(&self, store: &Store, found: Vec<Found>, report: &mut AdoptReport) -> Result<Chores> {
         let settled: Vec<(Found, Option<Settled>)> = futures::stream::iter(found)
             .map(|found| async move {
                 let settled = match &found.claim {
@@ -290,6 +331,13 @@ impl Inbox {
                 Settled::HeldBack(reason) => report.held_back.push(Refused { id: seal.id, reason }),
             }
         }
+        Ok(Chores { clear, losers, releases })
+    }
+
+    /// (5) The losers' results to the garbage ledger, the store flushed to its mirror, then the entries deleted and
+    /// the claims released.
+    async fn finish_round(&self, store: &Store, chores: Chores, report: &mut AdoptReport) -> Result<()> {
+        let Chores { clear, losers, releases } = chores;
         let lost: Vec<Option<Staged>> = futures::stream::iter(&losers)
             .map(|path| self.read_staged(path))
             .buffered(SHARED_CONCURRENT_MAX)
@@ -320,7 +368,7 @@ impl Inbox {
             .buffered(SHARED_CONCURRENT_MAX)
             .try_collect::<Vec<()>>()
             .await?;
-        Ok(report)
+        Ok(())
     }
 
     /// The newest generation of the claim at `hash`: a seal, another checkpoint's key claim, or nothing yet.

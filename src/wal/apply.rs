@@ -619,63 +619,10 @@ impl<'txn> Tables<'txn> {
         self.sizes.forget_named_by(record);
         let outcome = match record {
             Record::Stage { id, attempt, part, keys, results } => {
-                let cur = read_checkpoint(&self.checkpoints, id)?;
-                // Encoded from borrowed fields: the same bytes as a `PartValue`, without cloning every key and
-                // result of the call first.
-                let bytes = encode_value(&PartValueRef { keys, results })?;
-                let existing = self.part_match(id, cur.as_ref(), *attempt, *part, &bytes)?;
-                // Only a new part of the current attempt can grow it: the sum is skipped for every other call.
-                // `known`: whether `size` is the attempt's true size (a new checkpoint has no parts).
-                let empty = AttemptSize { attempt: *attempt, bytes: 0, parts: 0 };
-                let (size, known) = match &cur {
-                    Some(c)
-                        if c.state == CheckpointState::Staged
-                            && c.attempt == *attempt
-                            && existing == PartMatch::Absent =>
-                    {
-                        (self.attempt_size(id, *attempt)?, true)
-                    }
-                    None => (empty, true),
-                    Some(_) => (empty, false),
-                };
-                let event = Event::Stage {
-                    attempt: *attempt,
-                    part: *part,
-                    existing,
-                    bytes: StageBytes { part: bytes.len() as u64, attempt: size.bytes, max: checkpoint_bytes_max },
-                };
-                match transition(id, cur.as_ref(), epoch, &event) {
-                    Err(e) => Err(e),
-                    Ok(step) if step.effect == Effect::None => Ok(Applied::default()),
-                    Ok(step) => {
-                        let seq = meta.next_seq;
-                        let new = NewPart { bytes: &bytes, attempt: *attempt, part: *part, seq, placement };
-                        self.apply_step(id, cur.as_ref(), &step, Some(&new))?;
-                        if known && existing == PartMatch::Absent {
-                            let grown =
-                                AttemptSize { bytes: size.bytes + bytes.len() as u64, parts: size.parts + 1, ..size };
-                            self.sizes.set(id, grown);
-                        } else {
-                            self.sizes.forget(id);
-                        }
-                        Ok(Applied { written: true, ..Applied::default() })
-                    }
-                }
+                let call = StageCall { id, attempt: *attempt, part: *part, keys, results };
+                self.stage(meta, &call, placement, checkpoint_bytes_max)?
             }
-            Record::Seal { id, parts } => {
-                let cur = read_checkpoint(&self.checkpoints, id)?;
-                let facts = match &cur {
-                    Some(c) if c.state == CheckpointState::Staged => self.seal_facts(id, c.attempt)?,
-                    _ => SealFacts::default(),
-                };
-                let event = Event::Seal {
-                    parts: *parts,
-                    present: &facts.present,
-                    key_conflict: facts.key_conflict,
-                    results: facts.results,
-                };
-                self.single(id, cur, epoch, &event)?
-            }
+            Record::Seal { id, parts } => self.seal(id, *parts, epoch)?,
             Record::Restart { id } => {
                 let cur = read_checkpoint(&self.checkpoints, id)?;
                 self.single(id, cur, epoch, &Event::Restart)?
@@ -688,28 +635,7 @@ impl<'txn> Tables<'txn> {
             // A retried commit_empty of checkpoints already committed empty changes nothing and writes nothing.
             Record::CommitEmpty { ids } => self.each(ids, epoch, &Event::CommitEmpty)?,
             Record::BeginCommit { key, ids, target_version, final_commit } => {
-                let mut results = 0u64;
-                for id in ids {
-                    results += read_checkpoint(&self.checkpoints, id)?.map_or(0, |c| u64::from(c.results));
-                }
-                if let Err(e) = commit_transition(&meta.seq, &CommitEvent::Begin { key: *key, ids, results }) {
-                    return Ok(Err(e));
-                }
-                match self.each(ids, epoch, &Event::BeginCommit { key: *key })? {
-                    Err(e) => Err(e),
-                    Ok(_) => {
-                        let value = CommitValue {
-                            ids: ids.clone(),
-                            target_version: *target_version,
-                            final_commit: *final_commit,
-                            epoch,
-                            state: CheckpointState::Committing { key: *key },
-                        };
-                        self.commits.insert(*key, encode_value(&value)?.as_slice())?;
-                        meta.seq = CommitSequence { next_key: key + 1, in_flight: Some(*key) };
-                        Ok(Applied { written: true, ..Applied::default() })
-                    }
-                }
+                self.begin_commit(meta, *key, ids, *target_version, *final_commit)?
             }
             Record::MarkCommitted { key } | Record::Resolve { key, resolution: Resolution::Committed, .. } => {
                 let state = CheckpointState::Committed { key: Some(*key) };
@@ -735,13 +661,7 @@ impl<'txn> Tables<'txn> {
                 applied.note_dropped(id, *attempt, results.clone());
                 Ok(applied)
             }
-            Record::ForgetGarbage { entries } => {
-                let mut removed = false;
-                for &(seq, index) in entries {
-                    removed |= self.garbage.remove((seq, index))?.is_some();
-                }
-                Ok(written(removed))
-            }
+            Record::ForgetGarbage { entries } => Ok(written(self.forget_garbage(entries)?)),
             Record::Create { .. } | Record::Open { .. } => {
                 return Err(Error::bug("Create and Open are applied by the opener, not by execute"));
             }
@@ -826,6 +746,102 @@ impl<'txn> Tables<'txn> {
         Ok(())
     }
 
+    /// A stage call: a new part of the current attempt grows it (its size is tracked, so the limit check does
+    /// not sum the attempt's parts again); a retried part changes nothing.
+    fn stage(
+        &mut self,
+        meta: &Meta,
+        call: &StageCall<'_>,
+        placement: Placement,
+        checkpoint_bytes_max: u64,
+    ) -> Result<Result<Applied, TransitionError>, Error> {
+        let StageCall { id, attempt, part, keys, results } = *call;
+        let cur = read_checkpoint(&self.checkpoints, id)?;
+        // Encoded from borrowed fields: the same bytes as a `PartValue`, without cloning every key and result of
+        // the call first.
+        let bytes = encode_value(&PartValueRef { keys, results })?;
+        let existing = self.part_match(id, cur.as_ref(), attempt, part, &bytes)?;
+        // Only a new part of the current attempt can grow it: the sum is skipped for every other call.
+        // `known`: whether `size` is the attempt's true size (a new checkpoint has no parts).
+        let empty = AttemptSize { attempt, bytes: 0, parts: 0 };
+        let (size, known) = match &cur {
+            Some(c) if c.state == CheckpointState::Staged && c.attempt == attempt && existing == PartMatch::Absent => {
+                (self.attempt_size(id, attempt)?, true)
+            }
+            None => (empty, true),
+            Some(_) => (empty, false),
+        };
+        let event = Event::Stage {
+            attempt,
+            part,
+            existing,
+            bytes: StageBytes { part: bytes.len() as u64, attempt: size.bytes, max: checkpoint_bytes_max },
+        };
+        let step = match transition(id, cur.as_ref(), meta.epoch, &event) {
+            Err(e) => return Ok(Err(e)),
+            Ok(step) if step.effect == Effect::None => return Ok(Ok(Applied::default())),
+            Ok(step) => step,
+        };
+        let new = NewPart { bytes: &bytes, attempt, part, seq: meta.next_seq, placement };
+        self.apply_step(id, cur.as_ref(), &step, Some(&new))?;
+        if known && existing == PartMatch::Absent {
+            let grown = AttemptSize { bytes: size.bytes + bytes.len() as u64, parts: size.parts + 1, ..size };
+            self.sizes.set(id, grown);
+        } else {
+            self.sizes.forget(id);
+        }
+        Ok(Ok(Applied { written: true, ..Applied::default() }))
+    }
+
+    /// A seal: decided on the facts of the current attempt's parts (which are present, whether a key is another
+    /// checkpoint's, how many results).
+    fn seal(&mut self, id: &CheckpointId, parts: u32, epoch: Epoch) -> Result<Result<Applied, TransitionError>, Error> {
+        let cur = read_checkpoint(&self.checkpoints, id)?;
+        let facts = match &cur {
+            Some(c) if c.state == CheckpointState::Staged => self.seal_facts(id, c.attempt)?,
+            _ => SealFacts::default(),
+        };
+        let event =
+            Event::Seal { parts, present: &facts.present, key_conflict: facts.key_conflict, results: facts.results };
+        self.single(id, cur, epoch, &event)
+    }
+
+    /// A commit key begun: the sequence allows it, every checkpoint moves to Committing, and the key's record is
+    /// written with the version it was prepared against.
+    fn begin_commit(
+        &mut self,
+        meta: &mut Meta,
+        key: u64,
+        ids: &[CheckpointId],
+        target_version: Option<u64>,
+        final_commit: bool,
+    ) -> Result<Result<Applied, TransitionError>, Error> {
+        let mut results = 0u64;
+        for id in ids {
+            results += read_checkpoint(&self.checkpoints, id)?.map_or(0, |c| u64::from(c.results));
+        }
+        if let Err(e) = commit_transition(&meta.seq, &CommitEvent::Begin { key, ids, results }) {
+            return Ok(Err(e));
+        }
+        if let Err(e) = self.each(ids, meta.epoch, &Event::BeginCommit { key })? {
+            return Ok(Err(e));
+        }
+        let state = CheckpointState::Committing { key };
+        let value = CommitValue { ids: ids.to_vec(), target_version, final_commit, epoch: meta.epoch, state };
+        self.commits.insert(key, encode_value(&value)?.as_slice())?;
+        meta.seq = CommitSequence { next_key: key + 1, in_flight: Some(key) };
+        Ok(Ok(Applied { written: true, ..Applied::default() }))
+    }
+
+    /// Removes the given entries from the garbage ledger; whether any was there.
+    fn forget_garbage(&mut self, entries: &[(u64, u32)]) -> Result<bool, Error> {
+        let mut removed = false;
+        for &(seq, index) in entries {
+            removed |= self.garbage.remove((seq, index))?.is_some();
+        }
+        Ok(removed)
+    }
+
     /// Adds what `applied` dropped to the garbage ledger under `seq`, each result with its checkpoint and attempt.
     fn ledger(&mut self, seq: u64, applied: &Applied) -> Result<(), Error> {
         let mut results = applied.dropped.iter();
@@ -862,6 +878,16 @@ impl<'txn> Tables<'txn> {
             }
         }
     }
+}
+
+/// A stage record's fields, borrowed.
+#[derive(Clone, Copy)]
+struct StageCall<'a> {
+    id: &'a CheckpointId,
+    attempt: u32,
+    part: u32,
+    keys: &'a [Vec<u8>],
+    results: &'a [WriteResult],
 }
 
 fn written(changed: bool) -> Applied {

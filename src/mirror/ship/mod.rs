@@ -33,8 +33,8 @@ use crate::wal::tables::Meta;
 use crate::wal::writer::{GroupKind, Mirrored, Shipped, Shipper};
 
 use maintainer::{Collect, Maintainer, Maintenance};
-pub(crate) use progress::Progress;
 use progress::Group;
+pub(crate) use progress::Progress;
 use uploader::Uploader;
 
 /// What the open learnt that shipping needs.
