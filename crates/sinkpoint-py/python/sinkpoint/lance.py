@@ -15,6 +15,10 @@
   ``Driver.collect_data_files(LanceDataFiles(uri))`` to delete the data files of dropped attempts (restarted,
   aborted, lost seals) that no commit will ever reference.
 
+Every function and class here takes the dataset's ``uri`` as a ``str`` or an ``os.PathLike`` and
+``storage_options`` as a mapping of ``str`` to ``str``; anything else is a ``TypeError`` naming the argument, raised
+before anything is written.
+
 Importing this module needs pylance and pyarrow (``pip install sinkpoint[lance]``) and the compiled core.
 """
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import lance
 import pyarrow as pa
@@ -45,15 +49,53 @@ __all__ = [
 _LANCE_ERRORS = (OSError, ValueError)
 
 
+def _uri_arg(uri: Any) -> str:
+    """``uri`` as a ``str``; a ``TypeError`` naming it unless it is a ``str`` or an ``os.PathLike`` of one."""
+    if isinstance(uri, str):
+        return uri
+    if isinstance(uri, os.PathLike):
+        path = os.fspath(uri)
+        if isinstance(path, str):
+            return path
+    raise TypeError(
+        f"uri must be a str or os.PathLike (the Lance dataset's path or URI), not {type(uri).__name__}: {uri!r}"
+    )
+
+
+def _options_arg(storage_options: Any) -> Optional[Dict[str, str]]:
+    """``storage_options`` as a ``dict`` (``None`` stays ``None``); a ``TypeError`` naming it unless it maps ``str``
+    to ``str``. The message names keys and types, never values: options carry credentials."""
+    if storage_options is None:
+        return None
+    if not isinstance(storage_options, Mapping):
+        raise TypeError(
+            'storage_options must be a mapping of str to str (e.g. {"aws_region": "us-east-1"}), not '
+            f"{type(storage_options).__name__}"
+        )
+    options: Dict[str, str] = {}
+    for key, value in storage_options.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"storage_options must be a mapping of str to str: its key {key!r} is a {type(key).__name__}"
+            )
+        if not isinstance(value, str):
+            raise TypeError(
+                f"storage_options[{key!r}] must be a str, not {type(value).__name__} (every option is a string, "
+                'e.g. "true")'
+            )
+        options[key] = value
+    return options
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Worker side
 
 
 def write_fragment(
-    uri: str,
+    uri: Union[str, "os.PathLike[str]"],
     data: Any,
     schema: Optional[pa.Schema] = None,
-    storage_options: Optional[Dict[str, str]] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> List[FragmentMetadata]:
     """Writes ``data`` (a ``pyarrow.Table``, ``RecordBatchReader`` or anything ``lance.fragment.write_fragments``
     reads) into the data directory of the dataset at ``uri`` without committing it.
@@ -65,6 +107,7 @@ def write_fragment(
     failure, or of a checkpoint that is never committed, are unreferenced (Lance's cleanup removes them); those of
     a staged attempt that was dropped are also collected by ``Driver.collect_data_files(LanceDataFiles(uri))``.
     """
+    uri, storage_options = _uri_arg(uri), _options_arg(storage_options)
     return write_fragments(data, uri, schema=schema, mode="append", storage_options=storage_options)
 
 
@@ -74,7 +117,9 @@ def fragment_json(fragment: FragmentMetadata) -> bytes:
     return json.dumps(fragment.to_json()).encode()
 
 
-def create_dataset(uri: str, schema: pa.Schema, storage_options: Optional[Dict[str, str]] = None) -> lance.LanceDataset:
+def create_dataset(
+    uri: Union[str, "os.PathLike[str]"], schema: pa.Schema, storage_options: Optional[Mapping[str, str]] = None
+) -> lance.LanceDataset:
     """The dataset at ``uri``, created empty with ``schema`` if it does not exist yet (the target requires it).
 
     Safe to call from every process that starts a job: when two create it at once, one creation wins and the
@@ -82,6 +127,7 @@ def create_dataset(uri: str, schema: pa.Schema, storage_options: Optional[Dict[s
     schema or the URI), and pylance's error when it can neither be created nor opened (retry; check the URI and
     ``storage_options``).
     """
+    uri, storage_options = _uri_arg(uri), _options_arg(storage_options)
     try:
         return lance.write_dataset(
             schema.empty_table(), uri, schema=schema, mode="create", storage_options=storage_options
@@ -128,10 +174,12 @@ class LanceDataFiles:
     keeps no state but its filesystem handle and pickles as its URI and options.
     """
 
-    def __init__(self, uri: str, storage_options: Optional[Dict[str, str]] = None) -> None:
-        self._uri = str(uri)
+    def __init__(
+        self, uri: Union[str, "os.PathLike[str]"], storage_options: Optional[Mapping[str, str]] = None
+    ) -> None:
+        self._uri = _uri_arg(uri)
         self._root = self._uri.rstrip("/")
-        self._storage_options = dict(storage_options) if storage_options else None
+        self._storage_options = _options_arg(storage_options) or None
         #: (pyarrow filesystem, the dataset's root in it), opened on first use.
         self._fs: Optional[Tuple[Any, str]] = None
 
