@@ -11,6 +11,12 @@
   only version V + 1 (V being the version it checked) can be written. A writer racing it (another sinkpoint job,
   a plain pylance append) either lands first, and the commit is checked again past it, or finds the version
   taken: no commit overwrites another.
+- Drivers: the V + 1 fence keeps commits from overwriting each other, not a second driver of the job from
+  committing the same inputs. That is the store's epoch, and it reaches every driver in two deployments only:
+  every driver opens the same store file (one machine), or each has its own store file and all share one mirror
+  (several machines; the newer driver fences the older, whose next call raises ``FencedError``). Two drivers of
+  one job with separate store files and no mirror are not fenced: both can commit the same inputs, and rows can
+  land twice.
 - Maintenance calls ``LanceTarget.cleanup_old_versions`` with ``Driver.retention_watermark()``, and
   ``Driver.collect_data_files(LanceDataFiles(uri))`` to delete the data files of dropped attempts (restarted,
   aborted, lost seals) that no commit will ever reference.
