@@ -55,42 +55,37 @@ __all__ = [
 _LANCE_ERRORS = (OSError, ValueError)
 
 
-def _uri_arg(uri: Any) -> str:
-    """``uri`` as a ``str``; a ``TypeError`` naming it unless it is a ``str`` or an ``os.PathLike`` of one."""
+def _uri_arg(uri: Any, name: str = "uri", what: str = "the Lance dataset's path or URI") -> str:
+    """``uri`` as a ``str``; a ``TypeError`` naming the argument ``name`` unless it is a ``str`` or an
+    ``os.PathLike`` of one (the Daft sink checks its paths and URLs with it too)."""
     if isinstance(uri, str):
         return uri
     if isinstance(uri, os.PathLike):
         path = os.fspath(uri)
         if isinstance(path, str):
             return path
-    raise TypeError(
-        f"uri must be a str or os.PathLike (the Lance dataset's path or URI), not {type(uri).__name__}: {uri!r}"
-    )
+    raise TypeError(f"{name} must be a str or os.PathLike ({what}), not {type(uri).__name__}: {uri!r}")
 
 
-def _options_arg(storage_options: Any) -> Optional[Dict[str, str]]:
-    """``storage_options`` as a ``dict`` (``None`` stays ``None``); a ``TypeError`` naming it unless it maps ``str``
-    to ``str``. The message names keys and types, never values: options carry credentials."""
-    if storage_options is None:
+def _options_arg(options: Any, name: str = "storage_options") -> Optional[Dict[str, str]]:
+    """``options`` as a ``dict`` (``None`` stays ``None``); a ``TypeError`` naming the argument ``name`` unless it
+    maps ``str`` to ``str``. The message names keys and types, never values: options carry credentials."""
+    if options is None:
         return None
-    if not isinstance(storage_options, Mapping):
+    if not isinstance(options, Mapping):
         raise TypeError(
-            'storage_options must be a mapping of str to str (e.g. {"aws_region": "us-east-1"}), not '
-            f"{type(storage_options).__name__}"
+            f'{name} must be a mapping of str to str (e.g. {{"aws_region": "us-east-1"}}), not {type(options).__name__}'
         )
-    options: Dict[str, str] = {}
-    for key, value in storage_options.items():
+    out: Dict[str, str] = {}
+    for key, value in options.items():
         if not isinstance(key, str):
-            raise TypeError(
-                f"storage_options must be a mapping of str to str: its key {key!r} is a {type(key).__name__}"
-            )
+            raise TypeError(f"{name} must be a mapping of str to str: its key {key!r} is a {type(key).__name__}")
         if not isinstance(value, str):
             raise TypeError(
-                f"storage_options[{key!r}] must be a str, not {type(value).__name__} (every option is a string, "
-                'e.g. "true")'
+                f'{name}[{key!r}] must be a str, not {type(value).__name__} (every option is a string, e.g. "true")'
             )
-        options[key] = value
-    return options
+        out[key] = value
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
