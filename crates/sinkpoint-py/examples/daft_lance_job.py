@@ -14,7 +14,7 @@ Run it again after any crash (kill -9 of the whole process group, ``--crash-at``
 0 duplicates and 0 missing; run it once more and it does nothing (the job finished).
 
 State: the workers' shared staging is file://DIR/staging, the committer's store DIR/state/committer.redb
-(``--store`` to put it elsewhere, e.g. one per "machine"), mirrored to file://DIR/mirror with ``--mirror``.
+(``--store`` to put it elsewhere), mirrored to file://DIR/mirror with ``--mirror``.
 
 ``--s3-endpoint URL`` puts the shared staging and the mirror on an S3 API instead (s3://BUCKET/PREFIX/staging and
 s3://BUCKET/PREFIX/mirror; ``--s3-bucket``, which must exist, ``--s3-prefix``, default one per DIR; credentials
@@ -425,15 +425,24 @@ def run_plain(paths: List[str], uri: str, column: str) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
+#: The drivers story, as the package's docstrings tell it (``--help`` prints it).
+DRIVERS = (
+    "Two runs of one job at once (a retry, a second machine) are safe with the same --store, or with a --store "
+    "each and --mirror (the newer run fences the older through the mirror). With a --store each and no --mirror "
+    "they are not fenced: both can commit the same inputs, and rows can land twice."
+)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=DRIVERS)
     ap.add_argument("--dir", required=True, help="the job's directory (inputs, table, staging, store)")
     ap.add_argument("--inputs", type=int, default=50)
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--row-groups", type=int, default=4, help="row groups per input (Daft's pieces per input)")
     ap.add_argument("--runner", choices=("native", "ray"), default="native")
     ap.add_argument("--job", default=JOB_DEFAULT)
-    ap.add_argument("--store", help="the committer's store file (default DIR/state/committer.redb)")
+    ap.add_argument("--store", help="the committer's store file (default DIR/state/committer.redb); several drivers "
+                    "of one job: the same --store, or a --store each with --mirror (see below)")
     ap.add_argument("--mirror", action="store_true", help="mirror the store to file://DIR/mirror")
     ap.add_argument("--crash-at", help="written:K | sealed:K | finalize | adopted | commit:<core crash point>")
     ap.add_argument("--delay-ms", type=float, default=0.0, help="sleep per micropartition in the sink")

@@ -1,6 +1,7 @@
 //! `Driver`: the committer side of a job, on the driver. It opens the store (a local redb file, mirrored to
-//! an object store if given) lazily, on first use; opening claims a new epoch and fences every older driver
-//! of the job. Each call runs the core's committer against the target.
+//! an object store if given) lazily, on first use; opening claims a new epoch, which fences every older driver of
+//! the job that shares its store file or its mirror (two drivers with separate stores and no mirror are not
+//! fenced). Each call runs the core's committer against the target. Once closed, the handle stays closed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,8 +13,9 @@ use sinkpoint::mirror::{MirrorSettings, SystemClock};
 use sinkpoint::shared::Inbox;
 use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, Target, TargetIdentity};
 
+use crate::args::{check_store_path, options_arg, path_arg};
 use crate::collect::{DATA_FILE_GRACE_S_DEFAULT, PyCollectReport, PyDataFiles, PyGarbageEntry, grace_ms};
-use crate::errors::{invalid, to_py};
+use crate::errors::{closed, invalid, to_py};
 use crate::lance_target::PyLanceTarget;
 use crate::runtime::block_on;
 use crate::staging::PySharedStaging;
@@ -41,6 +43,16 @@ type DriverArgs = (
     Option<String>,
 );
 
+/// Where a driver handle is: not opened yet, open, or closed for good.
+enum Handle {
+    /// Configuration only; the first call opens the store.
+    Unopened,
+    /// The opened store and target.
+    Open(Arc<Opened>),
+    /// `close()` (or the end of its `with` block) ran: every later call raises.
+    Closed,
+}
+
 /// What an opened driver holds.
 struct Opened {
     store: Store,
@@ -60,7 +72,7 @@ pub(crate) struct PyDriver {
     mirror_options: HashMap<String, String>,
     staging: Option<Py<PySharedStaging>>,
     crash_at: Option<String>,
-    opened: Mutex<Option<Arc<Opened>>>,
+    handle: Mutex<Handle>,
 }
 
 /// The identity a store records for `target`: the given one, else a DirTable's `file://` URL, a LanceTarget's
@@ -115,20 +127,40 @@ fn parse_state(state: &str) -> PyResult<StateFilter> {
 }
 
 impl PyDriver {
-    /// The opened store and target, opening them on first use.
+    /// The opened store and target, opening them on first use; refused once the handle is closed (a reopen
+    /// would claim a new epoch behind the caller's back).
     fn opened(&self, py: Python<'_>) -> PyResult<Arc<Opened>> {
-        if let Some(o) = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
-            return Ok(o.clone());
+        match &*self.handle.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Handle::Open(o) => return Ok(o.clone()),
+            Handle::Closed => return Err(self.closed_error()),
+            Handle::Unopened => {}
         }
         let opened = Arc::new(self.open(py)?);
-        let mut slot = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slot = self.handle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // The lock is not held across the open: the open releases the GIL, and a thread waiting on this lock holds
         // it (a deadlock). Two threads racing the first call both open; the loser's open of the same file fails
-        // with AlreadyOpenError (redb's lock) and that call raises it; the winner's store is kept.
-        Ok(slot.get_or_insert(opened).clone())
+        // with AlreadyOpenError (redb's lock) and that call raises it; the winner's store is kept. A close that
+        // came in meanwhile wins: the store just opened is dropped (closed) and the call raises.
+        match &*slot {
+            Handle::Open(o) => Ok(o.clone()),
+            Handle::Closed => Err(self.closed_error()),
+            Handle::Unopened => {
+                *slot = Handle::Open(opened.clone());
+                Ok(opened)
+            }
+        }
+    }
+
+    fn closed_error(&self) -> PyErr {
+        closed(format!(
+            "this Driver ({}) is closed (close() or the end of its with block): create a new Driver to open the \
+             store again (it claims a new epoch)",
+            self.path
+        ))
     }
 
     fn open(&self, py: Python<'_>) -> PyResult<Opened> {
+        check_store_path(&self.path)?;
         let job = JobId::new(self.job.as_str()).map_err(to_py)?;
         let identity = TargetIdentity::new(self.target_identity.as_str()).map_err(to_py)?;
         let mut builder = Store::builder(job, identity).path(&self.path);
@@ -174,24 +206,30 @@ impl PyDriver {
 
 #[pymethods]
 impl PyDriver {
-    /// A driver for `job` with its store at `path` (a local file, created if missing) committing into
-    /// `target` (a DirTable, a LanceTarget, or a Python object with version(), commit() and probe()).
-    /// `mirror`: an object store URL the store is mirrored to (a driver that lost its disk restores from it).
-    /// `staging`: the job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until
-    /// first use.
+    /// A driver for `job` with its store at `path` (a `str` or `os.PathLike`: a local file, created if missing,
+    /// in a directory that exists) committing into `target` (a DirTable, a LanceTarget, or a Python object with
+    /// version(), commit() and probe()). `mirror`: an object store URL the store is mirrored to (a driver that
+    /// lost its disk restores from it; drivers on several machines fence each other through it). `staging`: the
+    /// job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until first use.
     #[new]
     #[pyo3(signature = (path, job, target, target_identity = None, mirror = None, mirror_options = None, staging = None, crash_at = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        path: String,
+        path: Bound<'_, PyAny>,
         job: String,
         target: Bound<'_, PyAny>,
         target_identity: Option<String>,
-        mirror: Option<String>,
-        mirror_options: Option<HashMap<String, String>>,
+        mirror: Option<Bound<'_, PyAny>>,
+        mirror_options: Option<Bound<'_, PyAny>>,
         staging: Option<Py<PySharedStaging>>,
         crash_at: Option<String>,
     ) -> PyResult<Self> {
+        let path = path_arg("path", "the store's local file", &path)?;
+        let mirror = match mirror.filter(|m| !m.is_none()) {
+            Some(m) => Some(path_arg("mirror", "the URL of the store's mirror", &m)?),
+            None => None,
+        };
+        let mirror_options = options_arg("mirror_options", mirror_options.as_ref())?;
         JobId::new(job.as_str()).map_err(to_py)?;
         check_target(&target)?;
         let target_identity = identity_of(&target, target_identity)?;
@@ -213,7 +251,7 @@ impl PyDriver {
             mirror_options: mirror_options.unwrap_or_default(),
             staging,
             crash_at,
-            opened: Mutex::new(None),
+            handle: Mutex::new(Handle::Unopened),
         })
     }
 
@@ -366,10 +404,14 @@ impl PyDriver {
         }
     }
 
-    /// Closes the store (after the calls already queued). Later calls reopen it under a new epoch.
+    /// Closes the store (after the calls already queued). The handle stays closed: a later call raises
+    /// IllegalTransitionError (a new Driver opens the store again, under a new epoch). Closing again does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.opened.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        if let Some(opened) = taken
+        let taken = std::mem::replace(
+            &mut *self.handle.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            Handle::Closed,
+        );
+        if let Handle::Open(opened) = taken
             && let Ok(opened) = Arc::try_unwrap(opened)
         {
             block_on(py, || opened.store.close_async())?;

@@ -22,7 +22,7 @@ create_exception!(
     sinkpoint,
     IllegalTransitionError,
     SinkpointError,
-    "The call does not fit the checkpoint's or the commit's state. Nothing was written."
+    "The call does not fit the state of the checkpoint, the commit or the handle (a closed Driver). Nothing was written."
 );
 create_exception!(
     sinkpoint,
@@ -135,6 +135,16 @@ pub(crate) fn to_py(error: Error) -> PyErr {
 /// `InvalidInputError` for a bad argument found in the binding itself (before the core sees it).
 pub(crate) fn invalid(message: impl Into<String>) -> PyErr {
     to_py(Error::invalid_input(message))
+}
+
+/// `IllegalTransitionError` for a call on a handle that is closed for good (a closed `Driver`).
+pub(crate) fn closed(message: impl Into<String>) -> PyErr {
+    let err = IllegalTransitionError::new_err(message.into());
+    Python::attach(|py| {
+        // As in `to_py`: setting an attribute on a fresh exception cannot fail short of memory exhaustion.
+        let _ = err.value(py).setattr("kind", kind_name(ErrorKind::IllegalTransition));
+    });
+    err
 }
 
 /// Registers the classes on the module, each with its `kind` as a class attribute (so a handler can read it from

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use sinkpoint::{CommitKey, JobId, ProbeOutcome, Target};
 
+use crate::args::{options_arg, path_arg};
 use crate::errors::{invalid, to_py};
 use crate::runtime::block_on;
 use crate::values::Reduced;
@@ -101,7 +102,9 @@ impl PyLanceTarget {
     /// (`file+uring://`…): use a plain path, `file://` or `s3://`.
     #[new]
     #[pyo3(signature = (uri, storage_options = None))]
-    fn new(uri: String, storage_options: Option<HashMap<String, String>>) -> PyResult<Self> {
+    fn new(uri: Bound<'_, PyAny>, storage_options: Option<Bound<'_, PyAny>>) -> PyResult<Self> {
+        let uri = path_arg("uri", "the Lance dataset's path or URI", &uri)?;
+        let storage_options = options_arg("storage_options", storage_options.as_ref())?;
         let target = sinkpoint_lance::LanceTarget::new(uri.as_str())
             .map_err(crate::errors::to_py)?
             .with_storage_options(storage_options.clone().unwrap_or_default());

@@ -9,6 +9,7 @@
 //!   object that knows the table's files (`sinkpoint.lance.LanceDataFiles` is one).
 //! - `outcomes`: `CommitOutcome` and `ProbeOutcome`, the typed answers of a target written in Python.
 //! - `errors`: one exception class per `ErrorKind`, created in the module `sinkpoint`.
+//! - `args`: the checks of paths, URIs and option mappings, and of the local paths sinkpoint writes to.
 //!
 //! Every blocking call runs on one tokio runtime per process with the GIL released (`runtime`). Handles
 //! are configuration until first used: they pickle as it and reopen lazily where they are unpickled.
@@ -18,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+mod args;
 mod collect;
 mod driver;
 mod errors;

@@ -26,7 +26,7 @@ pub(crate) fn open(url: &str, options: &HashMap<String, String>) -> PyResult<(Ar
     }
     let local = url.strip_prefix("file://").or_else(|| url.starts_with('/').then_some(url));
     if let Some(dir) = local {
-        return local_dir(dir);
+        return local_dir(url, dir);
     }
     let parsed = url::Url::parse(url).map_err(|e| {
         invalid(format!(
@@ -38,11 +38,11 @@ pub(crate) fn open(url: &str, options: &HashMap<String, String>) -> PyResult<(Ar
     Ok((Arc::from(store), prefix))
 }
 
-fn local_dir(dir: &str) -> PyResult<(Arc<dyn ObjectStore>, Path)> {
+fn local_dir(url: &str, dir: &str) -> PyResult<(Arc<dyn ObjectStore>, Path)> {
     if !dir.starts_with('/') {
         return Err(invalid(format!("a local object store needs an absolute path, not {dir:?}")));
     }
-    std::fs::create_dir_all(dir).map_err(|e| crate::errors::to_py(sinkpoint::Error::from(e)))?;
+    crate::args::check_local_store_dir(url, dir)?;
     // fsync: a put that returned must survive the machine's crash, as on a real object store.
     let store = LocalFileSystem::new_with_prefix(dir)
         .map_err(|e| invalid(format!("cannot open the directory {dir} as an object store: {e}")))?

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use sinkpoint::shared::{SharedStaging, Worker};
 use sinkpoint::{Attempt, JobId, Part, StageOutcome, StagePart};
 
+use crate::args::{options_arg, path_arg};
 use crate::errors::to_py;
 use crate::runtime::block_on;
 use crate::values::{PySealedBy, PyWriteResult, Reduced, id_arg, key_arg, result_arg, results_to_py};
@@ -45,15 +46,18 @@ impl PySharedStaging {
 
 #[pymethods]
 impl PySharedStaging {
-    /// Shared staging for `job` at `url`. Checks the job id and the URL now; connects on first use.
+    /// Shared staging for `job` at `url`. Checks the job id and the URL now (a local directory is created, and
+    /// refused when this process may not write it); connects on first use.
     #[new]
     #[pyo3(signature = (url, job, storage_options = None, request_timeout_ms = None))]
     fn new(
-        url: String,
+        url: Bound<'_, PyAny>,
         job: String,
-        storage_options: Option<HashMap<String, String>>,
+        storage_options: Option<Bound<'_, PyAny>>,
         request_timeout_ms: Option<u64>,
     ) -> PyResult<Self> {
+        let url = path_arg("url", "the shared staging's object store URL, or a local directory", &url)?;
+        let storage_options = options_arg("storage_options", storage_options.as_ref())?;
         JobId::new(job.as_str()).map_err(to_py)?;
         let this = Self {
             url,

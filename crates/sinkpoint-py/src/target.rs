@@ -186,9 +186,10 @@ impl PyDirTable {
 
 #[pymethods]
 impl PyDirTable {
-    /// The directory table at `path` (created if missing).
+    /// The directory table at `path` (a `str` or `os.PathLike`; created if missing).
     #[new]
-    fn new(path: String) -> PyResult<Self> {
+    fn new(path: Bound<'_, PyAny>) -> PyResult<Self> {
+        let path = crate::args::path_arg("path", "the table's directory", &path)?;
         let table = DirTable::local(&path).map_err(to_py)?;
         Ok(Self { path, table })
     }

@@ -1,10 +1,14 @@
 """The package's documentation holds: every public class and function of ``sinkpoint``, ``sinkpoint.lance`` and
 the stubs of the compiled core has a docstring, the main classes have an example, and every example runs (the
-stubs' examples are read from the installed ``_sinkpoint.pyi``, as editors show them)."""
+stubs' examples are read from the installed ``_sinkpoint.pyi``, as editors show them); the drivers story (which
+deployments are safe) is told in the same words by the docstrings, the example's ``--help``, README.md and
+docs/protocols/python.md."""
 
 import ast
 import doctest
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +93,29 @@ def test_the_example_runs(example, capsys):
     result = runner.summarize(verbose=False)
     assert result.attempted > 0
     assert result.failed == 0, capsys.readouterr().out
+
+
+#: What every place that tells the drivers story says about the unsafe deployment (the safe ones are named beside
+#: it: one store file, or a store file each and one mirror).
+DRIVERS_UNSAFE = "not fenced: both can commit the same inputs, and rows can land twice"
+
+
+def test_the_drivers_story_is_told_the_same_everywhere():
+    root = Path(__file__).resolve().parents[3]
+    driver_doc = dict((name, doc) for name, doc, _ in _stub_docstrings())["Driver"]
+    places = {
+        "sinkpoint": sinkpoint.__doc__,
+        "_sinkpoint.pyi Driver": driver_doc,
+        "README.md": (root / "README.md").read_text(),
+        "docs/protocols/python.md": (root / "docs" / "protocols" / "python.md").read_text(),
+    }
+    if importlib.util.find_spec("lance") is not None:
+        places["sinkpoint.lance"] = importlib.import_module("sinkpoint.lance").__doc__
+    if importlib.util.find_spec("daft") is not None:
+        example = Path(__file__).resolve().parents[1] / "examples" / "daft_lance_job.py"
+        done = subprocess.run([sys.executable, str(example), "--help"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        places["daft_lance_job.py --help"] = done.stdout
+    wrong = [name for name, text in places.items() if DRIVERS_UNSAFE not in " ".join(text.split())]
+    assert wrong == [], f"the drivers story is missing or worded otherwise in {wrong}"
+    assert all("mirror" in text for text in places.values())

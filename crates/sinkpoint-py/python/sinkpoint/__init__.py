@@ -14,6 +14,12 @@ every sealed checkpoint into the table exactly once, whatever crashed and was re
   ``version``, ``commit`` and ``probe`` that answers with a :class:`CommitOutcome` / :class:`ProbeOutcome`.
 - ``sinkpoint.daft.LanceSink`` — a Daft ``DataSink`` writing Lance exactly once.
 
+Drivers: a job is safe when a second driver starts (a retry, a failover, a zombie) in two deployments: every driver
+opens the same store file (one machine), or each driver has its own store file and all share one mirror (several
+machines); a newer driver's epoch then fences every older one (its next call raises :class:`FencedError`). Two
+drivers of one job with separate store files and no mirror are not fenced: both can commit the same inputs, and
+rows can land twice.
+
 A whole job in one process, its table a directory:
 
 >>> import tempfile, sinkpoint

@@ -6,7 +6,8 @@ this file against the compiled module in CI; the names only type checkers see (`
 ``Verdict``, ``Target``, ``DataFiles``) are listed in ``stubtest-allowlist.txt``.
 """
 
-from typing import Any, Iterable, Literal, Protocol, Sequence, Union, final
+import os
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, Union, final
 
 from typing_extensions import TypeAlias
 
@@ -38,8 +39,8 @@ class InvalidInputError(SinkpointError):
     ``kind``: ``"invalid_input"``."""
 
 class IllegalTransitionError(SinkpointError):
-    """The call does not fit the checkpoint's or the commit's state; nothing was written.
-    ``kind``: ``"illegal_transition"``."""
+    """The call does not fit the state of the checkpoint, the commit or the handle (a closed ``Driver``); nothing
+    was written. ``kind``: ``"illegal_transition"``."""
 
 class SealLostError(IllegalTransitionError):
     """Another attempt sealed this checkpoint first. ``id`` is the checkpoint, ``winner`` names the attempt that
@@ -432,7 +433,8 @@ class DataFiles(Protocol):
 @final
 class SharedStaging:
     """The one thing workers and the driver share: an object store URL (``file:///abs/dir``, ``s3://bucket/prefix``,
-    ``memory://`` for tests in one process) and the job id. Pickles as its configuration.
+    ``memory://`` for tests in one process) and the job id. Pickles as its configuration. A local directory is
+    created now; one this process may not write raises ``InvalidInputError`` naming it.
 
     >>> import tempfile, pickle, sinkpoint
     >>> staging = sinkpoint.SharedStaging(f"file://{tempfile.mkdtemp()}/staging", "job-1")
@@ -445,9 +447,9 @@ class SharedStaging:
 
     def __new__(
         cls,
-        url: str,
+        url: str | os.PathLike[str],
         job: str,
-        storage_options: dict[str, str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
         request_timeout_ms: int | None = None,
     ) -> SharedStaging: ...
     @property
@@ -526,7 +528,7 @@ class DirTable:
     []
     """
 
-    def __new__(cls, path: str) -> DirTable: ...
+    def __new__(cls, path: str | os.PathLike[str]) -> DirTable: ...
     @property
     def path(self) -> str:
         """The directory."""
@@ -584,7 +586,7 @@ class LanceTarget:
     'committed'
     """
 
-    def __new__(cls, uri: str, storage_options: dict[str, str] | None = None) -> LanceTarget: ...
+    def __new__(cls, uri: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None) -> LanceTarget: ...
     @property
     def uri(self) -> str:
         """The dataset's URI."""
@@ -617,10 +619,19 @@ class LanceTarget:
 @final
 class Driver:
     """The committer side: a store (local redb file, optionally mirrored), a target, and optionally the shared
-    staging whose sealed checkpoints it adopts. Opening (lazily, on first use) claims a new epoch and fences
-    every older driver of the job. ``crash_at``: exit the process (code 86) at that named crash point of the
-    commit protocol ("after-begin-commit", "after-target-commit-before-mark", "after-mark-unknown"): crash
-    drills only.
+    staging whose sealed checkpoints it adopts. ``path`` (a ``str`` or ``os.PathLike``) is the store's file,
+    created if missing in a directory that must exist and be writable: a path that can never hold a store (a
+    directory, a missing or read-only directory, a read-only file) raises ``InvalidInputError`` naming it, before
+    anything is written. ``crash_at``: exit the process (code 86) at that named crash point of the commit protocol
+    ("after-begin-commit", "after-target-commit-before-mark", "after-mark-unknown"): crash drills only.
+
+    Opening (lazily, on first use) claims a new epoch. Which deployments are safe when a second driver of the job
+    starts (a retry, a failover, a zombie): every driver opens the same store file (one machine; its lock admits
+    one driver at a time), or each driver has its own store file and all share one ``mirror`` (several machines):
+    the newer epoch fences every older driver, whose next call raises ``FencedError``. Two drivers of one job with
+    separate store files and no mirror are not fenced: both can commit the same inputs, and rows can land twice.
+    A closed handle stays closed (``close()``, or the end of its ``with`` block): a later call raises
+    ``IllegalTransitionError``; a new ``Driver`` opens the store again.
 
     >>> import tempfile, sinkpoint
     >>> tmp = tempfile.mkdtemp()
@@ -648,12 +659,12 @@ class Driver:
 
     def __new__(
         cls,
-        path: str,
+        path: str | os.PathLike[str],
         job: str,
         target: Union[DirTable, LanceTarget, Target],
         target_identity: str | None = None,
-        mirror: str | None = None,
-        mirror_options: dict[str, str] | None = None,
+        mirror: str | os.PathLike[str] | None = None,
+        mirror_options: Mapping[str, str] | None = None,
         staging: SharedStaging | None = None,
         crash_at: str | None = None,
     ) -> Driver: ...
@@ -708,6 +719,7 @@ class Driver:
         ``DataFiles``): what was deleted before stays deleted and its entries are forgotten; the rest waits for the
         next run. Raises InvalidInputError for a negative or non-finite ``grace_s``."""
     def close(self) -> None:
-        """Closes the store (the handle reopens, with a new epoch, if used again)."""
+        """Closes the store. The handle stays closed: a later call raises ``IllegalTransitionError`` (a new
+        ``Driver`` opens the store again, under a new epoch); closing again does nothing."""
     def __enter__(self) -> Driver: ...
     def __exit__(self, *exc: object) -> None: ...

@@ -11,9 +11,19 @@
   only version V + 1 (V being the version it checked) can be written. A writer racing it (another sinkpoint job,
   a plain pylance append) either lands first, and the commit is checked again past it, or finds the version
   taken: no commit overwrites another.
+- Drivers: the V + 1 fence keeps commits from overwriting each other, not a second driver of the job from
+  committing the same inputs. That is the store's epoch, and it reaches every driver in two deployments only:
+  every driver opens the same store file (one machine), or each has its own store file and all share one mirror
+  (several machines; the newer driver fences the older, whose next call raises ``FencedError``). Two drivers of
+  one job with separate store files and no mirror are not fenced: both can commit the same inputs, and rows can
+  land twice.
 - Maintenance calls ``LanceTarget.cleanup_old_versions`` with ``Driver.retention_watermark()``, and
   ``Driver.collect_data_files(LanceDataFiles(uri))`` to delete the data files of dropped attempts (restarted,
   aborted, lost seals) that no commit will ever reference.
+
+Every function and class here takes the dataset's ``uri`` as a ``str`` or an ``os.PathLike`` and
+``storage_options`` as a mapping of ``str`` to ``str``; anything else is a ``TypeError`` naming the argument, raised
+before anything is written.
 
 Importing this module needs pylance and pyarrow (``pip install sinkpoint[lance]``) and the compiled core.
 """
@@ -22,7 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import lance
 import pyarrow as pa
@@ -45,15 +55,48 @@ __all__ = [
 _LANCE_ERRORS = (OSError, ValueError)
 
 
+def _uri_arg(uri: Any, name: str = "uri", what: str = "the Lance dataset's path or URI") -> str:
+    """``uri`` as a ``str``; a ``TypeError`` naming the argument ``name`` unless it is a ``str`` or an
+    ``os.PathLike`` of one (the Daft sink checks its paths and URLs with it too)."""
+    if isinstance(uri, str):
+        return uri
+    if isinstance(uri, os.PathLike):
+        path = os.fspath(uri)
+        if isinstance(path, str):
+            return path
+    raise TypeError(f"{name} must be a str or os.PathLike ({what}), not {type(uri).__name__}: {uri!r}")
+
+
+def _options_arg(options: Any, name: str = "storage_options") -> Optional[Dict[str, str]]:
+    """``options`` as a ``dict`` (``None`` stays ``None``); a ``TypeError`` naming the argument ``name`` unless it
+    maps ``str`` to ``str``. The message names keys and types, never values: options carry credentials."""
+    if options is None:
+        return None
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f'{name} must be a mapping of str to str (e.g. {{"aws_region": "us-east-1"}}), not {type(options).__name__}'
+        )
+    out: Dict[str, str] = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{name} must be a mapping of str to str: its key {key!r} is a {type(key).__name__}")
+        if not isinstance(value, str):
+            raise TypeError(
+                f'{name}[{key!r}] must be a str, not {type(value).__name__} (every option is a string, e.g. "true")'
+            )
+        out[key] = value
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Worker side
 
 
 def write_fragment(
-    uri: str,
+    uri: Union[str, "os.PathLike[str]"],
     data: Any,
     schema: Optional[pa.Schema] = None,
-    storage_options: Optional[Dict[str, str]] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> List[FragmentMetadata]:
     """Writes ``data`` (a ``pyarrow.Table``, ``RecordBatchReader`` or anything ``lance.fragment.write_fragments``
     reads) into the data directory of the dataset at ``uri`` without committing it.
@@ -65,6 +108,7 @@ def write_fragment(
     failure, or of a checkpoint that is never committed, are unreferenced (Lance's cleanup removes them); those of
     a staged attempt that was dropped are also collected by ``Driver.collect_data_files(LanceDataFiles(uri))``.
     """
+    uri, storage_options = _uri_arg(uri), _options_arg(storage_options)
     return write_fragments(data, uri, schema=schema, mode="append", storage_options=storage_options)
 
 
@@ -74,7 +118,9 @@ def fragment_json(fragment: FragmentMetadata) -> bytes:
     return json.dumps(fragment.to_json()).encode()
 
 
-def create_dataset(uri: str, schema: pa.Schema, storage_options: Optional[Dict[str, str]] = None) -> lance.LanceDataset:
+def create_dataset(
+    uri: Union[str, "os.PathLike[str]"], schema: pa.Schema, storage_options: Optional[Mapping[str, str]] = None
+) -> lance.LanceDataset:
     """The dataset at ``uri``, created empty with ``schema`` if it does not exist yet (the target requires it).
 
     Safe to call from every process that starts a job: when two create it at once, one creation wins and the
@@ -82,6 +128,7 @@ def create_dataset(uri: str, schema: pa.Schema, storage_options: Optional[Dict[s
     schema or the URI), and pylance's error when it can neither be created nor opened (retry; check the URI and
     ``storage_options``).
     """
+    uri, storage_options = _uri_arg(uri), _options_arg(storage_options)
     try:
         return lance.write_dataset(
             schema.empty_table(), uri, schema=schema, mode="create", storage_options=storage_options
@@ -128,10 +175,12 @@ class LanceDataFiles:
     keeps no state but its filesystem handle and pickles as its URI and options.
     """
 
-    def __init__(self, uri: str, storage_options: Optional[Dict[str, str]] = None) -> None:
-        self._uri = str(uri)
+    def __init__(
+        self, uri: Union[str, "os.PathLike[str]"], storage_options: Optional[Mapping[str, str]] = None
+    ) -> None:
+        self._uri = _uri_arg(uri)
         self._root = self._uri.rstrip("/")
-        self._storage_options = dict(storage_options) if storage_options else None
+        self._storage_options = _options_arg(storage_options) or None
         #: (pyarrow filesystem, the dataset's root in it), opened on first use.
         self._fs: Optional[Tuple[Any, str]] = None
 
