@@ -265,7 +265,7 @@ def test_adopt_reports_the_claims_it_released_and_the_seals_it_held_back(job):
         assert again.released == ["cp"] and again.held_back == []
         assert again.cleanup == [WriteResult("parquet", b"f")]
         assert not worker.is_processed("k")
-        assert "released=[\"cp\"]" in repr(again) and "held_back=[]" in repr(again)
+        assert 'released=["cp"]' in repr(again) and "held_back=[]" in repr(again)
         assert driver.adopt().released == []
 
 

@@ -1,6 +1,6 @@
-"""The package's documentation holds: every public class and function of ``sinkpoint``, ``sinkpoint.lance`` and
-the stubs of the compiled core has a docstring, the main classes have an example, and every example runs (the
-stubs' examples are read from the installed ``_sinkpoint.pyi``, as editors show them)."""
+"""The package's documentation holds: every public class and function of ``sinkpoint``, ``sinkpoint.lance``,
+``sinkpoint.daft`` and the stubs of the compiled core has a docstring, the main classes have an example, and every
+example runs (the stubs' examples are read from the installed ``_sinkpoint.pyi``, as editors show them)."""
 
 import ast
 import doctest
@@ -38,6 +38,8 @@ def _python_modules():
     modules = [sinkpoint]
     if importlib.util.find_spec("lance") is not None:
         modules.append(importlib.import_module("sinkpoint.lance"))
+        if importlib.util.find_spec("daft") is not None:
+            modules.append(importlib.import_module("sinkpoint.daft"))
     return modules
 
 
