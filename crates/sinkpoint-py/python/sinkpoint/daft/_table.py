@@ -162,11 +162,8 @@ def _create(
 
 
 def created_by(dataset: Any) -> Optional[str]:
-    """The job whose create made ``dataset`` (its first version's transaction property), or ``None`` when another
-    writer created it or that version is gone."""
-    first = min(int(v["version"]) for v in dataset.versions())
-    if first != 1:
-        return None
+    """The job whose create made ``dataset`` (its version 1's transaction property), or ``None`` when another
+    writer created it or version 1 is gone."""
     try:
         transaction = dataset.read_transaction(1)
     except (ValueError, OSError):
@@ -176,13 +173,11 @@ def created_by(dataset: Any) -> Optional[str]:
 
 
 def check_created_by(dataset: Any, job: str, uri: str) -> None:
-    """Raises ``InvalidInputError`` unless the table is this job's own: created by it, or (its first version
-    cleaned up) holding a commit of it."""
-    creator = created_by(dataset)
-    if creator == job:
-        return
+    """Raises ``InvalidInputError`` unless the table is this job's own: its version 1 names the job, or (version 1
+    cleaned up) the manifest carries the job's mark (a commit of the job landed)."""
     first = min(int(v["version"]) for v in dataset.versions())
-    if first != 1 and f"{_MARK_PREFIX}{job}" in (dataset.metadata or {}):
+    creator = created_by(dataset) if first == 1 else None
+    if creator == job or (first != 1 and f"{_MARK_PREFIX}{job}" in (dataset.metadata or {})):
         return
     whose = f"job {creator!r}" if creator is not None else "another writer"
     raise _invalid(
