@@ -33,8 +33,7 @@ SEED = int(os.environ.get("SINKPOINT_DAFT_SEED", "20240601"))
 
 
 def _cmd(directory: Path, *extra: str, inputs: int = INPUTS, rows: int = ROWS):
-    return [sys.executable, str(EXAMPLE), "--dir", str(directory), "--inputs", str(inputs), "--rows", str(rows),
-            *extra]
+    return [sys.executable, str(EXAMPLE), "--dir", str(directory), "--inputs", str(inputs), "--rows", str(rows), *extra]
 
 
 def _run(directory: Path, *extra: str, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
@@ -144,8 +143,9 @@ def test_kill_9_of_the_process_group_at_random_moments_then_a_rerun(tmp_path):
         directory = tmp_path / f"trial-{trial}"
         after = rng.uniform(0.3, clean * 1.1)
         moments.append(round(after, 2))
-        proc = subprocess.Popen(_cmd(directory, *extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            _cmd(directory, *extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             proc.wait(timeout=after)
         except subprocess.TimeoutExpired:
@@ -166,8 +166,9 @@ def test_two_drivers_started_half_a_second_apart_write_no_duplicate(tmp_path, st
         extra = ["--delay-ms", "50"]
         if stores != "one store":
             extra += ["--mirror", "--store", str(tmp_path / f"state-{name}" / "committer.redb")]
-        return subprocess.Popen(_cmd(tmp_path, *extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        return subprocess.Popen(
+            _cmd(tmp_path, *extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
 
     a = start("a")
     time.sleep(0.5)
@@ -178,8 +179,9 @@ def test_two_drivers_started_half_a_second_apart_write_no_duplicate(tmp_path, st
     both = f"exits {codes}\n--- a\n{outs[0][-3000:]}\n--- b\n{outs[1][-3000:]}"
     assert dups == 0, f"{dups} duplicates; {both}"
     assert 0 in codes, f"neither driver finished: {both}"
-    summaries = [re.search(r"(\d+) to write after pruning, (\d+) sealed .*, (\d+) skipped, (\d+) lost", out)
-                 for out in outs]
+    summaries = [
+        re.search(r"(\d+) to write after pruning, (\d+) sealed .*, (\d+) skipped, (\d+) lost", out) for out in outs
+    ]
     stats = [tuple(int(g) for g in m.groups()) if m else None for m in summaries]
     print(f"{stores}: exits {codes}; (to write, sealed, skipped, lost) per run: {stats}")
     if stores == "one store":
@@ -191,7 +193,7 @@ def test_two_drivers_started_half_a_second_apart_write_no_duplicate(tmp_path, st
         # The second opens the mirrored store while the first is mid-way (fencing it), prunes what the first sealed
         # so far, and writes the rest racing the first's workers (it loses seals to them, or wins them): every input
         # once either way. The first's finalize then fails with FencedError at its first write (or, had the second
-        # adopted and deleted every seal before, with IncompleteInputs: its own store never saw them).
+        # adopted and deleted every seal before, with IncompleteInputsError: its own store never saw them).
         assert stats[1] and stats[1][0] > 0, f"the runs did not overlap\n{both}"
         if codes[0] != 0:
             print(f"the first run, fenced: {outs[0].strip().splitlines()[-1]}")
@@ -243,7 +245,7 @@ def _procs(sid: int, mark: str, temp: str):
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
-            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
             state, pgid, session = fields[0], int(fields[2]), int(fields[3])
             if state in ("Z", "X") or pid == os.getpid():
                 continue
@@ -292,6 +294,7 @@ def _ray_env(mark: str, temp: str):
 
 def _layout(directory: Path):
     """(fragments in the table, claims (one per sealed input), the table's versions) on disk now."""
+
     def n(path: Path, suffix: str = "") -> int:
         try:
             return sum(name.endswith(suffix) for name in os.listdir(path))
@@ -326,9 +329,13 @@ def test_kill_9_of_every_process_of_a_ray_run_at_random_moments_then_a_rerun(tmp
         return temps[-1]
 
     def start(directory: Path, mark: str, temp: str) -> subprocess.Popen:
-        return subprocess.Popen(_cmd(directory, *RAY_EXTRA, inputs=RAY_INPUTS, rows=RAY_ROWS),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                env=_ray_env(mark, temp))
+        return subprocess.Popen(
+            _cmd(directory, *RAY_EXTRA, inputs=RAY_INPUTS, rows=RAY_ROWS),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=_ray_env(mark, temp),
+        )
 
     runs = []  # (Popen or None, mark, temp) of every run, for the cleanup
     try:
@@ -348,8 +355,10 @@ def test_kill_9_of_every_process_of_a_ray_run_at_random_moments_then_a_rerun(tmp
         assert _count(directory, RAY_INPUTS, RAY_ROWS) == (RAY_INPUTS * RAY_ROWS, 0, 0)
         left = _procs(proc.pid, mark, temp)
         assert not left, f"a clean Ray run left processes behind: {left}"
-        print(f"\nclean Ray run: first fragment {t_first:.2f} s, every input sealed {t_sealed:.2f} s, "
-              f"committed {t_commit:.2f} s, exit {t_end:.2f} s")
+        print(
+            f"\nclean Ray run: first fragment {t_first:.2f} s, every input sealed {t_sealed:.2f} s, "
+            f"committed {t_commit:.2f} s, exit {t_end:.2f} s"
+        )
 
         # Kill moments across the run, one phase after the other (from a seeded start): before the first fragment
         # (Ray starting, the inputs read), mid-write (after the first fragment), around finalize and the commit
@@ -386,27 +395,36 @@ def test_kill_9_of_every_process_of_a_ray_run_at_random_moments_then_a_rerun(tmp
             killed = _kill_all(proc.pid, mark, temp)
             layout = _layout(directory)
             proc.wait(timeout=30)
-            outside = sorted({c.split()[0].rsplit("/", 1)[-1] if c else "?"
-                              for g, _, _, c in killed.values() if g != proc.pid})
+            outside = sorted(
+                {c.split()[0].rsplit("/", 1)[-1] if c else "?" for g, _, _, c in killed.values() if g != proc.pid}
+            )
             in_session = sum(s == proc.pid for _, s, _, _ in killed.values())
             marked = sum(m for _, _, m, _ in killed.values())
             unmarked = sorted({c[:60] for _, _, m, c in killed.values() if not m})
             # Nothing of the killed run is left: not in its session, not with its marker, not in its temp dir.
             assert not _procs(proc.pid, mark, temp)
             rows, dups, missing = _count(directory, RAY_INPUTS, RAY_ROWS)
-            what = (f"trial {trial}: {phase}, kill at {at:.2f} s (fragments {layout[0]}, seals {layout[1]}, "
-                    f"Lance versions {layout[2]}{', after the exit' if exited is not None else ''}): "
-                    f"{len(killed)} processes killed ({in_session} in the driver's session, {marked} with the marker"
-                    f"{' ' + str(unmarked) if unmarked else ''}), "
-                    f"{sum(g != proc.pid for g, _, _, _ in killed.values())} outside the driver's group "
-                    f"{outside}; table before the rerun: {rows} rows, {dups} duplicates")
+            what = (
+                f"trial {trial}: {phase}, kill at {at:.2f} s (fragments {layout[0]}, seals {layout[1]}, "
+                f"Lance versions {layout[2]}{', after the exit' if exited is not None else ''}): "
+                f"{len(killed)} processes killed ({in_session} in the driver's session, {marked} with the marker"
+                f"{' ' + str(unmarked) if unmarked else ''}), "
+                f"{sum(g != proc.pid for g, _, _, _ in killed.values())} outside the driver's group "
+                f"{outside}; table before the rerun: {rows} rows, {dups} duplicates"
+            )
             assert dups == 0, what
             # The rerun: the native runner, and Ray every other trial.
             runner = "ray" if trial % 2 else "native"
             rmark, rtemp = uuid.uuid4().hex, temp_dir()
             rerun_cmd = _cmd(directory, "--runner", runner, inputs=RAY_INPUTS, rows=RAY_ROWS)
-            p = subprocess.run(rerun_cmd, capture_output=True, text=True, timeout=300, start_new_session=True,
-                               env=_ray_env(rmark, rtemp))
+            p = subprocess.run(
+                rerun_cmd,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                start_new_session=True,
+                env=_ray_env(rmark, rtemp),
+            )
             runs.append((None, rmark, rtemp))
             _ok(p, rows=RAY_INPUTS * RAY_ROWS)
             assert _count(directory, RAY_INPUTS, RAY_ROWS) == (RAY_INPUTS * RAY_ROWS, 0, 0), what

@@ -29,7 +29,7 @@ from sinkpoint.daft import (
     INPUT_COLUMN,
     POSITION_COLUMN,
     RESULT_SCHEMA,
-    IncompleteInputs,
+    IncompleteInputsError,
     LanceSink,
     daft_path,
     prune_inputs,
@@ -91,19 +91,19 @@ def _events(results):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_only_append_mode_is_accepted(tmp_path):
-    for mode in ("create", "overwrite", "merge"):
-        with pytest.raises(ValueError, match="mode='append' only"):
-            _sink(tmp_path, mode=mode)
-
-
 def test_the_sink_pickles_as_its_configuration(tmp_path):
     sink = _sink(tmp_path, mirror_url=f"file://{tmp_path}/mirror", storage_options={"k": "v"})
     sink._inputs = ["/a", "/b"]
     sink.report = {"x": 1}
     copy = pickle.loads(pickle.dumps(sink))
     assert (copy.uri, copy.job, copy.staging_url, copy.store_path, copy.mirror_url, copy.storage_options) == (
-        sink.uri, sink.job, sink.staging_url, sink.store_path, sink.mirror_url, sink.storage_options)
+        sink.uri,
+        sink.job,
+        sink.staging_url,
+        sink.store_path,
+        sink.mirror_url,
+        sink.storage_options,
+    )
     assert copy._token == sink._token
     assert copy._inputs is None and copy.report == {}
 
@@ -133,8 +133,9 @@ def test_a_rerun_of_a_finished_job_does_nothing(tmp_path):
     assert again.run(paths).to_pydict()["key"] == []
     assert again.report["already_finished"] and again.report["pending"] == 0
     assert lance.dataset(str(tmp_path / "table.lance")).version == version
-    with sinkpoint.Driver(str(tmp_path / "state" / "committer.redb"), "job",
-                          sinkpoint.lance.LanceTarget(str(tmp_path / "table.lance"))) as d:
+    with sinkpoint.Driver(
+        str(tmp_path / "state" / "committer.redb"), "job", sinkpoint.lance.LanceTarget(str(tmp_path / "table.lance"))
+    ) as d:
         assert prune_inputs(paths, driver=d) == []
 
 
@@ -143,7 +144,7 @@ def test_a_finished_job_run_with_a_new_input_raises_and_writes_nothing(tmp_path)
     _sink(tmp_path).run(paths[:2])
     version = lance.dataset(str(tmp_path / "table.lance")).version
     again = _sink(tmp_path)
-    with pytest.raises(IncompleteInputs, match="write them under a new job id") as err:
+    with pytest.raises(IncompleteInputsError, match="write them under a new job id") as err:
         again.run(paths)
     assert err.value.missing == [daft_path(paths[2])]
     assert again.report["finished"] and again.report["missing"] == [daft_path(paths[2])]
@@ -181,7 +182,7 @@ def test_an_input_filtered_on_the_way_is_never_written_and_blocks_the_finish(tmp
     sink = _sink(tmp_path)
     sink._inputs = [daft_path(p) for p in paths]
     df = read_inputs(paths).where(daft.col("id") != 250)  # input 1 loses a row
-    with pytest.raises(IncompleteInputs) as err:
+    with pytest.raises(IncompleteInputsError) as err:
         df.write_sink(sink)
     assert list(err.value.incomplete) == [daft_path(paths[1])]
     assert err.value.incomplete[daft_path(paths[1])] == (199, 200)
@@ -198,7 +199,8 @@ def test_an_input_filtered_on_the_way_is_never_written_and_blocks_the_finish(tmp
 
 
 def test_row_positions_are_tracked_as_runs(tmp_path):
-    from sinkpoint.daft import POSITION_RUNS_MAX, _Ranges
+    from sinkpoint.daft import POSITION_RUNS_MAX
+    from sinkpoint.daft._reader import _Ranges
 
     r = _Ranges()
     assert r.complete(0) and not r.complete(10)
@@ -222,8 +224,9 @@ def test_rows_without_positions_are_refused(tmp_path):
     paths = _inputs(tmp_path, count=1, rows=100, row_groups=1)
     sink = _sink(tmp_path)
     sink.start()
-    table = pq.read_table(paths[0]).append_column(INPUT_COLUMN, pa.array([daft_path(paths[0])] * 100,
-                                                                         pa.large_string()))
+    table = pq.read_table(paths[0]).append_column(
+        INPUT_COLUMN, pa.array([daft_path(paths[0])] * 100, pa.large_string())
+    )
     with pytest.raises(ValueError, match="read_inputs"):
         list(sink.write(iter([MicroPartition.from_arrow(table)])))
 
@@ -240,7 +243,7 @@ def test_an_input_whose_copies_interleave_is_never_sealed(tmp_path):
     results += list(sink.write(iter([_mp(paths[1], 0, 100)])))
     assert [e["event"] for e in _events(results)] == ["pending", "rejected", "sealed"]
     sink._inputs = [daft_path(p) for p in paths]
-    with pytest.raises(IncompleteInputs, match="more than once") as err:
+    with pytest.raises(IncompleteInputsError, match="more than once") as err:
         sink.finalize(results)
     assert list(err.value.rejected) == [daft_path(paths[0])]
     assert "arrived twice" in err.value.rejected[daft_path(paths[0])]
@@ -258,7 +261,7 @@ def test_rows_after_an_input_is_sealed_are_an_error_finalize_raises(tmp_path):
     results += list(sink.write(iter([_mp(paths[0], 0, 40)])))  # a second copy, after the first was complete
     assert [e["event"] for e in _events(results)] == ["sealed", "rejected"]
     sink._inputs = [daft_path(paths[0])]
-    with pytest.raises(IncompleteInputs, match="after the input was complete") as err:
+    with pytest.raises(IncompleteInputsError, match="after the input was complete") as err:
         sink.finalize(results)
     assert list(err.value.rejected) == [daft_path(paths[0])]
     # The complete copy was sealed (each position once) and is committed once; the second copy is not.
@@ -292,7 +295,7 @@ def test_a_duplicated_path_read_with_positions_is_never_sealed_as_a_mix(tmp_path
     sink = _sink(tmp_path, schema=pa.schema([("id", pa.int64())]))
     sink._inputs = [daft_path(path)]
     df = read_inputs([path, path], batch_rows=1000)
-    with pytest.raises(IncompleteInputs, match="more than once") as err:
+    with pytest.raises(IncompleteInputsError, match="more than once") as err:
         df.write_sink(sink)
     assert list(err.value.rejected) == [daft_path(path)]
     # Whether the copies interleaved (nothing sealed) or came one after the other (the first sealed whole), the
@@ -412,8 +415,9 @@ def test_an_empty_input_is_sealed_by_the_driver(tmp_path):
     sink.run(paths + [empty])
     assert sink.report["finished"] and sink.report["missing"] == []
     assert _count(tmp_path, 2, 100) == (200, 0, 0)
-    with sinkpoint.Driver(str(tmp_path / "state" / "committer.redb"), "job",
-                          sinkpoint.lance.LanceTarget(str(tmp_path / "table.lance"))) as d:
+    with sinkpoint.Driver(
+        str(tmp_path / "state" / "committer.redb"), "job", sinkpoint.lance.LanceTarget(str(tmp_path / "table.lance"))
+    ) as d:
         assert d.is_processed(daft_path(empty))
 
 
@@ -451,8 +455,11 @@ class _RacedSink(LanceSink):
         super().start()
         rival = LanceSink(self.uri, self.job, self.staging_url, self.store_path + ".rival")
         rival.start()
-        events = [e for r in rival.write(iter([_mp(self.raced, 0, pq.read_metadata(self.raced).num_rows)]))
-                  for e in r.result["events"]]
+        events = [
+            e
+            for r in rival.write(iter([_mp(self.raced, 0, pq.read_metadata(self.raced).num_rows)]))
+            for e in r.result["events"]
+        ]
         assert [e["event"] for e in events] == ["sealed"], events
 
     def _staging(self, role: str):
@@ -464,8 +471,13 @@ class _RacedSink(LanceSink):
 def test_an_input_sealed_by_another_attempt_after_pruning_is_never_duplicated(tmp_path, check):
     paths = _inputs(tmp_path, count=4, rows=200)
     _CHECKS.clear()
-    sink = _RacedSink(str(tmp_path / "table.lance"), "job", f"file://{tmp_path}/staging",
-                      str(tmp_path / "state" / "committer.redb"), check_processed_in_worker=check)
+    sink = _RacedSink(
+        str(tmp_path / "table.lance"),
+        "job",
+        f"file://{tmp_path}/staging",
+        str(tmp_path / "state" / "committer.redb"),
+        check_processed_in_worker=check,
+    )
     sink.raced = paths[0]
     out = sink.run(paths).to_pydict()
     report = sink.report
@@ -497,15 +509,16 @@ def test_run_prunes_by_the_store_after_adopting_without_a_claim_read_per_input(t
     # A crashed run: input 1 sealed by a worker, never adopted.
     for r in first.write(iter([_mp(paths[1], 0, 200)])):
         assert [e["event"] for e in r.result["events"]] == ["sealed"]
-    import sinkpoint.daft as sd
+    import sinkpoint.daft._runner as runner
 
     def no_prune(*a, **k):
         raise AssertionError("run() must prune by the driver's store, not with a claim read per input")
 
-    monkeypatch.setattr(sd, "prune_inputs", no_prune)
+    monkeypatch.setattr(runner, "prune_inputs", no_prune)
     _CHECKS.clear()
-    rerun = _RacedSink(str(tmp_path / "table.lance"), "job", f"file://{tmp_path}/staging",
-                       str(tmp_path / "state" / "committer.redb"))
+    rerun = _RacedSink(
+        str(tmp_path / "table.lance"), "job", f"file://{tmp_path}/staging", str(tmp_path / "state" / "committer.redb")
+    )
     rerun.raced = paths[3]
     rerun.run(paths)
     # Input 1 was adopted before pruning (not read again); 3 was raced after pruning (written, lost). Adopted: 1
@@ -514,3 +527,47 @@ def test_run_prunes_by_the_store_after_adopting_without_a_claim_read_per_input(t
     assert list(rerun.report["lost"]) == [daft_path(paths[3])]
     assert _CHECKS == []
     assert _count(tmp_path, 4, 200) == (800, 0, 0)
+
+
+def test_every_public_name_still_imports_from_sinkpoint_daft():
+    import sinkpoint.daft as sd
+
+    # The module's public names before it became a package of modules.
+    names = [
+        "INPUT_COLUMN",
+        "POSITION_COLUMN",
+        "RESULT_SCHEMA",
+        "LanceSink",
+        "daft_path",
+        "prune_inputs",
+        "read_inputs",
+        "FLUSH_BYTES_DEFAULT",
+        "GRACE_S_DEFAULT",
+        "OPEN_TIMEOUT_S_DEFAULT",
+        "READ_BATCH_ROWS_DEFAULT",
+        "POSITION_RUNS_MAX",
+    ]
+    assert [n for n in names if not hasattr(sd, n)] == []
+    assert set(names) <= set(sd.__all__)
+    assert sd.LanceSink.__module__ == "sinkpoint.daft" and sd.IncompleteInputsError.__module__ == "sinkpoint.daft"
+
+
+def test_incomplete_inputs_is_the_deprecated_name_of_incomplete_inputs_error():
+    import sinkpoint.daft as sd
+
+    message = "sinkpoint.daft.IncompleteInputs is deprecated: use sinkpoint.daft.IncompleteInputsError"
+    with pytest.warns(DeprecationWarning, match=message):
+        old = sd.IncompleteInputs
+    assert old is IncompleteInputsError
+    with pytest.warns(DeprecationWarning, match=message):
+        exec("from sinkpoint.daft import IncompleteInputs as imported", namespace := {})
+    assert namespace["imported"] is IncompleteInputsError
+    assert "IncompleteInputs" not in sd.__all__ and "IncompleteInputsError" in sd.__all__
+    # The old name still catches what is raised, and the error pickles under its new name.
+    with pytest.warns(DeprecationWarning):
+        with pytest.raises(sd.IncompleteInputs):
+            raise IncompleteInputsError("job j cannot finish", missing=["a"])
+    copy = pickle.loads(pickle.dumps(IncompleteInputsError("m", missing=["a"], rejected={"b": "twice"})))
+    assert type(copy) is IncompleteInputsError and copy.missing == ["a"] and copy.rejected == {"b": "twice"}
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
+        sd.NoSuchName  # noqa: B018

@@ -1,8 +1,8 @@
-"""The package's documentation holds: every public class and function of ``sinkpoint``, ``sinkpoint.lance`` and
-the stubs of the compiled core has a docstring, the main classes have an example, and every example runs (the
-stubs' examples are read from the installed ``_sinkpoint.pyi``, as editors show them); the drivers story (which
-deployments are safe) is told in the same words by the docstrings, the example's ``--help``, README.md and
-docs/protocols/python.md."""
+"""The package's documentation holds: every public class and function of ``sinkpoint``, ``sinkpoint.lance``,
+``sinkpoint.daft`` and the stubs of the compiled core has a docstring, the main classes have an example, and every
+example runs (the stubs' examples are read from the installed ``_sinkpoint.pyi``, as editors show them); the drivers
+story (which deployments are safe) is told in the same words by the docstrings, the example's ``--help``, README.md
+and docs/protocols/python.md."""
 
 import ast
 import doctest
@@ -42,6 +42,8 @@ def _python_modules():
     modules = [sinkpoint]
     if importlib.util.find_spec("lance") is not None:
         modules.append(importlib.import_module("sinkpoint.lance"))
+        if importlib.util.find_spec("daft") is not None:
+            modules.append(importlib.import_module("sinkpoint.daft"))
     return modules
 
 

@@ -97,6 +97,7 @@ def write_fragment(
     data: Any,
     schema: Optional[pa.Schema] = None,
     storage_options: Optional[Mapping[str, str]] = None,
+    **options: Any,
 ) -> List[FragmentMetadata]:
     """Writes ``data`` (a ``pyarrow.Table``, ``RecordBatchReader`` or anything ``lance.fragment.write_fragments``
     reads) into the data directory of the dataset at ``uri`` without committing it.
@@ -107,9 +108,15 @@ def write_fragment(
     Raises pylance's error when the write fails: nothing was staged, retry the task. Files written before a
     failure, or of a checkpoint that is never committed, are unreferenced (Lance's cleanup removes them); those of
     a staged attempt that was dropped are also collected by ``Driver.collect_data_files(LanceDataFiles(uri))``.
+
+    ``options`` are ``write_fragments``' writer settings (``max_rows_per_file``, ``max_rows_per_group``,
+    ``max_bytes_per_file``, ``data_storage_version``, ``enable_stable_row_ids``, ...): the rows may become several
+    fragments, each staged with the others. ``mode`` is not one of them: fragments are always appended.
     """
     uri, storage_options = _uri_arg(uri), _options_arg(storage_options)
-    return write_fragments(data, uri, schema=schema, mode="append", storage_options=storage_options)
+    if "mode" in options:
+        raise ValueError("write_fragment always appends: it takes no mode")
+    return write_fragments(data, uri, schema=schema, mode="append", storage_options=storage_options, **options)
 
 
 def fragment_json(fragment: FragmentMetadata) -> bytes:
@@ -119,9 +126,17 @@ def fragment_json(fragment: FragmentMetadata) -> bytes:
 
 
 def create_dataset(
-    uri: Union[str, "os.PathLike[str]"], schema: pa.Schema, storage_options: Optional[Mapping[str, str]] = None
+    uri: Union[str, "os.PathLike[str]"],
+    schema: pa.Schema,
+    storage_options: Optional[Mapping[str, str]] = None,
+    *,
+    transaction_properties: Optional[Dict[str, str]] = None,
+    data_storage_version: Optional[str] = None,
+    enable_stable_row_ids: bool = False,
 ) -> lance.LanceDataset:
     """The dataset at ``uri``, created empty with ``schema`` if it does not exist yet (the target requires it).
+    The creation's commit carries ``transaction_properties``; ``data_storage_version`` and
+    ``enable_stable_row_ids`` are the table's settings (pylance's ``write_dataset``), used only when it creates it.
 
     Safe to call from every process that starts a job: when two create it at once, one creation wins and the
     other opens it. Raises ``ValueError`` when the dataset exists with another schema (nothing is changed: fix the
@@ -131,7 +146,14 @@ def create_dataset(
     uri, storage_options = _uri_arg(uri), _options_arg(storage_options)
     try:
         return lance.write_dataset(
-            schema.empty_table(), uri, schema=schema, mode="create", storage_options=storage_options
+            schema.empty_table(),
+            uri,
+            schema=schema,
+            mode="create",
+            storage_options=storage_options,
+            transaction_properties=transaction_properties,
+            data_storage_version=data_storage_version,
+            enable_stable_row_ids=enable_stable_row_ids,
         )
     except _LANCE_ERRORS as create_error:
         # Mostly "already exists"; told apart by opening it rather than by the error's text.

@@ -1,0 +1,275 @@
+"""The reader of a Daft job's inputs: every row carries its input and its position in it (:func:`read_inputs`),
+and the positions that arrived of one input, kept as runs (:class:`_Ranges`); plus the inputs' row counts from
+their parquet footers and the Daft settings that would split one input across tasks."""
+
+from __future__ import annotations
+
+import bisect
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Iterable, List, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from daft.io.source import DataSource, DataSourceTask
+from daft.schema import Schema
+
+#: The column that carries each row's input (:func:`read_inputs` adds it); it is not written to the table.
+INPUT_COLUMN = "_sinkpoint_input"
+
+#: The column that carries each row's position in its input (0 for the file's first row; :func:`read_inputs` adds
+#: it); it is not written to the table. An input is sealed only when positions ``0 .. rows - 1`` have each arrived
+#: once.
+POSITION_COLUMN = "_sinkpoint_row"
+
+
+#: Rows per batch :func:`read_inputs` reads (one MicroPartition each on the way to the sink).
+READ_BATCH_ROWS_DEFAULT = 65536
+
+#: The most disjoint runs of positions one input may have arrived as before it is complete (see :class:`_Ranges`):
+#: an input read in order is one run; a run costs about 100 bytes, so this bounds one input's tracking at a few MiB.
+POSITION_RUNS_MAX = 65536
+
+
+def daft_path(path: str) -> str:
+    """An input path as Daft's ``file_path_column`` spells it (the checkpoint key): Daft turns a
+    ``file:///abs/path`` into ``/abs/path`` and leaves every other URL as given."""
+    path = str(path)
+    if path.startswith("file://"):
+        rest = path[len("file://") :]
+        if rest.startswith("/"):
+            return rest
+        if rest.startswith("localhost/"):
+            return rest[len("localhost") :]
+    return path
+
+
+def read_inputs(
+    paths: Iterable[str],
+    *,
+    input_column: str = INPUT_COLUMN,
+    position_column: str = POSITION_COLUMN,
+    io_config: Any = None,
+    batch_rows: int = READ_BATCH_ROWS_DEFAULT,
+) -> Any:
+    """A Daft DataFrame of the parquet files ``paths``, one scan task per file, each row with two columns more: its
+    input (``input_column``, spelled as :func:`daft_path` spells it: the checkpoint key) and its position in that
+    file (``position_column``, int64, from 0). Write it with ``df.write_sink(sink)``: :class:`LanceSink` seals an
+    input only when each position arrived exactly once. ``io_config`` is Daft's IOConfig for the files.
+
+    Daft 0.7.26's ``read_parquet`` gives the file path (``file_path_column``) but no row position, so this reads
+    the files itself (pyarrow, through the filesystem Daft derives from ``io_config``), ``batch_rows`` rows at a
+    time; the schema is the first file's."""
+    if batch_rows < 1:
+        raise ValueError("batch_rows must be positive")
+    inputs = [str(p) for p in paths]
+    if not inputs:
+        raise ValueError("read_inputs needs at least one path")
+    return _InputSource(inputs, input_column, position_column, io_config, int(batch_rows)).read()
+
+
+def _open_parquet(path: str, io_config: Any) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` of ``path`` (a local path or a URL Daft's IOConfig can reach)."""
+    import pyarrow.parquet as pq
+    from daft.filesystem import _resolve_paths_and_filesystem
+
+    (resolved,), fs = _resolve_paths_and_filesystem(path, io_config)
+    return pq.ParquetFile(fs.open_input_file(resolved))
+
+
+class _InputSource:
+    """What :func:`read_inputs` reads."""
+
+    def __init__(
+        self, paths: List[str], input_column: str, position_column: str, io_config: Any, batch_rows: int
+    ) -> None:
+        self.paths = paths
+        self.input_column = input_column
+        self.position_column = position_column
+        self.io_config = io_config
+        self.batch_rows = batch_rows
+
+    def arrow_schema(self) -> pa.Schema:
+        schema = _open_parquet(self.paths[0], self.io_config).schema_arrow
+        for name in (self.input_column, self.position_column):
+            if name in schema.names:
+                raise ValueError(f"{self.paths[0]} has a column {name!r} already: choose another name for it")
+        return schema.append(pa.field(self.input_column, pa.large_string())).append(
+            pa.field(self.position_column, pa.int64())
+        )
+
+    def read(self) -> Any:
+        return _InputsSource(self).read()
+
+
+class _InputsSource(DataSource):
+    """The inputs as a Daft DataSource: one task per file."""
+
+    def __init__(self, spec: _InputSource) -> None:
+        self.spec = spec
+        self._schema = Schema.from_pyarrow_schema(spec.arrow_schema())
+
+    @property
+    def name(self) -> str:
+        return "sinkpoint inputs"
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    async def get_tasks(self, pushdowns: Any) -> AsyncIterator[DataSourceTask]:
+        # Pushdowns are not applied here: Daft applies projections, filters and limits after the scan.
+        for path in self.spec.paths:
+            yield _InputTask(self.spec, path, self._schema)
+
+
+class _InputTask(DataSourceTask):
+    """One input file, read in order: each batch with its input and its rows' positions."""
+
+    def __init__(self, spec: _InputSource, path: str, schema: Schema) -> None:
+        self.spec = spec
+        self.path = path
+        self._schema = schema
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    async def read(self) -> AsyncIterator[Any]:
+        from daft.recordbatch import RecordBatch
+
+        # Blocking reads on Daft's event loop, as Daft runs its own Python scan tasks: a read handed to Daft's
+        # reader on another thread from here deadlocks, and an abandoned reader thread aborts the process at exit.
+        spec = self.spec
+        target = self._schema.to_pyarrow_schema()
+        key = daft_path(self.path)
+        position = 0
+        for batch in _open_parquet(self.path, spec.io_config).iter_batches(batch_size=spec.batch_rows):
+            n = batch.num_rows
+            table = pa.Table.from_batches([batch])
+            table = table.append_column(spec.input_column, pa.array([key] * n, pa.large_string()))
+            table = table.append_column(spec.position_column, pa.array(range(position, position + n), pa.int64()))
+            position += n
+            if not table.schema.equals(target, check_metadata=False):
+                table = table.select(target.names).cast(target)
+            yield RecordBatch.from_arrow_table(table)
+
+
+class _Ranges:
+    """The row positions of one input that have arrived: sorted, disjoint, half-open runs ``[start, end)``, joined
+    with their neighbours as the gaps fill. An input read in order is one run at all times; rows that arrive out of
+    order cost one run per gap until it fills, up to :data:`POSITION_RUNS_MAX`."""
+
+    __slots__ = ("starts", "ends", "count")
+
+    def __init__(self) -> None:
+        self.starts: List[int] = []
+        self.ends: List[int] = []
+        #: Positions held (the sum of the runs' lengths).
+        self.count = 0
+
+    def complete(self, total: int) -> bool:
+        """Whether positions ``0 .. total - 1`` have each arrived (and nothing else)."""
+        return self.count == total and (total == 0 or (self.starts == [0] and self.ends == [total]))
+
+    def add(self, positions: pa.Array, total: int) -> Optional[str]:
+        """Adds ``positions`` (of rows of a file with ``total`` rows); or, when one of them is out of range,
+        arrived before, or twice among them, adds nothing and says why."""
+        runs = _runs(positions)
+        if isinstance(runs, str):
+            return runs
+        if runs and (runs[0][0] < 0 or runs[-1][1] > total):
+            return (
+                f"row positions {runs[0][0]}..{runs[-1][1] - 1} reach beyond the file's {total} rows "
+                "(rows multiplied on the way, or rows of another file)"
+            )
+        for start, end in runs:
+            i = bisect.bisect_right(self.starts, start) - 1
+            if (i >= 0 and self.ends[i] > start) or (i + 1 < len(self.starts) and self.starts[i + 1] < end):
+                return f"a row position in {start}..{end - 1} arrived twice (the input was read twice?)"
+        for start, end in runs:
+            self._insert(start, end)
+        if len(self.starts) > POSITION_RUNS_MAX:
+            return (
+                f"its rows arrived as more than {POSITION_RUNS_MAX} disjoint runs of positions (rows filtered "
+                "or shuffled on the way)"
+            )
+        return None
+
+    def _insert(self, start: int, end: int) -> None:
+        i = bisect.bisect_right(self.starts, start)
+        self.count += end - start
+        joins_left = i > 0 and self.ends[i - 1] == start
+        joins_right = i < len(self.starts) and self.starts[i] == end
+        if joins_left and joins_right:
+            self.ends[i - 1] = self.ends[i]
+            del self.starts[i], self.ends[i]
+        elif joins_left:
+            self.ends[i - 1] = end
+        elif joins_right:
+            self.starts[i] = start
+        else:
+            self.starts.insert(i, start)
+            self.ends.insert(i, end)
+
+
+def _runs(positions: pa.Array) -> Any:
+    """The sorted runs ``[(start, end)]`` of consecutive values in ``positions``; or why there are none (a value
+    twice, or a null)."""
+    if len(positions) == 0:
+        return []
+    if positions.null_count:
+        return f"{positions.null_count} row(s) have no position"
+    positions = positions.cast(pa.int64())
+    first = positions[0].as_py()
+    last = positions[-1].as_py()
+    if last - first + 1 == len(positions) and len(positions) > 1:
+        steps = pc.pairwise_diff(positions).slice(1)
+        if pc.all(pc.equal(steps, 1)).as_py():
+            return [(first, last + 1)]  # in order: the usual case
+    elif len(positions) == 1:
+        return [(first, first + 1)]
+    ordered = pc.take(positions, pc.array_sort_indices(positions))
+    steps = pc.pairwise_diff(ordered).slice(1)
+    if pc.any(pc.equal(steps, 0)).as_py():
+        return "a row position arrived twice in one batch"
+    breaks = pc.indices_nonzero(pc.not_equal(steps, 1)).to_pylist()
+    values = ordered.to_pylist()
+    runs = []
+    begin = 0
+    for b in breaks:
+        runs.append((values[begin], values[b] + 1))
+        begin = b + 1
+    runs.append((values[begin], values[-1] + 1))
+    return runs
+
+
+def _refuse_input_splitting() -> None:
+    """Raises when Daft may split one parquet file across scan tasks (by row groups)."""
+    from daft import context
+
+    cfg = context.get_context().daft_execution_config
+    if getattr(cfg, "enable_scan_task_split_and_merge", False) and getattr(
+        cfg, "parquet_split_row_groups_max_files", 0
+    ):
+        raise ValueError(
+            "LanceSink needs every input file read whole by one task, but Daft is configured to split large parquet "
+            "files across tasks by row groups (enable_scan_task_split_and_merge=True with "
+            f"parquet_split_row_groups_max_files={cfg.parquet_split_row_groups_max_files}); the pieces may run on "
+            "different machines, where no process sees all of an input's rows. Turn the splitting off: "
+            "daft.set_execution_config(parquet_split_row_groups_max_files=0) (merging small files stays on)."
+        )
+
+
+def _row_counts(paths: List[str], io_config: Any) -> List[int]:
+    """The row count of each parquet file of ``paths``, from its footer (Daft's reader, Daft's IOConfig).
+
+    Run on a thread of its own: ``write`` is called on a thread of Daft's runtime, where Daft's blocking reader
+    panics ("Cannot start a runtime from within a runtime")."""
+    from daft.recordbatch import RecordBatch
+
+    def read() -> List[int]:
+        stats = RecordBatch.read_parquet_statistics(list(paths), io_config=io_config).to_pydict()
+        return [int(n) for n in stats["row_count"]]
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(read).result()
