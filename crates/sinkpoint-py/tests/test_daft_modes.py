@@ -183,3 +183,49 @@ def test_storage_options_come_from_io_config_unless_given_as_write_lance_layers_
     assert local.storage_options is None  # no options for a local table
     copy = pickle.loads(pickle.dumps(derived))
     assert copy.storage_options == derived.storage_options and copy.writer_settings == derived.writer_settings
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bad input to the sink: refused before anything is written, naming the argument
+
+
+@pytest.mark.parametrize(
+    "argument, kwargs",
+    [
+        ("uri", {"uri": 0}),
+        ("storage_options", {"storage_options": [("aws_region", "x")]}),
+        ("staging_options", {"staging_options": ["x"]}),
+        ("row_counts", {"row_counts": [("a.parquet", 3)]}),
+    ],
+    ids=["uri", "storage_options", "staging_options", "row_counts"],
+)
+def test_a_sink_argument_of_the_wrong_type_is_a_type_error_naming_it(tmp_path, argument, kwargs):
+    uri = kwargs.pop("uri", None)
+    with pytest.raises(TypeError, match=argument):
+        LanceSink(
+            uri if uri is not None else str(tmp_path / "t.lance"),
+            "job",
+            f"file://{tmp_path}/staging",
+            str(tmp_path / "s.redb"),
+            **kwargs,
+        )
+    assert not (tmp_path / "0").exists(), "uri=0 created a dataset at ./0"
+
+
+def test_one_path_given_to_run_is_a_type_error_and_nothing_is_written(tmp_path):
+    (path,) = make_job_inputs(str(tmp_path / "in"), count=1, rows=10, row_groups=1)
+    sink = _sink(tmp_path)
+    with pytest.raises(TypeError, match="a list of parquet paths"):
+        sink.run(path)
+    assert not (tmp_path / "table.lance").exists() and not (tmp_path / "state").exists()
+
+
+def test_row_counts_that_contradict_the_file_are_refused_before_anything_is_written(tmp_path):
+    (path,) = make_job_inputs(str(tmp_path / "in"), count=1, rows=100, row_groups=1)
+    with pytest.raises(ValueError, match="row_counts"):
+        _sink(tmp_path, row_counts={path: -1})
+    sink = _sink(tmp_path, row_counts={path: 60})
+    with pytest.raises(ValueError, match="contradicts the parquet footer"):
+        sink.run([path])
+    table = tmp_path / "table.lance"
+    assert not table.exists() or lance.dataset(str(table)).count_rows() == 0, "rows were written"

@@ -118,6 +118,7 @@ def test_the_drivers_story_is_told_the_same_everywhere():
         done = subprocess.run([sys.executable, str(example), "--help"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         places["daft_lance_job.py --help"] = done.stdout
+        places["sinkpoint.daft.LanceSink"] = importlib.import_module("sinkpoint.daft").LanceSink.__doc__
     wrong = [name for name, text in places.items() if DRIVERS_UNSAFE not in " ".join(text.split())]
     assert wrong == [], f"the drivers story is missing or worded otherwise in {wrong}"
     assert all("mirror" in text for text in places.values())

@@ -5,6 +5,7 @@ their parquet footers and the Daft settings that would split one input across ta
 from __future__ import annotations
 
 import bisect
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Iterable, List, Optional
 
@@ -59,12 +60,22 @@ def read_inputs(
     Daft 0.7.26's ``read_parquet`` gives the file path (``file_path_column``) but no row position, so this reads
     the files itself (pyarrow, through the filesystem Daft derives from ``io_config``), ``batch_rows`` rows at a
     time; the schema is the first file's."""
+    _refuse_single_path(paths)
     if batch_rows < 1:
         raise ValueError("batch_rows must be positive")
     inputs = [str(p) for p in paths]
     if not inputs:
         raise ValueError("read_inputs needs at least one path")
     return _InputSource(inputs, input_column, position_column, io_config, int(batch_rows)).read()
+
+
+def _refuse_single_path(paths: Any) -> None:
+    """A ``TypeError`` for one path given where a list of paths belongs (a ``str`` would be read as its
+    characters, each a path)."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"paths must be a list of parquet paths, not one {type(paths).__name__}: give [{paths!r}] for one input"
+        )
 
 
 def _open_parquet(path: str, io_config: Any) -> Any:

@@ -14,7 +14,7 @@ import pyarrow as pa
 from . import _table
 from ._common import RESULT_SCHEMA, _fragment_files, _lance, _sp, _worker_name
 from ._errors import IncompleteInputsError, _incomplete_message
-from ._reader import _refuse_input_splitting, _row_counts, daft_path, read_inputs
+from ._reader import _refuse_input_splitting, _refuse_single_path, _row_counts, daft_path, read_inputs
 
 #: The grace period of :meth:`LanceSink.collect_orphans`, in seconds (the core's default: a day). It must exceed
 #: any task's time from writing a fragment to staging it.
@@ -83,8 +83,14 @@ class _JobRunner:
 
         The store's file stays open (locked) until the run ends, so a second run of the job on the same store waits
         for this one (up to ``open_timeout_s``) instead of racing it; a driver on another machine that opens the
-        mirrored store fences this one (its ``finalize`` raises ``FencedError``) and finishes the job itself."""
+        mirrored store fences this one (its ``finalize`` raises ``FencedError``) and finishes the job itself. Two
+        drivers with separate store files and no mirror are not fenced: both can commit the same inputs, and rows
+        can land twice.
+
+        ``row_counts`` given to the sink are checked against the pending inputs' footers before anything is read
+        (one batched footer read): a count that contradicts its file raises ``ValueError`` and nothing is written."""
         t0 = time.monotonic()
+        _refuse_single_path(paths)
         _refuse_input_splitting()
         inputs = list(dict.fromkeys(daft_path(p) for p in paths))
         if io_config is not None and self.input_io_config is None:
@@ -112,6 +118,7 @@ class _JobRunner:
             # says what is processed: the commit needs these adoptions anyway.
             adopted = driver.adopt()
             pending = [p for p in inputs if not driver.is_processed(p)]
+            self._check_row_counts(pending)
             prune_s = time.monotonic() - t0
             self._prepared = _Prepared(driver, report["recovered"], commits, adopted)
             out = self._write_pending(inputs, pending, io_config, read_options)
@@ -126,6 +133,20 @@ class _JobRunner:
         self.report.update(inputs=len(inputs), pending=0, run_s=time.monotonic() - t0)
         self._refuse_late_inputs(driver, inputs)
         return daft.from_arrow(table)
+
+    def _check_row_counts(self, pending: List[str]) -> None:
+        """Raises ``ValueError`` when a ``row_counts`` entry of a pending input contradicts its parquet footer: a
+        count below the file's would seal the input before its last rows arrive, and they would be rejected."""
+        given = [p for p in pending if self.row_counts and p in self.row_counts]
+        if not given:
+            return
+        footers = _row_counts(given, self.input_io_config)
+        wrong = [(p, self.row_counts[p], n) for p, n in zip(given, footers) if self.row_counts[p] != n]
+        if wrong:
+            raise ValueError(
+                f"row_counts contradicts the parquet footer of {len(wrong)} input(s) (path, given, footer; first: "
+                f"{wrong[:3]}): nothing was written; fix row_counts or leave it out"
+            )
 
     def _write_pending(
         self, inputs: List[str], pending: List[str], io_config: Any, read_options: Dict[str, Any]

@@ -136,7 +136,9 @@ class LanceSink(_JobRunner, DataSink):
     - ``staging_url`` (+ ``staging_options``): the object store prefix workers and the driver share
       (``file:///abs/dir``, ``s3://bucket/prefix``).
     - ``store_path``: the committer's local store file (on the driver), mirrored to ``mirror_url``
-      (+ ``mirror_options``) when given, so a driver that lost its disk resumes from the mirror.
+      (+ ``mirror_options``) when given, so a driver that lost its disk resumes from the mirror. Safe deployments:
+      one store file for the job, or a store file on each machine with one mirror. Two drivers with separate
+      store files and no mirror are not fenced: both can commit the same inputs, and rows can land twice.
     - ``io_config``: Daft's IOConfig, as write_lance means it (the table's storage options), and for reading the
       inputs and their parquet footers unless ``input_io_config`` is given.
     - ``schema`` (a ``pyarrow.Schema`` or ``daft.Schema``): the table's schema when the sink creates it; else the
@@ -205,13 +207,17 @@ class LanceSink(_JobRunner, DataSink):
             raise ValueError("job must be a non-empty id")
         if flush_bytes < 1:
             raise ValueError("flush_bytes must be positive")
-        self.uri = os.fspath(uri) if isinstance(uri, os.PathLike) else str(uri)
-        self.job = str(job)
+        self.uri = _uri_arg(uri, "uri")
+        if not isinstance(job, str):
+            raise TypeError(f"job must be a str (the job's id), not {type(job).__name__}")
+        self.job = job
         self.mode = mode
         #: The table's IOConfig as given (write_lance's ``io_config``).
         self.io_config = io_config
         #: The table's storage options, resolved: ``storage_options``, else derived from ``io_config``.
-        self.storage_options = _table.table_storage_options(self.uri, storage_options, io_config)
+        self.storage_options = _table.table_storage_options(
+            self.uri, _options_arg(storage_options, "storage_options"), io_config
+        )
         self.schema_hint = _table.arrow_schema(schema)
         #: The writer settings (plain data): the fragments' sizes, the created table's storage version and row ids.
         self.writer_settings = _table.writer_settings(
@@ -222,7 +228,7 @@ class LanceSink(_JobRunner, DataSink):
         self.position_column = position_column
         #: The inputs' IOConfig (footers and reads): ``input_io_config``, else ``io_config``.
         self.input_io_config = input_io_config if input_io_config is not None else io_config
-        self.row_counts = {daft_path(k): int(v) for k, v in row_counts.items()} if row_counts else None
+        self.row_counts = _row_counts_arg(row_counts)
         self.flush_bytes = int(flush_bytes)
         self.open_timeout_s = float(open_timeout_s)
         self.check_processed_in_worker = check_processed_in_worker
@@ -238,11 +244,11 @@ class LanceSink(_JobRunner, DataSink):
         mirror_options: Optional[Dict[str, str]],
     ) -> None:
         """sinkpoint's own configuration (the staging and the committer's store) and the per-run state."""
-        self.staging_url = str(staging_url)
-        self.store_path = str(store_path)
-        self.mirror_url = mirror_url
-        self.staging_options = dict(staging_options) if staging_options else None
-        self.mirror_options = dict(mirror_options) if mirror_options else None
+        self.staging_url = _uri_arg(staging_url, "staging_url", "the shared staging's URL")
+        self.store_path = _uri_arg(store_path, "store_path", "the committer's store file")
+        self.mirror_url = None if mirror_url is None else _uri_arg(mirror_url, "mirror_url", "the store's mirror")
+        self.staging_options = _options_arg(staging_options, "staging_options") or None
+        self.mirror_options = _options_arg(mirror_options, "mirror_options") or None
         #: One token per run (``start``): a worker process keys its state by it.
         self._token = uuid.uuid4().hex
         # Driver side only (not pickled).
@@ -587,3 +593,34 @@ class LanceSink(_JobRunner, DataSink):
                         e,
                     )
         return deleted
+
+
+def _uri_arg(value: Any, name: str, what: str = "the Lance dataset's path or URI") -> str:
+    """``value`` as a ``str`` path or URL; a ``TypeError`` naming the argument unless it is one (``uri=0`` would
+    otherwise create a dataset at ``./0``)."""
+    from ..lance import _uri_arg as checked
+
+    return checked(value, name, what)
+
+
+def _options_arg(value: Any, name: str) -> Optional[Dict[str, str]]:
+    """``value`` as a ``dict`` of ``str`` to ``str`` (``None`` stays ``None``); a ``TypeError`` naming the argument
+    otherwise (a list given as options is refused, never read as pairs)."""
+    from ..lance import _options_arg as checked
+
+    return checked(value, name)
+
+
+def _row_counts_arg(row_counts: Any) -> Optional[Dict[str, int]]:
+    """``row_counts`` keyed as :func:`daft_path` spells each input, each an ``int >= 0``; a ``TypeError`` or
+    ``ValueError`` naming the entry otherwise."""
+    if not row_counts:
+        return None
+    if not isinstance(row_counts, Mapping):
+        raise TypeError(f"row_counts must be a mapping of input path to row count, not {type(row_counts).__name__}")
+    out: Dict[str, int] = {}
+    for key, value in row_counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"row_counts[{key!r}] = {value!r}: a row count is an int >= 0")
+        out[daft_path(_uri_arg(key, "a row_counts key", "an input's path"))] = value
+    return out
