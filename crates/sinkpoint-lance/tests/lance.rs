@@ -588,6 +588,7 @@ mod busy {
     /// Foreign appenders flat out (together well over 40 appends a second on a local disk): every commit of the
     /// job lands within [`COMMIT_WALL_MS_MAX`], and every row, ours and theirs, is in the table once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[expect(clippy::disallowed_methods, reason = "what is checked is each commit's wall time beside real appenders")]
     async fn every_commit_lands_within_its_bound_beside_appenders_running_flat_out() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let uri = dir.path().join("busy.lance").to_string_lossy().into_owned();
