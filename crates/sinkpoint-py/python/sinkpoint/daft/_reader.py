@@ -5,7 +5,9 @@ their parquet footers and the Daft settings that would split one input across ta
 from __future__ import annotations
 
 import bisect
+import collections
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Iterable, List, Optional
 
@@ -154,7 +156,9 @@ class _InputTask(DataSourceTask):
         target = self._schema.to_pyarrow_schema()
         key = daft_path(self.path)
         position = 0
-        for batch in _open_parquet(self.path, spec.io_config).iter_batches(batch_size=spec.batch_rows):
+        parquet = _open_parquet(self.path, spec.io_config)
+        _remember_footer_rows(key, parquet.metadata.num_rows)
+        for batch in parquet.iter_batches(batch_size=spec.batch_rows):
             n = batch.num_rows
             table = pa.Table.from_batches([batch])
             table = table.append_column(spec.input_column, pa.array([key] * n, pa.large_string()))
@@ -252,6 +256,29 @@ def _runs(positions: pa.Array) -> Any:
         begin = b + 1
     runs.append((values[begin], values[-1] + 1))
     return runs
+
+
+#: The most footer row counts a process keeps from the inputs it read (a few hundred KiB at most).
+FOOTER_ROWS_CACHED_MAX = 4096
+
+_footer_rows: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+_footer_rows_lock = threading.Lock()
+
+
+def _remember_footer_rows(key: str, rows: int) -> None:
+    """Keeps the footer's row count of the input ``key`` that this process's reader just opened: the sink in the
+    same process then needs no second footer read to know when the input is complete."""
+    with _footer_rows_lock:
+        _footer_rows[key] = rows
+        _footer_rows.move_to_end(key)
+        while len(_footer_rows) > FOOTER_ROWS_CACHED_MAX:
+            _footer_rows.popitem(last=False)
+
+
+def _footer_rows_read(key: str) -> Optional[int]:
+    """The row count this process's reader found in the footer of input ``key``, if it read it recently."""
+    with _footer_rows_lock:
+        return _footer_rows.get(key)
 
 
 def _refuse_input_splitting() -> None:

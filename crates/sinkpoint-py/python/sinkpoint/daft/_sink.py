@@ -18,7 +18,15 @@ from daft.io.sink import DataSink, WriteResult
 
 from . import _table
 from ._common import RESULT_SCHEMA, _fragment_files, _lance, _retry_io, _sp, _worker_name, logger
-from ._reader import INPUT_COLUMN, POSITION_COLUMN, _Ranges, _refuse_input_splitting, _row_counts, daft_path
+from ._reader import (
+    INPUT_COLUMN,
+    POSITION_COLUMN,
+    _footer_rows_read,
+    _Ranges,
+    _refuse_input_splitting,
+    _row_counts,
+    daft_path,
+)
 from ._runner import OPEN_TIMEOUT_S_DEFAULT, _JobRunner, _Prepared, _Summary
 
 #: An input's rows are buffered until it is complete; past this many bytes the buffer is written as a fragment
@@ -458,8 +466,13 @@ class LanceSink(_JobRunner, DataSink):
         return events
 
     def _row_count(self, path: str) -> int:
+        """The input's row count: given in ``row_counts``, else read by this process's reader from the footer it
+        opened (no second read), else read from the footer now (rows of another process's reader)."""
         if self.row_counts is not None and path in self.row_counts:
             return self.row_counts[path]
+        cached = _footer_rows_read(path)
+        if cached is not None:
+            return cached
         return _row_counts([path], self.input_io_config)[0]
 
     def _fragments(self, run: _Run, inp: _Input) -> tuple:
