@@ -571,3 +571,17 @@ def test_incomplete_inputs_is_the_deprecated_name_of_incomplete_inputs_error():
     assert type(copy) is IncompleteInputsError and copy.missing == ["a"] and copy.rejected == {"b": "twice"}
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
         sd.NoSuchName  # noqa: B018
+
+
+def test_the_readers_footer_row_counts_are_kept_for_the_sink_and_bounded():
+    """The reader keeps each input's footer row count for the sink in its process (no second footer read), at
+    most FOOTER_ROWS_CACHED_MAX of them, the oldest forgotten first."""
+    from sinkpoint.daft import _reader
+
+    limit = _reader.FOOTER_ROWS_CACHED_MAX
+    for i in range(limit + 2):
+        _reader._remember_footer_rows(f"mem://footer-{i}", i)
+    assert _reader._footer_rows_read("mem://footer-0") is None
+    assert _reader._footer_rows_read("mem://footer-1") is None
+    assert _reader._footer_rows_read(f"mem://footer-{limit + 1}") == limit + 1
+    assert len(_reader._footer_rows) == limit
