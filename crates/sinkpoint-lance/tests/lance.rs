@@ -57,6 +57,18 @@ async fn names_of(dataset: &Dataset) -> Vec<String> {
     out
 }
 
+/// Writes row `row-{i}` as a fragment of `dataset` and stages and seals it as checkpoint `input-{i}`.
+async fn seal_row(store: &sinkpoint::Store, dataset: &Arc<Dataset>, i: usize) {
+    let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
+    let name = format!("row-{i}");
+    let results = write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
+    store
+        .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results))
+        .await
+        .unwrap_or_else(|e| panic!("stage: {e}"));
+    store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+}
+
 /// The conformance suite's adapter: each batch of rows the suite names is written as an uncommitted fragment
 /// with a `row` column (what a worker does), and committed through the real [`LanceTarget`], fenced or not.
 struct SuiteTable {
@@ -502,15 +514,7 @@ mod foreign {
             .await
             .unwrap_or_else(|e| panic!("open store: {e}"));
         for i in 0..INPUTS {
-            let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
-            let name = format!("row-{i}");
-            let results =
-                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
-            store
-                .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results))
-                .await
-                .unwrap_or_else(|e| panic!("stage: {e}"));
-            store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+            seal_row(&store, &dataset, i).await;
             let committer = Committer::new(&store, &target);
             let report = if i + 1 == INPUTS { committer.finish().await } else { committer.commit_pending().await };
             assert!(report.is_ok(), "commit {i}: {report:?}");
@@ -628,15 +632,7 @@ mod busy {
         let started = Instant::now();
         let mut walls = Vec::new();
         for i in 0..COMMITS {
-            let id = CheckpointId::new(format!("input-{i}")).unwrap_or_else(|e| panic!("{e}"));
-            let name = format!("row-{i}");
-            let results =
-                write_fragments(dataset.clone(), vec![rows(&[&name])]).await.unwrap_or_else(|e| panic!("{e}"));
-            store
-                .stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![name.into_bytes()]).results(results))
-                .await
-                .unwrap_or_else(|e| panic!("stage: {e}"));
-            store.seal(&id, 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+            seal_row(&store, &dataset, i).await;
             let committer = Committer::new(&store, &target);
             let begun = Instant::now();
             let report = committer.commit_pending().await;
