@@ -62,9 +62,7 @@ The names of sinkpoint 0.1 (``InvalidInput``, ``IllegalTransition``, ``SealLost`
 ``sinkpoint`` and are the same classes, with a ``DeprecationWarning``.
 """
 
-import warnings
-from typing import Any
-
+from ._deprecated import deprecated_names
 from ._sinkpoint import (
     CHECKPOINT_ID_BYTES_MAX,
     JOB_ID_BYTES_MAX,
@@ -166,14 +164,4 @@ _DEPRECATED_NAMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The 0.1 exception names, with a ``DeprecationWarning`` naming the new one."""
-    new = _DEPRECATED_NAMES.get(name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"sinkpoint.{name} is deprecated: use sinkpoint.{new} (the same class)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return globals()[new]
+__getattr__ = deprecated_names(__name__, _DEPRECATED_NAMES, globals())

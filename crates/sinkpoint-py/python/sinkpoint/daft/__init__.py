@@ -108,9 +108,7 @@ Limits:
   that run's write results).
 """
 
-import warnings
-from typing import Any
-
+from .._deprecated import deprecated_names
 from ._common import RESULT_SCHEMA
 from ._errors import IncompleteInputsError
 from ._reader import (
@@ -151,14 +149,4 @@ LanceSink.__module__ = __name__
 _DEPRECATED_NAMES = {"IncompleteInputs": "IncompleteInputsError"}
 
 
-def __getattr__(name: str) -> Any:
-    """The 0.1 names, with a ``DeprecationWarning`` naming the new one."""
-    new = _DEPRECATED_NAMES.get(name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"sinkpoint.daft.{name} is deprecated: use sinkpoint.daft.{new} (the same class)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return globals()[new]
+__getattr__ = deprecated_names(__name__, _DEPRECATED_NAMES, globals())
