@@ -22,7 +22,7 @@ use crate::limits::SEAL_PARTS_MAX;
 use crate::mirror::{MirrorLag, Progress};
 use crate::state::{CheckpointState, StateFilter};
 use crate::types::{CheckpointId, Epoch, JobId, StagePart, TargetIdentity, WriteResult, check_source_key};
-use crate::wal::apply::Applied;
+use crate::wal::apply::{Applied, Decided};
 use crate::wal::record::{Record, Resolution};
 use crate::wal::tables::{CHECKPOINTS, COMMITS, CommitValue, PARTS, read_checkpoint, read_commit, read_parts};
 use crate::wal::writer::{CallDurability, Shared, Submitted, Writer, WriterStats};
@@ -148,8 +148,8 @@ impl Store {
     async fn call(&self, record: Record, durability: CallDurability) -> Result<Applied> {
         self.shared.check()?;
         match self.writer.call(vec![record], durability).await? {
-            Ok(mut applied) => applied.pop().ok_or_else(|| Error::bug("one record, no answer")),
-            Err(t) => Err(t.into()),
+            Decided::Applied(mut applied) => applied.pop().ok_or_else(|| Error::bug("one record, no answer")),
+            Decided::Refused(t) => Err(t.into()),
         }
     }
 
@@ -235,20 +235,20 @@ impl Store {
         &self,
         id: &CheckpointId,
         parts: u32,
-        answer: std::result::Result<Vec<Applied>, TransitionError>,
+        answer: Decided<Vec<Applied>>,
     ) -> Result<StageOutcome> {
         match answer {
-            Ok(applied) => {
+            Decided::Applied(applied) => {
                 let staged = applied.first().ok_or_else(|| Error::bug("two records, no answer"))?;
                 Ok(if staged.written { StageOutcome::Staged } else { StageOutcome::AlreadyStaged })
             }
             // A retry after a lost acknowledgement: the same part is there and the checkpoint sealed; the seal
             // decides whether it was sealed with this count.
-            Err(TransitionError::AlreadySealed { part_matches: Some(true), .. }) => {
+            Decided::Refused(TransitionError::AlreadySealed { part_matches: Some(true), .. }) => {
                 self.seal(id, parts).await?;
                 Ok(StageOutcome::AlreadyStaged)
             }
-            Err(t) => Err(t.into()),
+            Decided::Refused(t) => Err(t.into()),
         }
     }
 
@@ -284,8 +284,8 @@ impl Store {
         ];
         self.shared.check()?;
         match self.writer.call(records, CallDurability::Immediate).await? {
-            Ok(_) => Ok(crate::Attempt::new(attempt)),
-            Err(t) => Err(t.into()),
+            Decided::Applied(_) => Ok(crate::Attempt::new(attempt)),
+            Decided::Refused(t) => Err(t.into()),
         }
     }
 
@@ -394,8 +394,8 @@ impl Store {
         self.forget_target_checked();
         tracing::warn!(key, reason, "an operator recorded what landed under a key");
         match self.writer.call(records, CallDurability::Immediate).await? {
-            Ok(_) => Ok(()),
-            Err(t) => Err(t.into()),
+            Decided::Applied(_) => Ok(()),
+            Decided::Refused(t) => Err(t.into()),
         }
     }
 

@@ -487,18 +487,13 @@ impl<'txn> Tables<'txn> {
 
     /// Validates one event on each of `ids` (all or none), then applies them all. Returns whether any of them
     /// changed (a retried call changes nothing and must write nothing) and the dropped write results.
-    fn each(
-        &mut self,
-        ids: &[CheckpointId],
-        epoch: Epoch,
-        event: &Event<'_>,
-    ) -> Result<Result<Applied, TransitionError>, Error> {
+    fn each(&mut self, ids: &[CheckpointId], epoch: Epoch, event: &Event<'_>) -> Result<Decided<Applied>, Error> {
         let mut steps = Vec::with_capacity(ids.len());
         for id in ids {
             let cur = read_checkpoint(&self.checkpoints, id)?;
             match transition(id, cur.as_ref(), epoch, event) {
                 Ok(step) => steps.push((id, cur, step)),
-                Err(e) => return Ok(Err(e)),
+                Err(e) => return Ok(Decided::Refused(e)),
             }
         }
         let mut applied = Applied::default();
@@ -508,7 +503,7 @@ impl<'txn> Tables<'txn> {
                 applied.note_dropped(id, attempt, results);
             }
         }
-        Ok(Ok(applied))
+        Ok(Decided::Applied(applied))
     }
 
     /// Moves commit `key` and every checkpoint it covers by `event`, setting the commit's state to `state`.
@@ -518,18 +513,18 @@ impl<'txn> Tables<'txn> {
         key: u64,
         event: &Event<'_>,
         state: CheckpointState,
-    ) -> Result<Result<bool, TransitionError>, Error> {
+    ) -> Result<Decided<bool>, Error> {
         let stored = read_commit(&self.commits, key)?;
         let event_on_key = CommitEvent::Move { key, current: stored.as_ref().map(|c| c.state), to: state };
         match commit_transition(&meta.seq, &event_on_key) {
-            Err(e) => return Ok(Err(e)),
-            Ok(CommitStep::Unchanged) => return Ok(Ok(false)),
+            Err(e) => return Ok(Decided::Refused(e)),
+            Ok(CommitStep::Unchanged) => return Ok(Decided::Applied(false)),
             Ok(CommitStep::Apply) => {}
         }
         let Some(mut commit) = stored else { return Err(Error::bug(format!("commit key {key} vanished"))) };
         let ids = commit.ids.clone();
-        if let Err(e) = self.each(&ids, meta.epoch, event)? {
-            return Ok(Err(e));
+        if let Decided::Refused(e) = self.each(&ids, meta.epoch, event)? {
+            return Ok(Decided::Refused(e));
         }
         commit.state = state;
         self.commits.insert(key, encode_value(&commit)?.as_slice())?;
@@ -541,32 +536,32 @@ impl<'txn> Tables<'txn> {
                 meta.finished = true;
             }
         }
-        Ok(Ok(true))
+        Ok(Decided::Applied(true))
     }
 
     /// Un-binds commit `key`, which must be the key in flight: its checkpoints go back to Sealed, its record is
     /// deleted and it becomes the next key again. The key is reused, not retired: targets chain key n + 1 on
     /// key n, so a retired key would leave a gap they refuse; and the committer probes a key before it begins
     /// it, so a table that still holds a commit under `key` refuses the store instead of taking a duplicate.
-    fn unbind(&mut self, meta: &mut Meta, key: u64) -> Result<Result<bool, TransitionError>, Error> {
+    fn unbind(&mut self, meta: &mut Meta, key: u64) -> Result<Decided<bool>, Error> {
         let stored = read_commit(&self.commits, key)?;
         if let Err(e) =
             commit_transition(&meta.seq, &CommitEvent::Unbind { key, current: stored.as_ref().map(|c| c.state) })
         {
-            return Ok(Err(e));
+            return Ok(Decided::Refused(e));
         }
         let Some(commit) = stored else { return Err(Error::bug(format!("commit key {key} vanished"))) };
-        if let Err(e) = self.each(&commit.ids, meta.epoch, &Event::Unbind { key })? {
-            return Ok(Err(e));
+        if let Decided::Refused(e) = self.each(&commit.ids, meta.epoch, &Event::Unbind { key })? {
+            return Ok(Decided::Refused(e));
         }
         self.commits.remove(key)?;
         meta.seq = CommitSequence { next_key: key, in_flight: None };
-        Ok(Ok(true))
+        Ok(Decided::Applied(true))
     }
 
     /// Records the job's end, once nothing waits for the target: checked by [`commit_transition`], a no-op if it is
     /// already recorded.
-    fn finish(&mut self, meta: &mut Meta) -> Result<Result<bool, TransitionError>, Error> {
+    fn finish(&mut self, meta: &mut Meta) -> Result<Decided<bool>, Error> {
         // Sealed, Committing and CommitUnknown are adjacent in the states index. A Staged checkpoint is not the
         // committer's to finish (an orphan the caller restarts or aborts), as with a final key's flag.
         let (lo, hi) = (CheckpointState::Sealed.code(), CheckpointState::CommitUnknown { key: 0 }.code());
@@ -582,26 +577,27 @@ impl<'txn> Tables<'txn> {
             }
         };
         match commit_transition(&meta.seq, &CommitEvent::Finish { finished: meta.finished, unfinished }) {
-            Err(e) => Ok(Err(e)),
-            Ok(CommitStep::Unchanged) => Ok(Ok(false)),
+            Err(e) => Ok(Decided::Refused(e)),
+            Ok(CommitStep::Unchanged) => Ok(Decided::Applied(false)),
             Ok(CommitStep::Apply) => {
                 meta.finished = true;
-                Ok(Ok(true))
+                Ok(Decided::Applied(true))
             }
         }
     }
 
     /// Validates `record` against the state (including the calls before it in this transaction) and, if it is
     /// legal, appends it to the log and applies it. The outer error is a storage failure that dooms the whole
-    /// transaction; the inner one rejects this record alone, with nothing written. `checkpoint_bytes_max` bounds
-    /// an attempt's stored bytes ([`crate::limits::CHECKPOINT_BYTES_MAX`] for a new call).
+    /// transaction; a [`Decided::Refused`] rejects this record alone, with nothing written.
+    /// `checkpoint_bytes_max` bounds an attempt's stored bytes ([`crate::limits::CHECKPOINT_BYTES_MAX`] for a new
+    /// call).
     pub(crate) fn execute(
         &mut self,
         meta: &mut Meta,
         record: &Record,
         frames: &mut Vec<Vec<u8>>,
         checkpoint_bytes_max: u64,
-    ) -> Result<Result<Applied, TransitionError>, Error> {
+    ) -> Result<Decided<Applied>, Error> {
         self.execute_placed(meta, record, Placement::Fresh, frames, checkpoint_bytes_max)
     }
 
@@ -613,7 +609,7 @@ impl<'txn> Tables<'txn> {
         placement: Placement,
         frames: &mut Vec<Vec<u8>>,
         checkpoint_bytes_max: u64,
-    ) -> Result<Result<Applied, TransitionError>, Error> {
+    ) -> Result<Decided<Applied>, Error> {
         let epoch = meta.epoch;
         self.settle_named_by(record)?;
         self.sizes.forget_named_by(record);
@@ -659,23 +655,23 @@ impl<'txn> Tables<'txn> {
             Record::Discard { id, attempt, results } => {
                 let mut applied = written(true);
                 applied.note_dropped(id, *attempt, results.clone());
-                Ok(applied)
+                Decided::Applied(applied)
             }
-            Record::ForgetGarbage { entries } => Ok(written(self.forget_garbage(entries)?)),
+            Record::ForgetGarbage { entries } => Decided::Applied(written(self.forget_garbage(entries)?)),
             Record::Create { .. } | Record::Open { .. } => {
                 return Err(Error::bug("Create and Open are applied by the opener, not by execute"));
             }
         };
         // What restart, abort and force_abort dropped goes to the garbage ledger under this record's sequence
         // number (the one `append` gives it below), so a replay of the log rebuilds the very same rows.
-        if let Ok(applied) = &outcome
+        if let Decided::Applied(applied) = &outcome
             && applied.written
         {
             self.ledger(meta.next_seq, applied)?;
         }
         // An operator's record is logged even when it changes nothing, so the reason is never lost.
         let operator = matches!(record, Record::Resolve { .. } | Record::ForceAbort { .. } | Record::Unbind { .. });
-        if let Ok(applied) = &outcome
+        if let Decided::Applied(applied) = &outcome
             && (applied.written || operator)
         {
             frames.push(self.append(meta, epoch, record)?);
@@ -734,7 +730,7 @@ impl<'txn> Tables<'txn> {
                 let mut out = Vec::new();
                 // What a writer accepted stays accepted: a limit lowered since (or an 0.1 log staged before it
                 // existed) must not turn a mirror's log into a divergence.
-                if let Err(rejected) = self.execute(m, &record, &mut out, u64::MAX)? {
+                if let Decided::Refused(rejected) = self.execute(m, &record, &mut out, u64::MAX)? {
                     return Err(diverged(format!("the state rejects it: {rejected}")));
                 }
                 out
@@ -754,7 +750,7 @@ impl<'txn> Tables<'txn> {
         call: &StageCall<'_>,
         placement: Placement,
         checkpoint_bytes_max: u64,
-    ) -> Result<Result<Applied, TransitionError>, Error> {
+    ) -> Result<Decided<Applied>, Error> {
         let StageCall { id, attempt, part, keys, results } = *call;
         let cur = read_checkpoint(&self.checkpoints, id)?;
         // Encoded from borrowed fields: the same bytes as a `PartValue`, without cloning every key and result of
@@ -778,8 +774,8 @@ impl<'txn> Tables<'txn> {
             bytes: StageBytes { part: bytes.len() as u64, attempt: size.bytes, max: checkpoint_bytes_max },
         };
         let step = match transition(id, cur.as_ref(), meta.epoch, &event) {
-            Err(e) => return Ok(Err(e)),
-            Ok(step) if step.effect == Effect::None => return Ok(Ok(Applied::default())),
+            Err(e) => return Ok(Decided::Refused(e)),
+            Ok(step) if step.effect == Effect::None => return Ok(Decided::Applied(Applied::default())),
             Ok(step) => step,
         };
         let new = NewPart { bytes: &bytes, attempt, part, seq: meta.next_seq, placement };
@@ -790,12 +786,12 @@ impl<'txn> Tables<'txn> {
         } else {
             self.sizes.forget(id);
         }
-        Ok(Ok(Applied { written: true, ..Applied::default() }))
+        Ok(Decided::Applied(Applied { written: true, ..Applied::default() }))
     }
 
     /// A seal: decided on the facts of the current attempt's parts (which are present, whether a key is another
     /// checkpoint's, how many results).
-    fn seal(&mut self, id: &CheckpointId, parts: u32, epoch: Epoch) -> Result<Result<Applied, TransitionError>, Error> {
+    fn seal(&mut self, id: &CheckpointId, parts: u32, epoch: Epoch) -> Result<Decided<Applied>, Error> {
         let cur = read_checkpoint(&self.checkpoints, id)?;
         let facts = match &cur {
             Some(c) if c.state == CheckpointState::Staged => self.seal_facts(id, c.attempt)?,
@@ -815,22 +811,22 @@ impl<'txn> Tables<'txn> {
         ids: &[CheckpointId],
         target_version: Option<u64>,
         final_commit: bool,
-    ) -> Result<Result<Applied, TransitionError>, Error> {
+    ) -> Result<Decided<Applied>, Error> {
         let mut results = 0u64;
         for id in ids {
             results += read_checkpoint(&self.checkpoints, id)?.map_or(0, |c| u64::from(c.results));
         }
         if let Err(e) = commit_transition(&meta.seq, &CommitEvent::Begin { key, ids, results }) {
-            return Ok(Err(e));
+            return Ok(Decided::Refused(e));
         }
-        if let Err(e) = self.each(ids, meta.epoch, &Event::BeginCommit { key })? {
-            return Ok(Err(e));
+        if let Decided::Refused(e) = self.each(ids, meta.epoch, &Event::BeginCommit { key })? {
+            return Ok(Decided::Refused(e));
         }
         let state = CheckpointState::Committing { key };
         let value = CommitValue { ids: ids.to_vec(), target_version, final_commit, epoch: meta.epoch, state };
         self.commits.insert(key, encode_value(&value)?.as_slice())?;
         meta.seq = CommitSequence { next_key: key + 1, in_flight: Some(key) };
-        Ok(Ok(Applied { written: true, ..Applied::default() }))
+        Ok(Decided::Applied(Applied { written: true, ..Applied::default() }))
     }
 
     /// Removes the given entries from the garbage ledger; whether any was there.
@@ -865,17 +861,51 @@ impl<'txn> Tables<'txn> {
         cur: Option<CheckpointRecord>,
         epoch: Epoch,
         event: &Event<'_>,
-    ) -> Result<Result<Applied, TransitionError>, Error> {
+    ) -> Result<Decided<Applied>, Error> {
         match transition(id, cur.as_ref(), epoch, event) {
-            Err(e) => Ok(Err(e)),
-            Ok(step) if step.effect == Effect::None && cur.as_ref() == Some(&step.next) => Ok(Ok(Applied::default())),
+            Err(e) => Ok(Decided::Refused(e)),
+            Ok(step) if step.effect == Effect::None && cur.as_ref() == Some(&step.next) => {
+                Ok(Decided::Applied(Applied::default()))
+            }
             Ok(step) => {
                 let mut applied = Applied { written: true, ..Applied::default() };
                 if let Some((attempt, results)) = self.apply_step(id, cur.as_ref(), &step, None)? {
                     applied.note_dropped(id, attempt, results);
                 }
-                Ok(Ok(applied))
+                Ok(Decided::Applied(applied))
             }
+        }
+    }
+}
+
+/// What the state machine decided about a record: applied (what it changed, and logged if it changed anything),
+/// or refused by a typed [`TransitionError`] with nothing written. The functions that decide return it inside
+/// `Result<_, Error>`: an `Err` there is a failure to read or write the tables, which fails the writer's whole
+/// group; a refusal is the one caller's, and the group goes on.
+#[must_use]
+#[derive(Debug)]
+pub(crate) enum Decided<T> {
+    /// Applied.
+    Applied(T),
+    /// Refused: nothing was written.
+    Refused(TransitionError),
+}
+
+impl<T> Decided<T> {
+    /// The applied value mapped by `f`; a refusal stays one.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Decided<U> {
+        match self {
+            Decided::Applied(t) => Decided::Applied(f(t)),
+            Decided::Refused(e) => Decided::Refused(e),
+        }
+    }
+
+    /// As a plain `Result`, for a test that matches on the refusal's kind or unwraps the applied value.
+    #[cfg(test)]
+    pub(crate) fn into_result(self) -> std::result::Result<T, TransitionError> {
+        match self {
+            Decided::Applied(t) => Ok(t),
+            Decided::Refused(e) => Err(e),
         }
     }
 }

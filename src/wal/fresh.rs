@@ -318,7 +318,7 @@ mod tests {
             let mut tables = Tables::open_with(&txn, carry).unwrap();
             for record in records {
                 let mut frames = Vec::new();
-                tables.execute(meta, record, &mut frames, u64::MAX).unwrap().unwrap();
+                tables.execute(meta, record, &mut frames, u64::MAX).unwrap().into_result().unwrap();
             }
             tables.write_meta(meta).unwrap();
             tables.into_carry()
@@ -373,9 +373,10 @@ mod tests {
         let txn = db.begin_write().unwrap();
         let mut tables = Tables::open_with(&txn, carry).unwrap();
         let mut frames = Vec::new();
-        let same = tables.execute(&mut meta, &stage("a", 0, 0, "a0"), &mut frames, u64::MAX).unwrap().unwrap();
+        let same =
+            tables.execute(&mut meta, &stage("a", 0, 0, "a0"), &mut frames, u64::MAX).unwrap().into_result().unwrap();
         assert!(!same.written && frames.is_empty(), "the same bytes again: a no-op");
-        let other = tables.execute(&mut meta, &stage("a", 0, 0, "zz"), &mut frames, u64::MAX).unwrap();
+        let other = tables.execute(&mut meta, &stage("a", 0, 0, "zz"), &mut frames, u64::MAX).unwrap().into_result();
         assert!(matches!(other, Err(TransitionError::PartConflict { .. })), "{other:?}");
     }
 
@@ -415,15 +416,23 @@ mod tests {
             let mut frames = Vec::new();
             let staged =
                 tables.execute_placed(&mut meta, &stage("a", 0, 0, "a0"), Placement::Row, &mut frames, u64::MAX);
-            assert!(staged.unwrap().unwrap().written);
+            assert!(staged.unwrap().into_result().unwrap().written);
             // A refused seal leaves a Staged checkpoint with its part as a row: a legal state (invariant 11), which
             // the next stage's checks and a later seal read as they read a settled part.
             let refused = tables.execute(&mut meta, &Record::Seal { id: id("a"), parts: 2 }, &mut frames, u64::MAX);
-            assert!(matches!(refused.unwrap(), Err(TransitionError::MissingParts { .. })));
-            let again = tables.execute(&mut meta, &stage("a", 0, 0, "a0"), &mut frames, u64::MAX).unwrap().unwrap();
+            assert!(matches!(refused.unwrap().into_result(), Err(TransitionError::MissingParts { .. })));
+            let again = tables
+                .execute(&mut meta, &stage("a", 0, 0, "a0"), &mut frames, u64::MAX)
+                .unwrap()
+                .into_result()
+                .unwrap();
             assert!(!again.written, "the part is found as a row: the same call again is a no-op");
-            tables.execute(&mut meta, &stage("a", 0, 1, "a1"), &mut frames, u64::MAX).unwrap().unwrap();
-            tables.execute(&mut meta, &Record::Seal { id: id("a"), parts: 2 }, &mut frames, u64::MAX).unwrap().unwrap();
+            tables.execute(&mut meta, &stage("a", 0, 1, "a1"), &mut frames, u64::MAX).unwrap().into_result().unwrap();
+            tables
+                .execute(&mut meta, &Record::Seal { id: id("a"), parts: 2 }, &mut frames, u64::MAX)
+                .unwrap()
+                .into_result()
+                .unwrap();
             tables.write_meta(&meta).unwrap();
         }
         txn.commit().unwrap();
@@ -549,6 +558,7 @@ mod tests {
             tables
                 .execute(&mut seal_meta, &Record::Seal { id: id("a"), parts: 1 }, &mut Vec::new(), u64::MAX)
                 .unwrap()
+                .into_result()
                 .unwrap();
             tables.into_carry()
         };

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::{Error, Result, TransitionError};
+use crate::error::{Error, Result};
 use crate::limits::{
     CHECKPOINT_BYTES_MAX, GROUP_COMMIT_CALLS_MAX, GROUP_COMMIT_LINGER_GAP_US, GROUP_COMMIT_LINGER_MAX_US,
     LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX,
 };
-use crate::wal::apply::{Applied, Carry, Placement, Tables};
+use crate::wal::apply::{Applied, Carry, Decided, Placement, Tables};
 use crate::wal::record::Record;
 use crate::wal::tables::Meta;
 
@@ -49,7 +49,7 @@ pub(crate) trait Shipper: Send {
 }
 
 /// One call's answer: what each of its records did, or the transition it was refused.
-type CallResult = Result<Vec<Applied>, TransitionError>;
+type CallResult = Decided<Vec<Applied>>;
 
 /// What a shipped group's callers wait for before they are acked.
 pub(crate) type Mirrored = Box<dyn FnOnce(Result<()>) + Send>;
@@ -129,7 +129,7 @@ fn group_kind(batch: &[Call], results: &[CallResult]) -> GroupKind {
     let marks_only =
         |call: &Call| !call.records.is_empty() && call.records.iter().all(|r| mirror_wait(r) == MirrorWait::Never);
     let calls = || batch.iter().zip(results);
-    if calls().any(|(call, result)| result.is_ok() && waits(call, MirrorWait::Always)) {
+    if calls().any(|(call, result)| matches!(result, Decided::Applied(_)) && waits(call, MirrorWait::Always)) {
         GroupKind::Waited
     } else if calls().any(|(call, _)| call.durability == CallDurability::Immediate && !marks_only(call)) {
         GroupKind::Durable
@@ -152,7 +152,7 @@ struct Call {
     /// one ends the call, and its answer is that refusal. None for a durable barrier (`Writer::submit_barrier`).
     records: Vec<Record>,
     durability: CallDurability,
-    reply: oneshot::Sender<Result<Result<Vec<Applied>, TransitionError>>>,
+    reply: oneshot::Sender<Result<Decided<Vec<Applied>>>>,
 }
 
 /// What the writer has done since the store was opened (see [`crate::Store::stats`]). Cheap to read: a few
@@ -247,13 +247,13 @@ impl Shared {
 /// its answer is discarded. It may be awaited by `&mut` (cancel-safe until it is ready) and must not be polled
 /// again once it has answered.
 pub(crate) struct Submitted {
-    rx: oneshot::Receiver<Result<Result<Vec<Applied>, TransitionError>>>,
+    rx: oneshot::Receiver<Result<Decided<Vec<Applied>>>>,
 }
 
 impl std::future::Future for Submitted {
     /// The answers of the call's records once their group is committed (and fsynced, for an `Immediate` call),
     /// or the refusal that stopped them.
-    type Output = Result<Result<Vec<Applied>, TransitionError>>;
+    type Output = Result<Decided<Vec<Applied>>>;
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
         std::pin::Pin::new(&mut self.rx).poll(cx).map(|answer| {
@@ -286,11 +286,7 @@ impl Writer {
 
     /// Queues records applied in order in one transaction, and waits for their group commit: the answers of
     /// all, or the refusal that stopped them (the records before it are applied).
-    pub(crate) async fn call(
-        &self,
-        records: Vec<Record>,
-        durability: CallDurability,
-    ) -> Result<Result<Vec<Applied>, TransitionError>> {
+    pub(crate) async fn call(&self, records: Vec<Record>, durability: CallDurability) -> Result<Decided<Vec<Applied>>> {
         self.submit(records, durability).await?.await
     }
 
@@ -482,14 +478,14 @@ fn commit_batch(
             for (i, record) in call.records.iter().enumerate() {
                 let placement = Placement::of(record, call.records.get(i + 1));
                 match tables.execute_placed(&mut next, record, placement, &mut frames, CHECKPOINT_BYTES_MAX)? {
-                    Ok(a) => applied.push(a),
-                    Err(t) => {
+                    Decided::Applied(a) => applied.push(a),
+                    Decided::Refused(t) => {
                         refused = Some(t);
                         break;
                     }
                 }
             }
-            results.push(refused.map_or(Ok(applied), Err));
+            results.push(refused.map_or(Decided::Applied(applied), Decided::Refused));
         }
         if !frames.is_empty() {
             // Without a mirror the log is cut in steps of LOG_RECORDS_RETAINED_MAX records, once it holds twice that:
@@ -599,8 +595,8 @@ mod tests {
         let id = crate::types::CheckpointId::new("c").unwrap();
         let mark = || Record::MarkCommitted { key: 0 };
         let seal = || Record::Seal { id: id.clone(), parts: 1 };
-        let ok = || -> CallResult { Ok(Vec::new()) };
-        let refused = || -> CallResult { Err(TransitionError::NotFound { id: id.clone() }) };
+        let ok = || -> CallResult { Decided::Applied(Vec::new()) };
+        let refused = || -> CallResult { Decided::Refused(crate::error::TransitionError::NotFound { id: id.clone() }) };
         let kind = |calls: Vec<(Vec<Record>, CallDurability, CallResult)>| {
             let (batch, results): (Vec<Call>, Vec<CallResult>) =
                 calls.into_iter().map(|(records, durability, result)| (call_of(records, durability), result)).unzip();
