@@ -30,7 +30,7 @@ pub(crate) mod wal;
 pub use commit::{CommitOutcome, Committer, ProbeOutcome, Target, TargetCommit};
 pub use dir_table::{DirCommitRecord, DirTable};
 pub use error::{Error, ErrorKind, Result, TransitionError};
-pub use state::{CheckpointState, StateFilter};
+pub use state::{CheckpointState, ParseStateError, StateFilter};
 #[cfg(any(test, feature = "testkit"))]
 pub use store::WriterHold;
 pub use store::{
