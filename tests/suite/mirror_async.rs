@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use mirror_support::*;
 use sinkpoint::CheckpointState;
-use sinkpoint::limits::{MIRROR_QUEUED_GROUPS_MAX, MIRROR_SLOTS_IN_FLIGHT_MAX};
+use sinkpoint::limits::MIRROR_SLOTS_IN_FLIGHT_MAX;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings, MirrorView};
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::testkit::limits::MIRROR_QUEUED_GROUPS_MAX;
 use sinkpoint::{Attempt, Part, StagePart};
 
 fn asynchronous(lag_batches_max: u32, lag_ms_max: u64) -> MirrorSettings {
