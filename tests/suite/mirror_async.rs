@@ -163,8 +163,8 @@ async fn commit_intents_are_in_the_mirror_before_they_return_in_asynchronous_mod
 /// nothing is committed twice and no row is lost. (With the mark waited for, `mark_committed` does not return.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mark_lost_with_the_disk_is_found_again_in_the_table() {
-    use sinkpoint::commit::{CommitOutcome, Committer, Target, TargetCommit};
     use sinkpoint::{CommitKey, DirTable, ErrorKind, Store};
+    use sinkpoint::{CommitOutcome, Committer, Target, TargetCommit};
     for (kind, settings) in kinds().into_iter().flat_map(|k| [(k, sync_settings()), (k, asynchronous(64, u64::MAX))]) {
         let kind = (kind, settings.mode);
         let bucket = Bucket::new(kind.0, "mark-lost");
