@@ -4,8 +4,8 @@
 //! cargo run --example basic
 //! ```
 
+use sinkpoint::Committer;
 use sinkpoint::DirTable;
-use sinkpoint::commit::Committer;
 use sinkpoint::{Attempt, CheckpointId, JobId, Part, StagePart, Store, TargetIdentity};
 
 #[tokio::main]

@@ -29,9 +29,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use sinkpoint::Committer;
 use sinkpoint::DirTable;
 use sinkpoint::commit::{Blocked, RecoveryReport};
-use sinkpoint::commit::{Committer, CrashHook, crash_points};
+use sinkpoint::commit::{CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{Inbox, SharedStaging, Worker};
 use sinkpoint::{Attempt, Part, SealWindow, SealWindowSettings, StagePart};

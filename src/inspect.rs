@@ -101,7 +101,7 @@ impl StoreSummary {
 /// A change an operator made through a hatch, as its log record keeps it, with the reason given.
 ///
 /// The reason lives only in that record. A store file's log keeps it until the log is cut (without a mirror,
-/// behind the newest [`crate::limits::LOG_RECORDS_RETAINED_MAX`] records; with one, as soon as the mirror holds
+/// behind the newest 1,024 to 2,047 records, `LOG_RECORDS_RETAINED_MAX`; with one, as soon as the mirror holds
 /// it), and the mirror keeps it until a newer snapshot of the mirror supersedes its segment. What lasts after
 /// that is the change itself: a key resolved not-committed stays [`CommitInfo::awaits_recommit`] until it is
 /// re-committed; the other changes leave only their states.
@@ -393,8 +393,8 @@ impl Inspector {
         Ok(out)
     }
 
-    /// The operator records still readable here, oldest first (at most
-    /// [`INSPECT_OPERATOR_RECORDS_MAX`] of the newest from a mirror): from a store file, those in its log; from a
+    /// The operator records still readable here, oldest first (at most the newest 256,
+    /// `INSPECT_OPERATOR_RECORDS_MAX`, from a mirror): from a store file, those in its log; from a
     /// mirror, those in the log segments its restore replayed after the newest snapshot. See [`OperatorRecord`]
     /// for how long a reason lasts: read both the file and the mirror to find every reason either still holds.
     pub fn operator_records(&self) -> Result<Vec<OperatorRecord>> {

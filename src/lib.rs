@@ -15,22 +15,23 @@ mod codec;
 pub mod collect;
 pub mod commit;
 mod dir_table;
-pub mod error;
+mod error;
 pub mod inspect;
 pub mod limits;
 pub mod mirror;
 pub mod shared;
-pub mod state;
+mod state;
 mod store;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
-pub mod types;
+mod types;
 pub(crate) mod wal;
 
-pub use commit::{CommitOutcome, Committer, ProbeOutcome, Target, TargetCommit};
+pub use commit::committer::Committer;
+pub use commit::target::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 pub use dir_table::{DirCommitRecord, DirTable};
 pub use error::{Error, ErrorKind, Result, TransitionError};
-pub use state::{CheckpointState, StateFilter};
+pub use state::{CheckpointState, ParseStateError, StateFilter};
 #[cfg(any(test, feature = "testkit"))]
 pub use store::WriterHold;
 pub use store::{

@@ -1,7 +1,9 @@
 //! Every limit of the store, as named constants with their units last.
 //!
 //! Each input is checked against these at the boundary (see [`crate::Error`] with
-//! [`crate::ErrorKind::InvalidInput`]); the relations between them are checked at compile time below.
+//! [`crate::ErrorKind::InvalidInput`]); the relations between them are checked at compile time below. The public
+//! ones are those a caller passes, checks against or sets: the sizes of ids, keys, results and calls, the bounds of
+//! settings and their defaults. The rest is internal tuning, crate-private (tests read a few through the testkit).
 
 /// The longest checkpoint id, in bytes.
 pub const CHECKPOINT_ID_BYTES_MAX: usize = 128;
@@ -29,7 +31,7 @@ pub const SEAL_PARTS_MAX: u32 = 100_000;
 /// 1.6 TB, more than a driver can hold when `pending` and the committer read its results, so it could be
 /// neither committed nor (with `restart`, which returns its results) dropped. 256 MiB is 15 stage calls at
 /// their limit, far more keys and file descriptions than one input holds in practice, and the size of a
-/// mirror read window ([`MIRROR_READ_WINDOW_BYTES_MAX`]): what this crate already expects a driver to hold.
+/// mirror read window (`MIRROR_READ_WINDOW_BYTES_MAX`): what this crate already expects a driver to hold.
 pub const CHECKPOINT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// The most checkpoints one target commit may cover.
 pub const COMMIT_CHECKPOINTS_MAX: usize = 10_000;
@@ -41,11 +43,11 @@ pub const REASON_BYTES_MAX: usize = 1024;
 pub const GROUP_COMMIT_CALLS_MAX: usize = 256;
 /// How long the writer waits, at most, for the callers its last group commit answered to send their next calls
 /// before it begins a durable group commit (see `wal::writer::linger`), in microseconds.
-pub const GROUP_COMMIT_LINGER_MAX_US: u64 = 200;
+pub(crate) const GROUP_COMMIT_LINGER_MAX_US: u64 = 200;
 /// The writer stops waiting when no call has come for this long, in microseconds.
-pub const GROUP_COMMIT_LINGER_GAP_US: u64 = 20;
+pub(crate) const GROUP_COMMIT_LINGER_GAP_US: u64 = 20;
 /// The most calls waiting for the writer before callers are made to wait for room.
-pub const WRITER_QUEUE_CALLS_MAX: usize = 4096;
+pub(crate) const WRITER_QUEUE_CALLS_MAX: usize = 4096;
 /// The most seals one [`crate::SealWindow`] keeps queued and unacknowledged: a group commit's worth
 /// ([`GROUP_COMMIT_CALLS_MAX`]), so one worker's window never needs more than one group to drain.
 pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
@@ -56,35 +58,35 @@ pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
 /// and its commit, usually come well within it, and one put then carries the lot. Nobody waits for the linger: a
 /// group that is waited for ends it by arriving, and a `Store::flush`, a synchronous mirror's durable barrier or a
 /// writer at an asynchronous mirror's lag bound ends it within a couple of milliseconds.
-pub const MIRROR_LINGER_MS: u64 = 50;
+pub(crate) const MIRROR_LINGER_MS: u64 = 50;
 /// The most groups a synchronous mirror lets queue (committed locally, not yet in the mirror) before the writer
 /// waits for room. A synchronous call's acknowledgement waits for its group, but the writer does not, so this
 /// bounds how far the local file runs ahead of the mirror, and what the queue holds; once it is reached, the calls
 /// that arrive meanwhile fold into one group again.
-pub const MIRROR_QUEUED_GROUPS_MAX: usize = 64;
+pub(crate) const MIRROR_QUEUED_GROUPS_MAX: usize = 64;
 /// The largest frame payload (one encoded WAL record), in bytes.
-pub const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub(crate) const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:
 /// at least this many and fewer than twice this many, for it is truncated in steps of this many.
-pub const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
+pub(crate) const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
 /// Fresh parts (staged parts kept in their stage records alone, see `wal::fresh`) held at most before they are
 /// all written to their checkpoints' `parts` rows in one transaction (each checkpoint's are anyway before
 /// anything else reads them). Also bounds the writer's index of them.
-pub const FRESH_PARTS_MAX: usize = 4096;
+pub(crate) const FRESH_PARTS_MAX: usize = 4096;
 /// Bytes of fresh parts (their `parts` rows' lengths) held at most, with the same effect as [`FRESH_PARTS_MAX`].
-pub const FRESH_PART_BYTES_MAX: u64 = 16 * 1024 * 1024;
+pub(crate) const FRESH_PART_BYTES_MAX: u64 = 16 * 1024 * 1024;
 /// How far behind the log's end a fresh part's stage record may fall, in records, before its checkpoint is
 /// settled: it bounds the log every reader of fresh parts scans (an open's rebuild of the index, `get` of a
 /// Staged checkpoint, snapshots), which with a mirror is kept until the next snapshot.
-pub const FRESH_PART_LOG_RECORDS_MAX: u64 = 8192;
+pub(crate) const FRESH_PART_LOG_RECORDS_MAX: u64 = 8192;
 /// The most garbage-ledger entries one `ForgetGarbage` record removes (a collection forgets more in several).
 pub const GARBAGE_FORGET_ENTRIES_MAX: usize = 4096;
 /// The most garbage-ledger entries the data-file collector judges at once (each a stat and maybe a delete).
-pub const COLLECT_CONCURRENT_MAX: usize = 16;
+pub(crate) const COLLECT_CONCURRENT_MAX: usize = 16;
 /// The most garbage-ledger entries one read of the ledger returns.
 pub const GARBAGE_PAGE_ENTRIES_MAX: usize = 4096;
 /// The most keys one page of the processed-key iterator holds in memory.
-pub const KEY_PAGE_KEYS_MAX: usize = 1024;
+pub(crate) const KEY_PAGE_KEYS_MAX: usize = 1024;
 
 /// The default size of redb's page cache, in bytes (redb's own default is 1 GiB).
 pub const STORE_CACHE_BYTES_DEFAULT: usize = 64 * 1024 * 1024;
@@ -113,51 +115,51 @@ const _: () = assert!((SEAL_PARTS_MAX as u64) * (STAGE_RESULTS_MAX as u64) <= u3
 pub const MIRROR_SLOTS_IN_FLIGHT_MAX: u64 = 4;
 const _: () = assert!(MIRROR_SLOTS_IN_FLIGHT_MAX >= 1);
 /// The most slots a takeover tries while racing an older writer for the fence slot, before it gives up.
-pub const MIRROR_FENCE_ATTEMPTS_MAX: u32 = 1024;
+pub(crate) const MIRROR_FENCE_ATTEMPTS_MAX: u32 = 1024;
 /// The most epochs a writer tries to claim (each lost race to a concurrent claim moves to the next).
-pub const MIRROR_CLAIM_ATTEMPTS_MAX: u32 = 64;
+pub(crate) const MIRROR_CLAIM_ATTEMPTS_MAX: u32 = 64;
 /// The most times one mirror put is resolved (read back, re-put) after an ambiguous failure before the writer
 /// gives up and poisons the store.
-pub const MIRROR_PUT_ATTEMPTS_MAX: u32 = 5;
+pub(crate) const MIRROR_PUT_ATTEMPTS_MAX: u32 = 5;
 /// The most bytes of frames in one segment: when a takeover re-ships a local tail the mirror lacks, and when
 /// the uploader folds the groups queued behind a put into the next one.
-pub const MIRROR_TAIL_SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub(crate) const MIRROR_TAIL_SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The largest mirror object a reader accepts, in bytes (a single S3 PUT is at most 5 GiB).
-pub const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
+pub(crate) const MIRROR_OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
 /// The most mirror objects one reader fetches at once (a restore reading the log's slots): enough to hide an
 /// object store's round trip behind the others, few enough to stay a polite client.
-pub const MIRROR_READS_CONCURRENT_MAX: usize = 16;
+pub(crate) const MIRROR_READS_CONCURRENT_MAX: usize = 16;
 /// The most prefixes below a mirror's URL a reader looks into for a manifest when the URL itself holds none (to
 /// name the job's mirror one level down in its message).
 pub(crate) const MIRROR_HINT_PREFIXES_MAX: usize = 8;
 /// The most bytes of segments (by the listing's sizes) one reader fetches at once while reading the log: with
 /// [`MIRROR_READS_CONCURRENT_MAX`] it bounds a restore's memory, whatever the log's length. A single larger
 /// segment is still read, alone.
-pub const MIRROR_READ_WINDOW_BYTES_MAX: u64 = 256 * 1024 * 1024;
+pub(crate) const MIRROR_READ_WINDOW_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// The default of `MirrorSettings::snapshot_interval_bytes`: a snapshot after this many bytes of frames shipped
 /// since the last one, so that what a restore replays stays about one read window long.
 pub const MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
 /// The largest object of a snapshot the writer puts, in bytes: a larger snapshot is put in several chunks, so the
 /// writer holds one chunk at a time and never puts an object a reader refuses.
-pub const MIRROR_SNAPSHOT_CHUNK_BYTES_MAX: u64 = 256 * 1024 * 1024;
+pub(crate) const MIRROR_SNAPSHOT_CHUNK_BYTES_MAX: u64 = 256 * 1024 * 1024;
 // Any snapshot entry (one table value: at most one stage call's keys and results) fits one chunk, and a chunk
 // fits what a reader accepts.
 const _: () = assert!(2 * FRAME_PAYLOAD_BYTES_MAX as u64 <= MIRROR_SNAPSHOT_CHUNK_BYTES_MAX);
 const _: () = assert!(MIRROR_SNAPSHOT_CHUNK_BYTES_MAX <= MIRROR_OBJECT_BYTES_MAX);
 /// The most frames one segment may hold.
-pub const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
+pub(crate) const MIRROR_SEGMENT_FRAMES_MAX: u32 = 1 << 24;
 /// The most epoch openings a manifest remembers; a local store older than the oldest cannot be reconciled.
-pub const MIRROR_HISTORY_EPOCHS_MAX: usize = 4096;
+pub(crate) const MIRROR_HISTORY_EPOCHS_MAX: usize = 4096;
 const _: () = assert!(STORE_CACHE_BYTES_MIN <= STORE_CACHE_BYTES_DEFAULT);
 /// The largest store file an [`crate::inspect::Inspector`] repairs in memory, in bytes: a file a crashed job left
 /// unclean needs redb's repair, which the inspector makes on a copy in memory so the file itself is never
 /// written. A larger one is refused with the advice to inspect the mirror (or let the job reopen it) instead.
-pub const INSPECT_REPAIR_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+pub(crate) const INSPECT_REPAIR_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 /// How many copies an [`crate::inspect::Inspector`] takes of a store file a running job holds before it reports
 /// the damage it found in each (a copy read while the job commits may be torn; the next one is not, unless the
 /// file is damaged).
-pub const INSPECT_LIVE_COPY_ATTEMPTS_MAX: u32 = 3;
+pub(crate) const INSPECT_LIVE_COPY_ATTEMPTS_MAX: u32 = 3;
 /// How many of the newest operator records (see [`crate::inspect::Inspector::operator_records`]) a mirror's
 /// restore into memory keeps while it replays the log: enough for every hatch of an incident, bounded whatever
 /// the log holds.
-pub const INSPECT_OPERATOR_RECORDS_MAX: usize = 256;
+pub(crate) const INSPECT_OPERATOR_RECORDS_MAX: usize = 256;

@@ -112,6 +112,20 @@ impl StateFilter {
         StateFilter::Aborted,
     ];
 
+    /// The state's one name, as `sinkpoint list` and the docs spell it: `staged`, `sealed`, `committing`,
+    /// `commit-unknown`, `committed`, `aborted`. [`Display`](std::fmt::Display) writes it and
+    /// [`FromStr`](std::str::FromStr) reads it back (and also accepts `commit_unknown`, Python's spelling).
+    pub fn name(self) -> &'static str {
+        match self {
+            StateFilter::Staged => "staged",
+            StateFilter::Sealed => "sealed",
+            StateFilter::Committing => "committing",
+            StateFilter::CommitUnknown => "commit-unknown",
+            StateFilter::Committed => "committed",
+            StateFilter::Aborted => "aborted",
+        }
+    }
+
     pub(crate) fn code(self) -> u8 {
         match self {
             StateFilter::Staged => 0,
@@ -123,6 +137,56 @@ impl StateFilter {
         }
     }
 }
+
+impl From<CheckpointState> for StateFilter {
+    /// The filter that matches `state` (its key, if any, dropped).
+    fn from(state: CheckpointState) -> Self {
+        match state {
+            CheckpointState::Staged => StateFilter::Staged,
+            CheckpointState::Sealed => StateFilter::Sealed,
+            CheckpointState::Committing { .. } => StateFilter::Committing,
+            CheckpointState::CommitUnknown { .. } => StateFilter::CommitUnknown,
+            CheckpointState::Committed { .. } => StateFilter::Committed,
+            CheckpointState::Aborted => StateFilter::Aborted,
+        }
+    }
+}
+
+impl std::fmt::Display for StateFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for StateFilter {
+    type Err = ParseStateError;
+
+    /// Reads a state's [name](StateFilter::name); `commit_unknown` (Python's spelling) is read as
+    /// `commit-unknown`.
+    fn from_str(name: &str) -> std::result::Result<Self, ParseStateError> {
+        if name == "commit_unknown" {
+            return Ok(StateFilter::CommitUnknown);
+        }
+        StateFilter::ALL.into_iter().find(|f| f.name() == name).ok_or_else(|| ParseStateError(name.to_owned()))
+    }
+}
+
+/// A name that is not a state's, refused by [`StateFilter`]'s `FromStr`; its message lists the names.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ParseStateError(String);
+
+impl std::fmt::Display for ParseStateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown state {:?}: one of ", self.0)?;
+        for (i, filter) in StateFilter::ALL.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{filter}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseStateError {}
 
 /// What the store keeps of one checkpoint.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]

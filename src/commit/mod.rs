@@ -7,9 +7,13 @@
 //!   never ran. Recovery probes, finds nothing, and commits the retained results under the same key.
 //! - **U**: the target's answer is unknown. The key goes to CommitUnknown and is never re-committed until a
 //!   probe answers; nothing is assumed either way.
+//!
+//! [`Target`], its answers and [`Committer`] are at the crate's root (`sinkpoint::Committer`); this module holds
+//! what the committer reports and its crash hooks.
 
-mod committer;
-mod target;
+pub(crate) mod committer;
+pub(crate) mod target;
 
-pub use committer::{Blocked, CommitReport, Committer, CrashHook, RecoveryReport, crash_points};
-pub use target::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
+pub(crate) use committer::Committer;
+pub use committer::{Blocked, CommitReport, CrashHook, RecoveryReport, crash_points};
+pub(crate) use target::{CommitOutcome, ProbeOutcome, Target, TargetCommit};

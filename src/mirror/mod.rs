@@ -73,7 +73,7 @@ pub enum MirrorMode {
     /// commit-protocol record (begin, resolve, commit-empty, force-abort; every one but the mark of a landed commit)
     /// is always in the mirror before it is acked. A mark lost with the disk leaves its key committing, and recovery
     /// finds the commit in the target by its key. Callers wait for room when either bound is reached. The uploader
-    /// holds a group nobody waits for up to [`MIRROR_LINGER_MS`](crate::limits::MIRROR_LINGER_MS) for the groups
+    /// holds a group nobody waits for up to 50 ms (`MIRROR_LINGER_MS`) for the groups
     /// behind it, so a worker's calls and its commit share one object; a `Store::flush` or a caller at a bound ends
     /// that wait at once.
     ///

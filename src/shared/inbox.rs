@@ -140,7 +140,7 @@ impl Inbox {
     /// restarted it) is **released**: its claim is overwritten, after the flush, with a `Released` object naming
     /// the claim's next generation, so workers see its input unprocessed and a rerun's seal, created at that
     /// generation, is adopted as the checkpoint's next attempt. A seal of generation `g` is only adopted into an
-    /// attempt at or above `g`, so a released seal is never adopted again ([`crate::state`]'s `adoption`).
+    /// attempt at or above `g`, so a released seal is never adopted again (`state::adoption`).
     ///
     /// Seals are found by listing the claims, whole (paged, never cut short: a job holds any number), keeping
     /// only the names not known yet, at most [`SHARED_ROUND_ENTRIES_MAX`] of them (the rest wait for the next

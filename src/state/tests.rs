@@ -787,3 +787,48 @@ fn adoption_of_a_claims_generation_never_adopts_a_seal_the_store_dropped() {
         }
     }
 }
+
+/// Every state's name reads back as the same state (`Display` then `FromStr`), and the names are distinct.
+#[test]
+fn state_filter_names_round_trip() {
+    for filter in StateFilter::ALL {
+        let name = filter.to_string();
+        assert_eq!(name, filter.name());
+        assert_eq!(name.parse::<StateFilter>(), Ok(filter), "{name}");
+    }
+    let names: std::collections::HashSet<_> = StateFilter::ALL.iter().map(|f| f.name()).collect();
+    assert_eq!(names.len(), StateFilter::ALL.len());
+    assert_eq!(StateFilter::CommitUnknown.to_string(), "commit-unknown");
+    assert_eq!("commit_unknown".parse::<StateFilter>(), Ok(StateFilter::CommitUnknown), "Python's spelling");
+}
+
+/// A name that is no state's is refused, and the message lists every name.
+#[test]
+fn state_filter_unknown_name_is_refused_with_the_names() {
+    for bad in ["", "Sealed", "unknown", "commit unknown", "sealed "] {
+        let err = bad.parse::<StateFilter>().unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(&format!("{bad:?}")), "{message}");
+        for filter in StateFilter::ALL {
+            assert!(message.contains(filter.name()), "{message}");
+        }
+    }
+}
+
+/// Each state maps to the filter that lists it.
+#[test]
+fn state_filter_from_state_matches_its_code() {
+    use CheckpointState as S;
+    let states = [
+        S::Staged,
+        S::Sealed,
+        S::Committing { key: 1 },
+        S::CommitUnknown { key: 2 },
+        S::Committed { key: Some(3) },
+        S::Committed { key: None },
+        S::Aborted,
+    ];
+    for state in states {
+        assert_eq!(StateFilter::from(state).code(), state.code(), "{state:?}");
+    }
+}

@@ -524,7 +524,7 @@ impl Store {
 
     /// One checkpoint, if it exists. A Staged checkpoint's result count is counted from its parts (its record
     /// carries none), so its `get` also reads the store's parts not yet settled: at most
-    /// [`crate::limits::FRESH_PARTS_MAX`] small rows, decoding only its own.
+    /// 4,096 small rows (`FRESH_PARTS_MAX`), decoding only its own.
     pub fn get(&self, id: &CheckpointId) -> Result<Option<CheckpointInfo>> {
         self.snapshot()?.get(id)
     }

@@ -27,6 +27,8 @@
 //!   operation, recovered, checked against its crash-free run and finished.
 //! - [`RawProtocol`]: the commit protocol's raw steps, crate-private on [`crate::Store`], for tests that drive
 //!   the protocol by hand.
+//! - [`limits`]: the few crate-private tuning limits the suites measure against (the public ones are in
+//!   [`crate::limits`]).
 
 mod backend;
 mod cases;
@@ -58,4 +60,19 @@ pub use target::{CommitFault, FaultyTarget, HistoryTable, ProbeFault, WatermarkT
 pub mod whitebox {
     pub use crate::wal::frame;
     pub use crate::wal::record::Record;
+}
+
+/// Crate-private tuning limits a suite measures against (how many log records a store keeps, how many mirror puts
+/// it tries), copied here for tests: not part of the API, like the rest of the testkit. Each is the value of the
+/// [`crate::limits`] constant of the same name.
+pub mod limits {
+    /// How many log records the local log keeps behind the materialised tables without a mirror: at least this
+    /// many and fewer than twice this many.
+    pub const LOG_RECORDS_RETAINED_MAX: u64 = crate::limits::LOG_RECORDS_RETAINED_MAX;
+    /// How long the mirror's uploader holds a segment nobody waits for, in milliseconds.
+    pub const MIRROR_LINGER_MS: u64 = crate::limits::MIRROR_LINGER_MS;
+    /// The most groups a synchronous mirror lets queue before the writer waits for room.
+    pub const MIRROR_QUEUED_GROUPS_MAX: usize = crate::limits::MIRROR_QUEUED_GROUPS_MAX;
+    /// The most times one mirror put is resolved after an ambiguous failure before the store is poisoned.
+    pub const MIRROR_PUT_ATTEMPTS_MAX: u32 = crate::limits::MIRROR_PUT_ATTEMPTS_MAX;
 }

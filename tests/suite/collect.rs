@@ -13,10 +13,10 @@ use mirror_support::{Bucket, Kind, builder, digest, sync_settings};
 use object_store::ObjectStoreExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use sinkpoint::Committer;
 use sinkpoint::collect::{
     CollectReport, CollectSettings, DataFiles, FileStat, Verdict, collect_data_files, preview_data_files,
 };
-use sinkpoint::commit::Committer;
 use sinkpoint::inspect::Inspector;
 use sinkpoint::mirror::{Clock, SystemClock};
 use sinkpoint::testkit::ManualClock;

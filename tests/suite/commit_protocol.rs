@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
-use sinkpoint::commit::{Blocked, Committer, CrashHook, crash_points};
+use sinkpoint::Committer;
+use sinkpoint::commit::{Blocked, CrashHook, crash_points};
 use sinkpoint::testkit::RawProtocol;
 use sinkpoint::testkit::{CommitFault, CrashBackend, FaultyTarget, ProbeFault, WatermarkTable};
 use sinkpoint::{Attempt, Part, StagePart};
@@ -482,10 +483,10 @@ async fn without_a_mirror_a_zombies_key_0_landing_after_the_probe_is_not_marked_
         async fn version(&self) -> sinkpoint::Result<Option<u64>> {
             self.table.version().await
         }
-        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::commit::CommitOutcome {
+        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::CommitOutcome {
             self.table.commit(commit).await
         }
-        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::commit::ProbeOutcome {
+        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::ProbeOutcome {
             let outcome = self.table.probe(key, v).await;
             let zombie = self.zombie.lock().unwrap().take();
             if let Some(zombie) = zombie {
@@ -532,13 +533,13 @@ async fn a_zombies_key_landing_after_a_not_committed_probe_is_not_marked_as_ours
         async fn version(&self) -> sinkpoint::Result<Option<u64>> {
             self.table.version().await
         }
-        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::commit::CommitOutcome {
+        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::CommitOutcome {
             if self.commits.fetch_add(1, Ordering::SeqCst) == 0 {
-                return sinkpoint::commit::CommitOutcome::Unknown { reason: "timed out".into() };
+                return sinkpoint::CommitOutcome::Unknown { reason: "timed out".into() };
             }
             self.table.commit(commit).await
         }
-        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::commit::ProbeOutcome {
+        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::ProbeOutcome {
             let answer = self.table.probe(key, v).await;
             let zombie = (self.commits.load(Ordering::SeqCst) > 0).then(|| self.zombie.lock().unwrap().take());
             if let Some(Some(zombie)) = zombie {
@@ -575,14 +576,14 @@ async fn a_probe_returning_the_ids_in_another_order_is_not_a_mismatch() {
         async fn version(&self) -> sinkpoint::Result<Option<u64>> {
             self.0.version().await
         }
-        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::commit::CommitOutcome {
+        async fn commit(&self, commit: &TargetCommit<'_>) -> sinkpoint::CommitOutcome {
             self.0.commit(commit).await
         }
-        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::commit::ProbeOutcome {
+        async fn probe(&self, key: &CommitKey, v: Option<u64>) -> sinkpoint::ProbeOutcome {
             match self.0.probe(key, v).await {
-                sinkpoint::commit::ProbeOutcome::Committed { ids: Some(mut ids) } => {
+                sinkpoint::ProbeOutcome::Committed { ids: Some(mut ids) } => {
                     ids.reverse();
-                    sinkpoint::commit::ProbeOutcome::Committed { ids: Some(ids) }
+                    sinkpoint::ProbeOutcome::Committed { ids: Some(ids) }
                 }
                 other => other,
             }
@@ -624,7 +625,7 @@ async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
         final_commit: false,
         prepared_version: None,
     };
-    assert_eq!(table.commit(&stray).await, sinkpoint::commit::CommitOutcome::Committed);
+    assert_eq!(table.commit(&stray).await, sinkpoint::CommitOutcome::Committed);
 
     let store = open(&backend).await;
     let report = Committer::new(&store, &table).recover().await.unwrap();

@@ -257,9 +257,9 @@ async fn two_seals_claiming_one_key_in_one_batch_leave_one_owner() {
 /// one it read before.
 #[tokio::test]
 async fn a_checkpoint_resealed_during_commit_pending_commits_its_sealed_attempt() {
-    use sinkpoint::commit::{CommitOutcome, Committer, ProbeOutcome};
     use sinkpoint::testkit::WatermarkTable;
     use sinkpoint::{CommitKey, Target, TargetCommit};
+    use sinkpoint::{CommitOutcome, Committer, ProbeOutcome};
 
     /// A watermark table whose first `version()` runs the race on `store`.
     struct Racing<'a> {

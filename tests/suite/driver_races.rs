@@ -3,7 +3,7 @@
 //! truly; and a key that landed with other content than recorded has a lossless way out on a table that keeps
 //! every commit (`Store::settle_landed`).
 
-use sinkpoint::commit::Committer;
+use sinkpoint::Committer;
 use sinkpoint::testkit::{CrashBackend, HistoryTable};
 use sinkpoint::{
     Attempt, CheckpointId, CheckpointState, CommitKey, ErrorKind, Format, JobId, Part, StagePart, Store, Target,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use object_store::local::LocalFileSystem;
-use sinkpoint::commit::Committer;
+use sinkpoint::Committer;
 use sinkpoint::inspect::Inspector;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::{Attempt, CheckpointId, CheckpointState, DirTable, JobId, Part, StagePart, Store, TargetIdentity};

@@ -88,7 +88,7 @@ async fn a_put_that_cannot_be_settled_poisons_until_reopen() {
         assert_eq!(err.kind(), ErrorKind::Poisoned, "{kind:?}: {err}");
         assert!(err.to_string().contains("could not be settled"), "{kind:?}: {err}");
         let tries = bucket.faults.counts().puts - puts;
-        assert_eq!(tries, u64::from(sinkpoint::limits::MIRROR_PUT_ATTEMPTS_MAX), "{kind:?}");
+        assert_eq!(tries, u64::from(sinkpoint::testkit::limits::MIRROR_PUT_ATTEMPTS_MAX), "{kind:?}");
         // Poisoned, not guessed: every call now says so, and nothing more is put.
         assert_eq!(
             store

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use mirror_support::*;
 use sinkpoint::CheckpointState;
-use sinkpoint::limits::{MIRROR_QUEUED_GROUPS_MAX, MIRROR_SLOTS_IN_FLIGHT_MAX};
+use sinkpoint::limits::MIRROR_SLOTS_IN_FLIGHT_MAX;
 use sinkpoint::mirror::{MirrorMode, MirrorSettings, MirrorView};
 use sinkpoint::testkit::ManualClock;
 use sinkpoint::testkit::RawProtocol;
+use sinkpoint::testkit::limits::MIRROR_QUEUED_GROUPS_MAX;
 use sinkpoint::{Attempt, Part, StagePart};
 
 fn asynchronous(lag_batches_max: u32, lag_ms_max: u64) -> MirrorSettings {
@@ -162,8 +163,8 @@ async fn commit_intents_are_in_the_mirror_before_they_return_in_asynchronous_mod
 /// nothing is committed twice and no row is lost. (With the mark waited for, `mark_committed` does not return.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mark_lost_with_the_disk_is_found_again_in_the_table() {
-    use sinkpoint::commit::{CommitOutcome, Committer, Target, TargetCommit};
     use sinkpoint::{CommitKey, DirTable, ErrorKind, Store};
+    use sinkpoint::{CommitOutcome, Committer, Target, TargetCommit};
     for (kind, settings) in kinds().into_iter().flat_map(|k| [(k, sync_settings()), (k, asynchronous(64, u64::MAX))]) {
         let kind = (kind, settings.mode);
         let bucket = Bucket::new(kind.0, "mark-lost");

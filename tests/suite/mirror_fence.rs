@@ -39,8 +39,8 @@ async fn an_unmirrored_store_opened_against_another_stores_mirror_is_wrong_store
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_that_created_the_store_is_fenced_not_told_its_state_was_lost() {
+    use sinkpoint::Committer;
     use sinkpoint::DirTable;
-    use sinkpoint::commit::Committer;
     for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "zombie-creator");
         let dir = tempfile::tempdir().unwrap();

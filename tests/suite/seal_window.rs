@@ -453,7 +453,7 @@ mod mirrored {
         let bucket = FaultStore::new(InMemory::new());
         let store = mirrored_store_staging(&dir, &bucket, MirrorMode::Synchronous, StagingDurability::None).await;
         let mut window = SealWindow::new(&store, settings(16)).unwrap();
-        let linger = Duration::from_millis(sinkpoint::limits::MIRROR_LINGER_MS);
+        let linger = Duration::from_millis(sinkpoint::testkit::limits::MIRROR_LINGER_MS);
         let mut rounds = Vec::with_capacity(ROUNDS);
         for i in 0..ROUNDS {
             let (started, commits) = (std::time::Instant::now(), store.stats().commits);

@@ -105,7 +105,7 @@ async fn an_existing_file_that_is_not_a_store_is_refused_not_replaced() {
 #[tokio::test]
 async fn without_a_mirror_the_local_log_stays_bounded() {
     use sinkpoint::StagingDurability;
-    use sinkpoint::limits::LOG_RECORDS_RETAINED_MAX;
+    use sinkpoint::testkit::limits::LOG_RECORDS_RETAINED_MAX;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     let store = Store::builder(JobId::new("job").unwrap(), TargetIdentity::new("mem://t").unwrap())

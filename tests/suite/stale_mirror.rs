@@ -6,8 +6,8 @@
 use crate::mirror_support;
 
 use object_store::ObjectStoreExt as _;
+use sinkpoint::Committer;
 use sinkpoint::DirTable;
-use sinkpoint::commit::Committer;
 use sinkpoint::testkit::{ManualClock, WatermarkTable};
 use sinkpoint::{CheckpointState, ErrorKind, Target};
 

@@ -104,8 +104,8 @@ enum Command {
         #[command(flatten)]
         source: Source,
         /// Only checkpoints in this state.
-        #[arg(long, value_enum)]
-        state: Option<State>,
+        #[arg(long, value_parser = state_parser())]
+        state: Option<sinkpoint::StateFilter>,
     },
     /// One checkpoint, its commit key, and the operator changes that name them (with their reasons).
     Show {
@@ -256,15 +256,11 @@ enum Command {
     },
 }
 
-/// A checkpoint state on the command line.
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum State {
-    Staged,
-    Sealed,
-    Committing,
-    CommitUnknown,
-    Committed,
-    Aborted,
+/// A checkpoint state on the command line: the library's names, listed in `--help` as possible values.
+fn state_parser() -> impl clap::builder::TypedValueParser<Value = sinkpoint::StateFilter> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(sinkpoint::StateFilter::ALL.map(|f| f.name()))
+        .try_map(|name| name.parse::<sinkpoint::StateFilter>())
 }
 
 /// An operator's verdict on a key.
@@ -291,7 +287,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
     match command {
         Command::Status(source) => read::status(&source).await,
-        Command::List { source, state } => read::list(&source, state.map(State::filter)).await,
+        Command::List { source, state } => read::list(&source, state).await,
         Command::Show { source, id } => read::show(&source, &id).await,
         Command::Keys { source, prefix, limit } => read::keys(&source, &prefix, limit).await,
         Command::Commits(source) => read::commits(&source).await,
@@ -318,20 +314,6 @@ async fn run(command: Command) -> Result<exit::Code, exit::Failure> {
                 take_over,
             };
             gc::gc(&request).await
-        }
-    }
-}
-
-impl State {
-    fn filter(self) -> sinkpoint::StateFilter {
-        use sinkpoint::StateFilter as F;
-        match self {
-            State::Staged => F::Staged,
-            State::Sealed => F::Sealed,
-            State::Committing => F::Committing,
-            State::CommitUnknown => F::CommitUnknown,
-            State::Committed => F::Committed,
-            State::Aborted => F::Aborted,
         }
     }
 }

@@ -95,15 +95,9 @@ impl MirrorRelation {
     }
 }
 
+/// A state's name, as `sinkpoint list` spells it (the library's one name for it).
 pub(crate) fn state_name(state: CheckpointState) -> &'static str {
-    match state {
-        CheckpointState::Staged => "staged",
-        CheckpointState::Sealed => "sealed",
-        CheckpointState::Committing { .. } => "committing",
-        CheckpointState::CommitUnknown { .. } => "commit-unknown",
-        CheckpointState::Committed { .. } => "committed",
-        CheckpointState::Aborted => "aborted",
-    }
+    sinkpoint::StateFilter::from(state).name()
 }
 
 /// The commit key a state names, if any.
@@ -115,18 +109,6 @@ pub(crate) fn state_key(state: CheckpointState) -> Option<u64> {
     }
 }
 
-fn filter_name(filter: sinkpoint::StateFilter) -> &'static str {
-    use sinkpoint::StateFilter as F;
-    match filter {
-        F::Staged => "staged",
-        F::Sealed => "sealed",
-        F::Committing => "committing",
-        F::CommitUnknown => "commit-unknown",
-        F::Committed => "committed",
-        F::Aborted => "aborted",
-    }
-}
-
 pub(crate) fn summary_text(
     source: &str,
     s: &StoreSummary,
@@ -134,7 +116,7 @@ pub(crate) fn summary_text(
     last: Option<&OperatorRecord>,
     advice: &Advice,
 ) -> String {
-    let counts: Vec<String> = s.counts.iter().map(|(f, n)| format!("{} {n}", filter_name(*f))).collect();
+    let counts: Vec<String> = s.counts.iter().map(|(f, n)| format!("{} {n}", f.name())).collect();
     let in_flight = s.in_flight.as_ref().map_or("none".to_string(), |c| {
         format!(
             "key {} ({}, {} checkpoints, prepared at table version {})",
@@ -235,7 +217,7 @@ fn version(v: Option<u64>) -> String {
 
 pub(crate) fn summary_json(s: &StoreSummary, advice: &Advice) -> Value {
     let counts: serde_json::Map<String, Value> =
-        s.counts.iter().map(|(f, n)| (filter_name(*f).to_string(), json!(n))).collect();
+        s.counts.iter().map(|(f, n)| (f.name().to_string(), json!(n))).collect();
     json!({
         "job": s.job.as_str(), "target": s.target.as_str(), "epoch": s.epoch, "counts": counts,
         "next_key": s.next_key, "in_flight": s.in_flight.as_ref().map(commit_json), "finished": s.finished,

@@ -24,7 +24,8 @@ use lance::Dataset;
 use lance::dataset::cleanup::CleanupPolicyBuilder;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::{WriteMode, WriteParams};
-use sinkpoint::commit::{Committer, CrashHook, crash_points};
+use sinkpoint::Committer;
+use sinkpoint::commit::{CrashHook, crash_points};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::{
     Attempt, CheckpointId, CommitKey, CommitOutcome, JobId, Part, ProbeOutcome, StagePart, Store, Target, TargetCommit,

@@ -22,7 +22,7 @@ use crate::staging::PySharedStaging;
 use crate::target::{PyDirTable, PyTarget};
 use crate::values::{
     PyAdoptReport, PyCheckpointInfo, PyCommitReport, PyRecoveryReport, PyWriteResult, Reduced, id_arg, key_arg,
-    results_to_py,
+    python_state_name, results_to_py,
 };
 
 // `collect_data_files`'s text signature spells this default.
@@ -110,19 +110,12 @@ fn check_target(target: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
+/// A state named the Python way (`commit_unknown`; the library's `commit-unknown` is read too). The refusal
+/// lists the Python names.
 fn parse_state(state: &str) -> PyResult<StateFilter> {
-    Ok(match state {
-        "staged" => StateFilter::Staged,
-        "sealed" => StateFilter::Sealed,
-        "committing" => StateFilter::Committing,
-        "commit_unknown" => StateFilter::CommitUnknown,
-        "committed" => StateFilter::Committed,
-        "aborted" => StateFilter::Aborted,
-        other => {
-            return Err(invalid(format!(
-                "unknown state {other:?}: one of staged, sealed, committing, commit_unknown, committed, aborted"
-            )));
-        }
+    state.parse().map_err(|_| {
+        let names: Vec<String> = StateFilter::ALL.iter().map(|f| python_state_name(*f)).collect();
+        invalid(format!("unknown state {state:?}: one of {}", names.join(", ")))
     })
 }
 
@@ -319,10 +312,7 @@ impl PyDriver {
     fn checkpoints(&self, py: Python<'_>, state: Option<&str>) -> PyResult<Vec<PyCheckpointInfo>> {
         let filters = match state {
             Some(s) => vec![parse_state(s)?],
-            None => ["staged", "sealed", "committing", "commit_unknown", "committed", "aborted"]
-                .into_iter()
-                .map(parse_state)
-                .collect::<PyResult<_>>()?,
+            None => StateFilter::ALL.to_vec(),
         };
         let opened = self.opened(py)?;
         let mut out = Vec::new();

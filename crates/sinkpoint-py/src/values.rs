@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use sinkpoint::commit::{Blocked, CommitReport, RecoveryReport};
 use sinkpoint::shared::{AdoptReport, SealedBy};
-use sinkpoint::{CheckpointId, CheckpointInfo, CheckpointState, Format, SourceKey, WriteResult};
+use sinkpoint::{CheckpointId, CheckpointInfo, CheckpointState, Format, SourceKey, StateFilter, WriteResult};
 
 use crate::errors::{invalid, to_py};
 
@@ -318,29 +318,25 @@ pub(crate) struct PyCheckpointInfo {
     results: u32,
 }
 
+/// The snake_case name of a state (the library's name, `-` written `_`: `commit_unknown`), as Python reads it.
+pub(crate) fn python_state_name(filter: StateFilter) -> String {
+    filter.name().replace('-', "_")
+}
+
 /// The snake_case name of a state and its key.
-pub(crate) fn state_name(state: &CheckpointState) -> (&'static str, Option<u64>) {
-    match *state {
-        CheckpointState::Staged => ("staged", None),
-        CheckpointState::Sealed => ("sealed", None),
-        CheckpointState::Committing { key } => ("committing", Some(key)),
-        CheckpointState::CommitUnknown { key } => ("commit_unknown", Some(key)),
-        CheckpointState::Committed { key } => ("committed", key),
-        CheckpointState::Aborted => ("aborted", None),
-    }
+pub(crate) fn state_name(state: &CheckpointState) -> (String, Option<u64>) {
+    let key = match *state {
+        CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } => Some(key),
+        CheckpointState::Committed { key } => key,
+        CheckpointState::Staged | CheckpointState::Sealed | CheckpointState::Aborted => None,
+    };
+    (python_state_name(StateFilter::from(*state)), key)
 }
 
 impl From<CheckpointInfo> for PyCheckpointInfo {
     fn from(c: CheckpointInfo) -> Self {
         let (state, key) = state_name(&c.state);
-        Self {
-            id: c.id.as_str().to_owned(),
-            state: state.to_owned(),
-            key,
-            attempt: c.attempt.get(),
-            epoch: c.epoch,
-            results: c.results,
-        }
+        Self { id: c.id.as_str().to_owned(), state, key, attempt: c.attempt.get(), epoch: c.epoch, results: c.results }
     }
 }
 
