@@ -4,7 +4,56 @@
 //! state machine (Staged → Sealed → Committing → Committed, with Aborted and CommitUnknown) recorded in a local
 //! redb write-ahead log, so a retried job never appends twice and never loses a row.
 //!
-//! Start with [`Store`]; the map of the design is `docs/ARCHITECTURE.md`.
+//! # Start here
+//!
+//! A job's tasks write data files and stage their write results under a checkpoint id; a committer then makes one
+//! table commit of everything sealed, exactly once, whatever crashed and was retried:
+//!
+//! ```
+//! use sinkpoint::{Attempt, CheckpointId, Committer, DirTable, JobId, Part, StagePart, Store, TargetIdentity};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> sinkpoint::Result<()> {
+//! let dir = tempfile::tempdir()?;
+//! let table = DirTable::local(dir.path().join("table"))?;
+//! let store = Store::builder(JobId::new("nightly")?, TargetIdentity::new("file:///nightly-table")?)
+//!     .path(dir.path().join("nightly.redb"))
+//!     .open()
+//!     .await?;
+//! let committer = Committer::new(&store, &table);
+//! committer.recover().await?; // after a crash: a commit that landed, one that did not, one unknown
+//! for input in ["a.parquet", "b.parquet"] {
+//!     let key = input.as_bytes().to_vec();
+//!     if store.is_processed(&key)? {
+//!         continue; // a retried job skips what is sealed
+//!     }
+//!     let id = CheckpointId::new(input)?; // a retried task maps to the same checkpoint
+//!     let result = table.write_data_file(&format!("{input}.rows"), b"rows".to_vec()).await?;
+//!     store.stage(&id, StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![key]).results(vec![result])).await?;
+//!     store.seal(&id, 1).await?;
+//! }
+//! let report = committer.finish().await?; // one table commit; a rerun of the job does nothing
+//! assert_eq!(report.committed_keys, [0]);
+//! store.close_async().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Where to go next, by role:
+//!
+//! | you are | start with |
+//! |---|---|
+//! | a task writing one input (same process as the store) | [`Store::stage`], [`Store::seal`], [`Store::stage_and_seal`], [`SealWindow`] |
+//! | a worker on another machine | [`shared::SharedStaging`], [`shared::Worker`]; the committer adopts with [`shared::Inbox`] |
+//! | the driver that commits | [`Committer`]: `recover`, `commit_pending`, `finish` |
+//! | writing a table adapter | [`Target`] (its contract), [`DirTable`] (the reference), [`testkit`]'s conformance suite |
+//! | running the job safely across machines | [`StoreBuilder::mirror`] and [`mirror::MirrorSettings`] |
+//! | an operator | [`inspect::Inspector`] (read-only), the `sinkpoint` CLI, and the hatches [`Store::resolve`], [`Store::unbind`], [`Store::settle_landed`], [`Store::force_abort`] |
+//! | collecting garbage | [`collect::collect_data_files`], [`mirror::find_garbage`], [`shared::Inbox::find_garbage`] |
+//! | handling errors | [`Error::kind`] says what to do ([`ErrorKind`]); [`TransitionError`] names an illegal transition |
+//!
+//! The design (states, invariants, object layout, failure model, crash points) is `docs/ARCHITECTURE.md` in the
+//! repository; limits a caller checks against are in [`limits`].
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub, missing_debug_implementations)]
