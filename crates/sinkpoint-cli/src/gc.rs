@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
+use sinkpoint::DirTable;
 use sinkpoint::JobId;
 use sinkpoint::collect::{CollectReport, CollectSettings, Verdict, collect_data_files, preview_data_files};
 use sinkpoint::inspect::Inspector;
@@ -13,7 +14,6 @@ use sinkpoint::mirror::{
     Clock as _, MirrorGarbage, SystemClock, delete_garbage_with_progress, find_garbage_with_progress,
 };
 use sinkpoint::shared::{Inbox, InboxGarbage, InboxReason, SharedStaging};
-use sinkpoint::{CommitKey, DirTable, ProbeOutcome, Target as _};
 
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
@@ -300,16 +300,8 @@ async fn check_table_is_target(inspector: &Inspector, table: &DirTable, url: &st
         })
         .transpose()?;
     let why = match committed {
-        Some(key) => match table.probe(&CommitKey { job: summary.job.clone(), n: key }, None).await {
-            ProbeOutcome::Committed { .. } => return Ok(()),
-            ProbeOutcome::NotCommitted => format!("it does not hold the job's committed key {key}"),
-            ProbeOutcome::Unknown { reason } => {
-                return Err(Failure::new(
-                    Code::Io,
-                    format!("the table at {url} cannot tell whether it holds key {key} ({reason}); retry"),
-                ));
-            }
-        },
+        Some(key) if crate::source::dir_table_holds(table, url, &summary.job, key).await? => return Ok(()),
+        Some(key) => format!("it does not hold the job's committed key {key}"),
         None => "the job committed nothing yet to check it against".to_owned(),
     };
     Err(Failure::new(

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use sinkpoint::inspect::{Inspector, StoreSummary};
 use sinkpoint::mirror::MirrorSettings;
-use sinkpoint::{CheckpointId, CommitKey, JobId, ProbeOutcome, Resolution, Store, Target as _, WriteResult};
+use sinkpoint::{CheckpointId, JobId, Resolution, Store, WriteResult};
 
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
@@ -59,16 +59,7 @@ async fn table_holds(table: &TableCheck, job: &JobId, key: u64) -> Result<Option
     let Some(url) = &table.table else { return Ok(None) };
     let (objects, prefix) = crate::source::object_store_at("--table", url)?;
     let dir = sinkpoint::DirTable::new(objects, prefix);
-    match dir.probe(&CommitKey { job: job.clone(), n: key }, None).await {
-        ProbeOutcome::Committed { .. } => Ok(Some(true)),
-        ProbeOutcome::NotCommitted => Ok(Some(false)),
-        ProbeOutcome::Unknown { reason } => Err(Failure::new(
-            Code::Io,
-            format!(
-                "the table at {url} cannot tell whether it holds key {key} ({reason}); retry (nothing was changed)"
-            ),
-        )),
-    }
+    Ok(Some(crate::source::dir_table_holds(&dir, url, job, key).await?))
 }
 
 /// Refuses a change that loses rows on a wrong word unless the operator confirmed they checked the table.

@@ -193,3 +193,24 @@ async fn check_mirror_before_writing(
     }
     Ok(())
 }
+
+/// Whether the DirTable at `url` holds a commit under `job`'s key `key`; a table that cannot tell is a transient
+/// failure (exit 6), with nothing changed.
+pub(crate) async fn dir_table_holds(
+    table: &sinkpoint::DirTable,
+    url: &str,
+    job: &sinkpoint::JobId,
+    key: u64,
+) -> Result<bool, Failure> {
+    use sinkpoint::Target as _;
+    match table.probe(&sinkpoint::CommitKey { job: job.clone(), n: key }, None).await {
+        sinkpoint::ProbeOutcome::Committed { .. } => Ok(true),
+        sinkpoint::ProbeOutcome::NotCommitted => Ok(false),
+        sinkpoint::ProbeOutcome::Unknown { reason } => Err(Failure::new(
+            Code::Io,
+            format!(
+                "the table at {url} cannot tell whether it holds key {key} ({reason}); retry (nothing was changed)"
+            ),
+        )),
+    }
+}
