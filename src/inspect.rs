@@ -1,6 +1,6 @@
 //! Read-only inspection of a store, for operators and tools (the `sinkpoint` CLI): from its file while no writer
 //! holds it, or from its mirror at any time. Nothing here writes, bumps the epoch or fences anyone; the hatches
-//! that change a store ([`crate::Store::resolve`], [`crate::Store::force_abort`], [`crate::Store::unbind`]) need a
+//! that change a store ([`crate::Operator::resolve`], [`crate::Operator::force_abort`], [`crate::Operator::unbind`]) need a
 //! writer's open.
 //!
 //! ```
@@ -122,20 +122,20 @@ pub struct OperatorRecord {
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub enum OperatorAction {
-    /// [`crate::Store::resolve`]: the key's outcome, settled by hand.
+    /// [`crate::Operator::resolve`]: the key's outcome, settled by hand.
     Resolve {
         /// The commit key.
         key: u64,
         /// The verdict.
         resolution: Resolution,
     },
-    /// [`crate::Store::force_abort`]: sealed checkpoints aborted, their keys un-processed.
+    /// [`crate::Operator::force_abort`]: sealed checkpoints aborted, their keys un-processed.
     ForceAbort {
         /// The checkpoints.
         ids: Vec<CheckpointId>,
     },
-    /// [`crate::Store::unbind`]: the key's checkpoints Sealed again, the key next to begin. Also the first step of
-    /// [`crate::Store::settle_landed`] on the key in flight (then the key's commit follows it in the log), and the
+    /// [`crate::Operator::unbind`]: the key's checkpoints Sealed again, the key next to begin. Also the first step of
+    /// [`crate::Operator::settle_landed`] on the key in flight (then the key's commit follows it in the log), and the
     /// committer's own un-bind of a key another writer's commit holds (its reason says so).
     Unbind {
         /// The commit key.
@@ -367,7 +367,7 @@ impl Inspector {
         self.read(|s| Ok(s.commit_value(key)?.map(|value| CommitInfo::from_value(key, value))))
     }
 
-    /// Whether [`crate::Store::resolve`] would take `resolution` for key `key` in this state of the store: the
+    /// Whether [`crate::Operator::resolve`] would take `resolution` for key `key` in this state of the store: the
     /// same rule, checked without a writer, so a tool can refuse a verdict before it opens the store for writing.
     /// `Err` (`IllegalTransition`) says why and what settles the key instead.
     pub fn check_verdict(&self, key: u64, resolution: crate::Resolution) -> Result<()> {

@@ -48,7 +48,7 @@
 //! | the driver that commits | [`Committer`]: `recover`, `commit_pending`, `finish` |
 //! | writing a table adapter | [`Target`] (its contract), [`DirTable`] (the reference), [`testkit`]'s conformance suite |
 //! | running the job safely across machines | [`StoreBuilder::mirror`] and [`mirror::MirrorSettings`] |
-//! | an operator | [`inspect::Inspector`] (read-only), the `sinkpoint` CLI, and the hatches [`Store::resolve`], [`Store::unbind`], [`Store::settle_landed`], [`Store::force_abort`] |
+//! | an operator | [`inspect::Inspector`] (read-only), the `sinkpoint` CLI, and the hatches behind [`Store::operator`] ([`Operator`]) |
 //! | collecting garbage | [`collect::collect_data_files`], [`mirror::find_garbage`], [`shared::Inbox::find_garbage`] |
 //! | handling errors | [`Error::kind`] says what to do ([`ErrorKind`]); [`TransitionError`] names an illegal transition |
 //!
@@ -84,8 +84,8 @@ pub use state::{CheckpointState, ParseStateError, StateFilter};
 #[cfg(any(test, feature = "testkit"))]
 pub use store::WriterHold;
 pub use store::{
-    CheckpointInfo, CommitInfo, Landed, Pending, PendingCheckpoint, ProcessedKeys, SealWindow, SealWindowSettings,
-    StageOutcome, StagingDurability, Store, StoreBuilder, StoreSettings,
+    CheckpointInfo, CommitInfo, Landed, Operator, Pending, PendingCheckpoint, ProcessedKeys, SealWindow,
+    SealWindowSettings, StageOutcome, StagingDurability, Store, StoreBuilder, StoreSettings,
 };
 pub use types::{
     Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, StagePart, TargetIdentity, WriteResult,

@@ -208,8 +208,8 @@ impl<'a> Committer<'a> {
             Error::wrong_store(format!(
                 "the target holds commit key {key}, which this store holds as not committed (the key was un-bound, \
                  or its first send was refused): another writer's commit, or one this store cannot account for. \
-                 Nothing was sent. If the landed commit is this job's, record it with `Store::settle_landed` (the \
-                 CLI's `settle-landed`); otherwise stop the other driver of this job"
+                 Nothing was sent. If the landed commit is this job's, record it with `store.operator().settle_landed` \
+                 (the CLI's `settle-landed`); otherwise stop the other driver of this job"
             ))
         }
     }
@@ -238,7 +238,7 @@ impl<'a> Committer<'a> {
     pub async fn finish(&self) -> Result<CommitReport> {
         let report = self.commit_all(true).await?;
         if !self.store.is_finished()? {
-            self.store.mark_finished().await?;
+            self.store.protocol().mark_finished().await?;
         }
         Ok(report)
     }
@@ -351,7 +351,7 @@ impl<'a> Committer<'a> {
             return error;
         }
         let reason = "another writer's commit holds this key: this store is not the job's only driver";
-        if let Err(e) = self.store.unbind(n, reason).await {
+        if let Err(e) = self.store.operator().unbind(n, reason).await {
             return e;
         }
         tracing::error!(key = n, "another writer's commit holds our key; the key was un-bound");

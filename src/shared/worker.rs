@@ -223,7 +223,7 @@ impl Worker {
     }
 
     /// Aborts `id` in this handle: its inbox entries are deleted, the results returned for cleanup. A sealed
-    /// checkpoint cannot be aborted here: once adopted, the committer's operator can (`Store::force_abort`),
+    /// checkpoint cannot be aborted here: once adopted, the committer's operator can (`Operator::force_abort`),
     /// and the committer's next adoption round then releases its claim, so its input is read again.
     pub async fn abort(&self, id: &CheckpointId) -> Result<Vec<WriteResult>> {
         self.drop_attempt(id, CheckpointState::Aborted).await

@@ -38,7 +38,7 @@ impl Protocol<'_> {
         self.store.call(Record::MarkCommitted { key }, CallDurability::Immediate).await.map(drop)
     }
 
-    /// Marks commit key `key` as of unknown outcome: only a probe or [`Store::resolve`] leaves that state.
+    /// Marks commit key `key` as of unknown outcome: only a probe or [`Operator::resolve`] leaves that state.
     pub(crate) async fn mark_unknown(&self, key: u64, reason: &str) -> Result<()> {
         let reason = truncate(reason);
         self.store.call(Record::MarkUnknown { key, reason }, CallDurability::Immediate).await.map(drop)
@@ -48,5 +48,12 @@ impl Protocol<'_> {
     /// the same key.
     pub(crate) async fn mark_not_committed(&self, key: u64) -> Result<()> {
         self.store.call(Record::MarkNotCommitted { key }, CallDurability::Immediate).await.map(drop)
+    }
+
+    /// Records the job's end durably, so that every rerun's `recover` reports `finished` (the fast path).
+    /// Refused with [`crate::TransitionError::Unfinished`] or [`crate::TransitionError::CommitInFlight`] while anything waits for
+    /// the target; a no-op once recorded. A Staged checkpoint does not block it: restart or abort orphans first. The committer's [`crate::Committer::finish`] commits everything first.
+    pub(crate) async fn mark_finished(&self) -> Result<()> {
+        self.store.call(Record::Finish, CallDurability::Immediate).await.map(drop)
     }
 }

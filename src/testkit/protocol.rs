@@ -29,6 +29,8 @@ pub trait RawProtocol {
     async fn mark_unknown(&self, key: u64, reason: &str) -> Result<()>;
     /// Records that a probe found key `key` not committed.
     async fn mark_not_committed(&self, key: u64) -> Result<()>;
+    /// Records the job's end: refused while anything waits for the target.
+    async fn mark_finished(&self) -> Result<()>;
 }
 
 #[async_trait]
@@ -57,5 +59,9 @@ impl RawProtocol for Store {
 
     async fn mark_not_committed(&self, key: u64) -> Result<()> {
         self.protocol().mark_not_committed(key).await
+    }
+
+    async fn mark_finished(&self) -> Result<()> {
+        self.protocol().mark_finished().await
     }
 }

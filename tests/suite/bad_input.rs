@@ -125,11 +125,14 @@ async fn oversized_calls_are_refused_and_write_nothing() {
     assert_invalid(store.begin_commit(1, &many, None, false).await, &["checkpoints in one call", "over by 1"]);
     let long = "r".repeat(REASON_BYTES_MAX + 4);
     assert_invalid(
-        store.resolve(0, Resolution::Committed, &long).await,
+        store.operator().resolve(0, Resolution::Committed, &long).await,
         &["operator reason is 1028 bytes", "over by 4"],
     );
-    assert_invalid(store.resolve(0, Resolution::Committed, "").await, &["operator reason is empty"]);
-    assert_invalid(store.force_abort(std::slice::from_ref(&a), &long).await, &["operator reason", "over by 4"]);
+    assert_invalid(store.operator().resolve(0, Resolution::Committed, "").await, &["operator reason is empty"]);
+    assert_invalid(
+        store.operator().force_abort(std::slice::from_ref(&a), &long).await,
+        &["operator reason", "over by 4"],
+    );
 
     // All refused at the boundary: nothing reached the writer, nothing was logged, nothing changed.
     assert_eq!(store.stats().sent, sent);

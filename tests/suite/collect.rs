@@ -94,7 +94,7 @@ async fn dropped_attempts_files_are_collected_past_the_grace_period_and_nothing_
     job.store.abort(&id("b")).await.unwrap();
     job.stage("c", 0, "c-0").await;
     job.store.seal(&id("c"), 1).await.unwrap();
-    job.store.force_abort(&[id("c")], "a test").await.unwrap();
+    job.store.operator().force_abort(&[id("c")], "a test").await.unwrap();
     job.stage("d", 0, "d-0").await;
     job.store.seal(&id("d"), 1).await.unwrap();
     Committer::new(&job.store, &job.table).commit_pending().await.unwrap();
@@ -365,7 +365,7 @@ async fn the_ledger_is_restored_from_the_mirror_from_segments_and_from_a_snapsho
         store.restart(&id("c0")).await.unwrap();
         store.abort(&id("c1")).await.unwrap();
         store.seal(&id("c2"), 1).await.unwrap();
-        store.force_abort(&[id("c2")], "a test").await.unwrap();
+        store.operator().force_abort(&[id("c2")], "a test").await.unwrap();
         store.discard(&id("c3"), Attempt::new(7), vec![result(9)]).await.unwrap();
         let first = store.garbage(None, 1).unwrap();
         store.forget_garbage(&[first[0].at]).await.unwrap();

@@ -267,7 +267,7 @@ impl Case {
                 self.call(format!("abort {input}"), r).await;
             }
             8 => {
-                let r = self.store().await.force_abort(&[id(input)], "the model").await;
+                let r = self.store().await.operator().force_abort(&[id(input)], "the model").await;
                 self.call(format!("force_abort {input}"), r).await;
             }
             9 | 10 => {

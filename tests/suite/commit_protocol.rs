@@ -630,7 +630,7 @@ async fn a_mismatched_key_unbound_by_the_operator_commits_every_row_once() {
     let store = open(&backend).await;
     let report = Committer::new(&store, &table).recover().await.unwrap();
     assert!(matches!(report.blocked, Some(Blocked::Mismatch { key: 0, .. })), "{report:?}");
-    store.unbind(0, "key 0 holds a stray commit, not ours").await.unwrap();
+    store.operator().unbind(0, "key 0 holds a stray commit, not ours").await.unwrap();
     assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Sealed);
     let err = Committer::new(&store, &table).commit_pending().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongStore, "the stray commit is still there: {err}");
@@ -667,7 +667,11 @@ async fn stuck_unknown(backend: &CrashBackend, fault: CommitFault) -> (Store, Fa
 async fn an_operators_not_committed_verdict_recommits_once_without_a_probe_even_after_a_crash() {
     let backend = CrashBackend::new();
     let (store, target) = stuck_unknown(&backend, CommitFault::UnknownNotLanded).await;
-    store.resolve(0, sinkpoint::Resolution::NotCommitted, "checked the table: key 0 is not there").await.unwrap();
+    store
+        .operator()
+        .resolve(0, sinkpoint::Resolution::NotCommitted, "checked the table: key 0 is not there")
+        .await
+        .unwrap();
     // A crash between the verdict and the re-commit must not lose the verdict.
     store.close();
     let store = open(&backend).await;
@@ -681,7 +685,7 @@ async fn an_operators_not_committed_verdict_recommits_once_without_a_probe_even_
 async fn an_operators_wrong_not_committed_verdict_does_not_duplicate_and_ends_committed() {
     let backend = CrashBackend::new();
     let (store, target) = stuck_unknown(&backend, CommitFault::LandThenLoseAck).await;
-    store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
+    store.operator().resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
     let report = Committer::new(&store, &target).commit_pending().await.unwrap();
     assert_eq!(report.committed_keys, vec![0], "{:?}", target.calls());
     assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
@@ -698,7 +702,7 @@ async fn a_wrong_verdict_refused_by_the_target_after_a_reopen_is_dropped_and_the
     run_inputs(&store, target.inner(), 0..2).await;
     Committer::new(&store, &target).commit_pending().await.unwrap_err();
     Committer::new(&store, &target).commit_pending().await.unwrap_err();
-    store.resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
+    store.operator().resolve(0, sinkpoint::Resolution::NotCommitted, "wrong: key 0 did land").await.unwrap();
     assert!(store.commit_info(0).unwrap().unwrap().awaits_recommit);
     store.close();
     // A new epoch: the target refuses the re-send (key 0 holds the old epoch's commit), the probe finds it.
@@ -717,7 +721,7 @@ async fn a_committed_verdict_on_a_key_only_being_committed_is_refused_and_the_ru
     let table = memory_table();
     let store = crashed_at(&backend, &table, &table, 0..2, crash_points::AFTER_BEGIN_COMMIT).await;
     let frames = store.log_frames().unwrap().len();
-    let err = store.resolve(0, sinkpoint::Resolution::Committed, "sure it landed").await.unwrap_err();
+    let err = store.operator().resolve(0, sinkpoint::Resolution::Committed, "sure it landed").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::IllegalTransition, "{err}");
     assert!(err.to_string().contains("running the job"), "the error says what settles it: {err}");
     assert_eq!(store.log_frames().unwrap().len(), frames, "a refused verdict logs nothing");
@@ -739,7 +743,7 @@ async fn a_key_being_committed_whose_probe_cannot_tell_is_recorded_unknown_and_t
     let report = Committer::new(&store, &target).recover().await.unwrap();
     assert!(matches!(report.blocked, Some(Blocked::Unknown { key: 0, .. })), "{report:?}");
     assert_eq!(store.get(&input_id(0)).unwrap().unwrap().state, CheckpointState::CommitUnknown { key: 0 });
-    store.resolve(0, sinkpoint::Resolution::Committed, "checked the table: key 0 is there").await.unwrap();
+    store.operator().resolve(0, sinkpoint::Resolution::Committed, "checked the table: key 0 is there").await.unwrap();
     assert_eq!(store.get(&input_id(1)).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
     assert_eq!(account(target.inner(), 2).await, exactly_once(2));
 }
@@ -853,7 +857,7 @@ async fn the_retention_watermark_is_the_prepared_version_of_the_key_in_flight_an
     assert_eq!(store.retention_watermark().unwrap(), Some(7), "key 0 in flight, prepared against version 7");
     store.mark_unknown(0, "timeout").await.unwrap();
     assert_eq!(store.retention_watermark().unwrap(), Some(7), "an unknown key still needs its probe");
-    store.resolve(0, sinkpoint::Resolution::Committed, "checked by hand").await.unwrap();
+    store.operator().resolve(0, sinkpoint::Resolution::Committed, "checked by hand").await.unwrap();
     assert_eq!(store.retention_watermark().unwrap(), None, "committed: nothing in flight");
 }
 

@@ -241,7 +241,7 @@ async fn two_seals_claiming_one_key_in_one_batch_leave_one_owner() {
     check(&store);
 
     // The loser's part is intact: once the operator frees the shared key, the loser seals with its own result.
-    store.force_abort(std::slice::from_ref(&winner), "the key belongs to input-b").await.unwrap();
+    store.operator().force_abort(std::slice::from_ref(&winner), "the key belongs to input-b").await.unwrap();
     store.seal(&loser, 1).await.unwrap();
     let pending = store.pending().unwrap();
     assert_eq!(pending.checkpoints.len(), 1);
@@ -272,7 +272,7 @@ async fn a_checkpoint_resealed_during_commit_pending_commits_its_sealed_attempt(
         async fn version(&self) -> sinkpoint::Result<Option<u64>> {
             if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 let x = cid("x");
-                let dropped = self.store.force_abort(std::slice::from_ref(&x), "redo x").await.unwrap();
+                let dropped = self.store.operator().force_abort(std::slice::from_ref(&x), "redo x").await.unwrap();
                 assert_eq!(dropped, vec![result("rx-attempt0")]);
                 self.store.restart(&x).await.unwrap();
                 self.store

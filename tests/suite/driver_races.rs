@@ -1,7 +1,7 @@
 //! Races between drivers of one job that end at the table: a second driver without a mirror whose probe came
 //! before the first driver's commit is refused, never lands the key again; a store told what it holds is told
 //! truly; and a key that landed with other content than recorded has a lossless way out on a table that keeps
-//! every commit (`Store::settle_landed`).
+//! every commit (`Operator::settle_landed`).
 
 use sinkpoint::Committer;
 use sinkpoint::testkit::{CrashBackend, HistoryTable};
@@ -96,13 +96,13 @@ async fn a_key_that_landed_with_part_of_its_set_is_settled_without_loss() {
     let mismatch = committer.commit_pending().await.unwrap_err();
     assert_eq!(mismatch.kind(), ErrorKind::CommitMismatch, "{mismatch}");
     // Refused, with nothing written: an id the key never held, a key not in flight.
-    let stranger = store.settle_landed(0, &[id("x"), id("z")], "checked the table").await.unwrap_err();
+    let stranger = store.operator().settle_landed(0, &[id("x"), id("z")], "checked the table").await.unwrap_err();
     assert_eq!(stranger.kind(), ErrorKind::InvalidInput, "{stranger}");
-    let not_in_flight = store.settle_landed(1, &[id("x")], "checked the table").await.unwrap_err();
+    let not_in_flight = store.operator().settle_landed(1, &[id("x")], "checked the table").await.unwrap_err();
     assert_eq!(not_in_flight.kind(), ErrorKind::InvalidInput, "{not_in_flight}");
     assert!(matches!(store.get(&id("y")).unwrap().unwrap().state, CheckpointState::Committing { key: 0 }));
 
-    store.settle_landed(0, &[id("x")], "the table holds key 0 with x alone").await.unwrap();
+    store.operator().settle_landed(0, &[id("x")], "the table holds key 0 with x alone").await.unwrap();
     assert_eq!(store.get(&id("x")).unwrap().unwrap().state, CheckpointState::Committed { key: Some(0) });
     assert_eq!(store.get(&id("y")).unwrap().unwrap().state, CheckpointState::Sealed);
     let report = committer.finish().await.unwrap();
@@ -121,7 +121,7 @@ async fn an_unbound_key_still_in_the_table_is_refused_with_the_way_out() {
     let store = open(&backend).await;
     seal(&store, "x", "x-rows").await;
     begin_key_0_and_land(&store, &table, &["x"], &["x"]).await;
-    store.unbind(0, "an operator un-bound it").await.unwrap();
+    store.operator().unbind(0, "an operator un-bound it").await.unwrap();
     // The operator's hatch runs in a process of its own: the job's next run opens the store again.
     store.close();
     let store = open(&backend).await;
@@ -130,7 +130,7 @@ async fn an_unbound_key_still_in_the_table_is_refused_with_the_way_out() {
     let message = refused.to_string();
     assert!(!message.contains("state was lost"), "{message}");
     assert!(message.contains("settle-landed"), "{message}");
-    store.settle_landed(0, &[id("x")], "the table holds key 0 with x").await.unwrap();
+    store.operator().settle_landed(0, &[id("x")], "the table holds key 0 with x").await.unwrap();
     assert!(Committer::new(&store, &table).finish().await.unwrap().committed_keys.is_empty());
     assert_eq!(landed(&table), vec!["x-rows"]);
 }

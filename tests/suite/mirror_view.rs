@@ -34,7 +34,7 @@ async fn the_view_answers_from_the_mirror_and_refreshes() {
         assert!(view.is_processed(&key(0)).unwrap() && !view.is_processed(&key(3)).unwrap(), "{kind:?}");
 
         store.seal(&id(3), 1).await.unwrap();
-        store.force_abort(&[id(0)], "re-read input 0").await.unwrap();
+        store.operator().force_abort(&[id(0)], "re-read input 0").await.unwrap();
         assert!(view.is_processed(&key(0)).unwrap(), "{kind:?}: the view moved before a refresh");
         assert_eq!(view.refresh().await.unwrap(), 2, "{kind:?}");
         assert!(!view.is_processed(&key(0)).unwrap() && view.is_processed(&key(3)).unwrap(), "{kind:?}");

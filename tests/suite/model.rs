@@ -772,7 +772,9 @@ impl Sut {
             Op::Seal { id, parts } => unit(rt.block_on(store.seal(&id, parts))),
             Op::Restart { id } => rt.block_on(store.restart(&id)).map(Outcome::Dropped),
             Op::Abort { id } => rt.block_on(store.abort(&id)).map(Outcome::Dropped),
-            Op::ForceAbort { ids, reason } => rt.block_on(store.force_abort(&ids, &reason)).map(Outcome::Dropped),
+            Op::ForceAbort { ids, reason } => {
+                rt.block_on(store.operator().force_abort(&ids, &reason)).map(Outcome::Dropped)
+            }
             Op::BeginCommit { key, ids, target_version, final_commit } => {
                 unit(rt.block_on(store.begin_commit(key, &ids, target_version, final_commit)))
             }
@@ -780,7 +782,9 @@ impl Sut {
             Op::MarkCommitted { key } => unit(rt.block_on(store.mark_committed(key))),
             Op::MarkUnknown { key } => unit(rt.block_on(store.mark_unknown(key, "timeout"))),
             Op::MarkNotCommitted { key } => unit(rt.block_on(store.mark_not_committed(key))),
-            Op::Resolve { key, resolution, reason } => unit(rt.block_on(store.resolve(key, resolution, &reason))),
+            Op::Resolve { key, resolution, reason } => {
+                unit(rt.block_on(store.operator().resolve(key, resolution, &reason)))
+            }
             Op::Reopen => {
                 self.store.take().unwrap().close();
                 self.store = Some(open(&self.rt, &self.backend));

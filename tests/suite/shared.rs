@@ -521,7 +521,7 @@ async fn force_abort_of_an_adopted_shared_checkpoint_releases_its_claim_and_the_
     let report = Inbox::new(job.shared.clone()).adopt(&store).await.unwrap();
     assert_eq!(report.adopted.len(), 3, "{report:?}");
     // The operator finds the sealed files bad and aborts both checkpoints: their inputs are to be read again.
-    let dropped = store.force_abort(&[one.clone(), pair.clone()], "bad files").await.unwrap();
+    let dropped = store.operator().force_abort(&[one.clone(), pair.clone()], "bad files").await.unwrap();
     assert_eq!(dropped.len(), 2);
     assert!(!store.is_processed(&input(1)).unwrap());
     // The next adoption round releases their claims: every worker sees the inputs unprocessed.
@@ -572,7 +572,7 @@ async fn restart_after_force_abort_of_a_shared_checkpoint_leaves_every_adoption_
     let one = CheckpointId::for_key(&input(1));
     w1.stage_and_seal(&one, vec![input(1)], vec![job.write(1, "bad").await]).await.unwrap();
     assert_eq!(Inbox::new(job.shared.clone()).adopt(&store).await.unwrap().adopted, vec![one.clone()]);
-    store.force_abort(std::slice::from_ref(&one), "bad file").await.unwrap();
+    store.operator().force_abort(std::slice::from_ref(&one), "bad file").await.unwrap();
     // The operator also restarts it (Aborted -> Staged, the next attempt), before any adoption round ran.
     store.restart(&one).await.unwrap();
     // A healthy input sealed meanwhile.

@@ -127,7 +127,7 @@ pub(crate) async fn resolve(
             )?,
         }
     }
-    with_writer(store, summary, async |s, why| s.resolve(key, resolution, why).await).await?;
+    with_writer(store, summary, async |s, why| s.operator().resolve(key, resolution, why).await).await?;
     let text = match resolution {
         Resolution::Committed => format!("key {key} resolved committed: its checkpoints are Committed"),
         Resolution::NotCommitted => {
@@ -167,7 +167,7 @@ pub(crate) async fn unbind(store: &Writable, table: &TableCheck, key: u64) -> Re
              job is refused",
         )?,
     }
-    with_writer(store, summary, async |s, why| s.unbind(key, why).await).await?;
+    with_writer(store, summary, async |s, why| s.operator().unbind(key, why).await).await?;
     let text =
         format!("key {key} un-bound: its checkpoints are Sealed again; the next run commits them under a fresh probe");
     report(store.json, "unbind", true, &text, json!({ "key": key }));
@@ -176,7 +176,7 @@ pub(crate) async fn unbind(store: &Writable, table: &TableCheck, key: u64) -> Re
 
 pub(crate) async fn settle_landed(store: &Writable, key: u64, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
-    with_writer(store, checked(store).await?, async |s, why| s.settle_landed(key, &ids, why).await).await?;
+    with_writer(store, checked(store).await?, async |s, why| s.operator().settle_landed(key, &ids, why).await).await?;
     let text = format!(
         "key {key} settled: {} checkpoints Committed under it as the table holds them; the key's others are Sealed \
          again and the next run commits them under a later key",
@@ -189,7 +189,8 @@ pub(crate) async fn settle_landed(store: &Writable, key: u64, ids: &[String]) ->
 
 pub(crate) async fn force_abort(store: &Writable, ids: &[String]) -> Result<Code, Failure> {
     let ids = ids.iter().map(|i| CheckpointId::new(i.as_str())).collect::<sinkpoint::Result<Vec<_>>>()?;
-    let dropped = with_writer(store, checked(store).await?, async |s, why| s.force_abort(&ids, why).await).await?;
+    let dropped =
+        with_writer(store, checked(store).await?, async |s, why| s.operator().force_abort(&ids, why).await).await?;
     let mut text = format!(
         "aborted {} checkpoints; their inputs will be read again (a checkpoint adopted from shared staging once the \
          job's next adoption round has released its claim). Their write results, below, are in the garbage ledger: \

@@ -1223,7 +1223,7 @@ async fn gc_collects_the_data_files_of_dropped_attempts_and_nothing_the_table_or
     store.abort(&id("b")).await.unwrap();
     stage("c", 0, "c-0").await;
     store.seal(&id("c"), 1).await.unwrap();
-    store.force_abort(&[id("c")], "a test").await.unwrap();
+    store.operator().force_abort(&[id("c")], "a test").await.unwrap();
     stage("d", 0, "d-0").await; // Staged when the job stops: live.
     Committer::new(&store, &table).commit_pending().await.unwrap();
 

@@ -889,6 +889,7 @@ mod retention {
         // The lossless way out, whatever the truth: the re-send's key check reads the job's mark, which says
         // whether the same commit landed. Here it did, so nothing is appended again.
         store
+            .operator()
             .resolve(0, Resolution::NotCommitted, "its version was cleaned up; the re-send's key check decides")
             .await
             .unwrap_or_else(|e| panic!("resolve: {e}"));
@@ -1398,6 +1399,7 @@ mod maintenance {
         let Some(sinkpoint::commit::Blocked::Unknown { reason, .. }) = report.blocked else { panic!("{report:?}") };
         assert!(reason.contains("key 0 landed") && reason.contains("resolve 0 committed"), "{reason}");
         store
+            .operator()
             .resolve(0, sinkpoint::Resolution::NotCommitted, "try the re-send")
             .await
             .unwrap_or_else(|e| panic!("{e}"));
@@ -1405,6 +1407,7 @@ mod maintenance {
         println!("after the not-committed verdict: {resent:?}");
         assert_eq!(sorted_names(&uri).await, ["a", "foreign"], "nothing landed twice");
         store
+            .operator()
             .resolve(0, sinkpoint::Resolution::Committed, "the mark says key 0 landed; this job has one driver")
             .await
             .unwrap_or_else(|e| panic!("resolve: {e}"));

@@ -336,7 +336,7 @@ impl PyDriver {
             other => return Err(invalid(format!("resolution {other:?}: \"committed\" or \"not_committed\""))),
         };
         let opened = self.opened(py)?;
-        block_on(py, || opened.store.resolve(key, resolution, reason))?.map_err(to_py)
+        block_on(py, || opened.store.operator().resolve(key, resolution, reason))?.map_err(to_py)
     }
 
     /// Operator hatch: aborts Sealed checkpoints (any other state is refused, nothing written), un-processing
@@ -346,7 +346,7 @@ impl PyDriver {
     fn force_abort(&self, py: Python<'_>, ids: Vec<String>, reason: &str) -> PyResult<Vec<PyWriteResult>> {
         let ids = ids.iter().map(|id| id_arg(id)).collect::<PyResult<Vec<_>>>()?;
         let opened = self.opened(py)?;
-        Ok(results_to_py(block_on(py, || opened.store.force_abort(&ids, reason))?.map_err(to_py)?))
+        Ok(results_to_py(block_on(py, || opened.store.operator().force_abort(&ids, reason))?.map_err(to_py)?))
     }
 
     /// The store's garbage ledger: write results of dropped attempts (restart, abort, force_abort, and the
