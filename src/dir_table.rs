@@ -11,19 +11,23 @@
 //!
 //! The `PutMode::Create` of the commit object is what keeps a zombie writer away from the table: fencing through
 //! the mirror refuses a stale writer at its next store call, but a zombie paused mid-commit reaches this table
-//! anyway, and only the conditional create (with the check of key `n - 1`) refuses its late commit.
+//! anyway, and only the conditional create (with the check of key `n - 1`) refuses its late commit. It is the
+//! crate's one create-once primitive (`crate::create_once`) in its reporting mode: an `AlreadyExists` is read back
+//! to tell a lost ack of our own commit from another writer's, and any other failure is the commit's `Unknown`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 
 use crate::collect::{DataFiles, FileStat};
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
+use crate::create_once::{CreateOnce, Created, put_create};
 use crate::error::{Error, Result};
 use crate::types::{CheckpointId, Epoch, Format, JobId, WriteResult};
 use crate::wal::record::{decode_value, encode_value};
@@ -80,9 +84,10 @@ impl DirTable {
     /// under a newer attempt that staged it (docs/protocols/collector.md).
     pub async fn write_data_file(&self, name: &str, content: Vec<u8>) -> Result<WriteResult> {
         CheckpointId::new(name)?; // The same safe alphabet as ids: a single path segment.
-        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        match self.store.put_opts(&self.data_path(name), PutPayload::from(content), opts).await {
-            Ok(_) => WriteResult::new(Format::Other("dir-table".into()), name.as_bytes().to_vec()),
+        // Never settled by a read-back: a data file's bytes carry no writer's tag, so equal bytes could be another
+        // attempt's file of that name, one the collector may be deleting.
+        match put_create(self.store.as_ref(), &self.data_path(name), Bytes::from(content), None).await {
+            Ok(()) => WriteResult::new(Format::Other("dir-table".into()), name.as_bytes().to_vec()),
             Err(object_store::Error::AlreadyExists { .. }) => Err(Error::invalid_input(format!(
                 "data file {name} exists: a data file is written once (the collector may be deleting a dropped \
                  attempt's file of that name). Write this attempt's file under a name of its own (add the \
@@ -222,17 +227,23 @@ impl Target for DirTable {
             Err(e) => return CommitOutcome::NotLanded { reason: e.to_string() },
         };
         let path = self.commit_path(job, n);
-        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        match self.store.put_opts(&path, PutPayload::from(bytes), opts).await {
-            Ok(_) => CommitOutcome::Committed,
-            Err(object_store::Error::AlreadyExists { .. }) => match self.read_commit(job, n).await {
-                // Our own earlier attempt landed (its ack was lost): the same commit, so it is committed.
-                Ok(Some(existing)) if existing == record => CommitOutcome::Committed,
-                Ok(Some(existing)) => CommitOutcome::NotLanded {
-                    reason: format!("key {n} is taken by a commit of epoch {} for {:?}", existing.epoch, existing.ids),
-                },
-                Ok(None) | Err(_) => CommitOutcome::Unknown { reason: format!("key {n} exists but cannot be read") },
-            },
+        // The reporting mode: a failed put is this commit's `Unknown`, which the committer settles by a probe.
+        match CreateOnce::reporting().create(self.store.as_ref(), &path, &Bytes::from(bytes)).await {
+            // Ours, or our own earlier attempt's whose ack was lost: the same commit, so it is committed.
+            Ok(Created::Ours) => CommitOutcome::Committed,
+            Ok(Created::Taken(found)) => {
+                match decode_value::<DirCommitRecord>(&found, &|| format!("dir table commit object {path}")) {
+                    // The same commit in other bytes is ours too.
+                    Ok(existing) if existing == record => CommitOutcome::Committed,
+                    Ok(existing) => CommitOutcome::NotLanded {
+                        reason: format!(
+                            "key {n} is taken by a commit of epoch {} for {:?}",
+                            existing.epoch, existing.ids
+                        ),
+                    },
+                    Err(_) => CommitOutcome::Unknown { reason: format!("key {n} exists but cannot be read") },
+                }
+            }
             // A failed put may still have landed: never report NotLanded here.
             Err(e) => CommitOutcome::Unknown { reason: e.to_string() },
         }

@@ -63,6 +63,7 @@
 mod codec;
 pub mod collect;
 pub mod commit;
+mod create_once;
 mod dir_table;
 mod error;
 pub mod inspect;

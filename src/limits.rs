@@ -121,6 +121,12 @@ pub(crate) const MIRROR_CLAIM_ATTEMPTS_MAX: u32 = 64;
 /// The most times one mirror put is resolved (read back, re-put) after an ambiguous failure before the writer
 /// gives up and poisons the store.
 pub(crate) const MIRROR_PUT_ATTEMPTS_MAX: u32 = 5;
+/// The most times one conditional create of shared staging (a claim, a seal) is put after ambiguous answers
+/// before the caller is told it could not be settled (a transient error: the call is idempotent).
+pub(crate) const SHARED_CREATE_ATTEMPTS_MAX: u32 = 5;
+/// The pause before the second put of a conditional create not settled yet, in milliseconds; each later put waits
+/// this much longer again (the object store's own client retries with backoff within each put).
+pub(crate) const CREATE_RETRY_PAUSE_STEP_MS: u64 = 10;
 /// The most bytes of frames in one segment: when a takeover re-ships a local tail the mirror lacks, and when
 /// the uploader folds the groups queued behind a put into the next one.
 pub(crate) const MIRROR_TAIL_SEGMENT_BYTES_MAX: usize = 64 * 1024 * 1024;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use redb::{Database, WriteTransaction};
 
+use crate::create_once::Created;
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_CLAIM_ATTEMPTS_MAX, MIRROR_FENCE_ATTEMPTS_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
 use crate::mirror::clock::Clock;
@@ -22,7 +23,7 @@ use crate::mirror::layout::ManifestName;
 use crate::mirror::read::{
     EpochFloor, for_each_segment, list_manifest_names, opens_in, read_manifests, read_newest, read_snapshot,
 };
-use crate::mirror::remote::{Remote, Settled};
+use crate::mirror::remote::Remote;
 use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart};
 use crate::mirror::{Mark, MirrorConfig, read_mark, snapshot, write_mark};
 use crate::types::Epoch;
@@ -168,7 +169,7 @@ fn fence(
         let path = remote.layout.wal(slot);
         let place = remote.describe(&path);
         match remote.put_settled(&path, &bytes)? {
-            Settled::Landed if kind == SegmentKind::Fence => {
+            Created::Ours if kind == SegmentKind::Fence => {
                 read.slot_floor.admit(&header, &place)?;
                 for f in &frames {
                     tables.replay(&mut read.meta, f, &place)?;
@@ -178,11 +179,11 @@ fn fence(
                 let meta = read.meta.take().ok_or_else(|| Error::bug("no meta after the fence"))?;
                 return Ok(Fenced { slot, created: frames.len() == 2, meta });
             }
-            Settled::Landed => {
+            Created::Ours => {
                 read.slot_floor.admit(&header, &place)?;
                 shipped += frames.len() as u64;
             }
-            Settled::Taken(found) => {
+            Created::Taken(found) => {
                 shipped = absorb_older_segment(tables, read, &found, slot, shipped, epoch, &place)?
             }
         }
@@ -540,8 +541,8 @@ fn write_update(
     };
     let path = remote.layout.manifest(ManifestName { epoch: body.epoch, update: body.update });
     match remote.put_settled(&path, &Bytes::from(encode_manifest(&body)?))? {
-        Settled::Landed => Ok(body),
-        Settled::Taken(_) => Err(Error::fenced(format!(
+        Created::Ours => Ok(body),
+        Created::Taken(_) => Err(Error::fenced(format!(
             "{} was written by another writer of epoch {}: this writer's claim was taken over",
             remote.describe(&path),
             body.epoch
@@ -572,8 +573,8 @@ fn claim(
         };
         let path = remote.layout.manifest(ManifestName { epoch, update: 0 });
         match remote.put_settled(&path, &Bytes::from(encode_manifest(&body)?))? {
-            Settled::Landed => return Ok(body),
-            Settled::Taken(_) => {
+            Created::Ours => return Ok(body),
+            Created::Taken(_) => {
                 tracing::info!(epoch, "sinkpoint mirror: epoch claimed by another writer, trying the next")
             }
         }

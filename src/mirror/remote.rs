@@ -1,6 +1,7 @@
 //! The mirror's object-store access: one dedicated runtime for every call (so the store's connections never
 //! depend on a caller's runtime being driven), reads that tell "absent" from "failed", and the one way to put:
-//! `PutMode::Create`, with an ambiguous outcome settled by reading the object back, never assumed.
+//! the crate's create-once primitive (`crate::create_once`), whose ambiguous outcome is settled by reading the
+//! object back, never assumed.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,9 +9,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _};
 use tokio::runtime::Runtime;
 
+use crate::create_once::{CreateError, CreateOnce, Created};
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_OBJECT_BYTES_MAX, MIRROR_PUT_ATTEMPTS_MAX, MIRROR_READS_CONCURRENT_MAX};
 use crate::mirror::layout::Layout;
@@ -25,15 +27,6 @@ impl Drop for OwnedRuntime {
             rt.shutdown_background();
         }
     }
-}
-
-/// What a settled put found at its path.
-#[derive(Debug)]
-pub(crate) enum Settled {
-    /// Our bytes are there: this put (or an earlier, ambiguous attempt of it) landed.
-    Landed,
-    /// Another object is there; its bytes.
-    Taken(Bytes),
 }
 
 /// The object store, the layout under its prefix, and the runtime every call runs on.
@@ -146,51 +139,24 @@ impl Remote {
         }
     }
 
-    fn put_create(&self, path: &Path, bytes: &Bytes) -> Result<std::result::Result<(), object_store::Error>> {
-        let store = self.store.clone();
-        let payload = PutPayload::from_bytes(bytes.clone());
-        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        self.block_on(async move { store.put_opts(path, payload, opts).await.map(drop) })
-    }
-
-    /// Creates `path` holding `bytes` and settles what is there. A put that fails ambiguously (a timeout, an
-    /// error after it may have landed, a retry reporting `AlreadyExists`) is resolved by reading the object
-    /// back and comparing bytes, which carry the writer's unique tag: equal means it landed, other bytes mean
-    /// someone else's object is there, absent means it is put again. If it cannot be settled within
-    /// [`MIRROR_PUT_ATTEMPTS_MAX`] attempts the error says so, and the caller must stop: nothing is assumed.
-    pub(crate) fn put_settled(&self, path: &Path, bytes: &Bytes) -> Result<Settled> {
-        let mut last: Option<String> = None;
-        for attempt in 0..MIRROR_PUT_ATTEMPTS_MAX {
-            if attempt > 0 {
-                // A short pause between attempts; the object store's own client retries with backoff within
-                // each attempt.
-                std::thread::sleep(std::time::Duration::from_millis(10 * u64::from(attempt)));
-            }
-            match self.put_create(path, bytes)? {
-                Ok(()) => return Ok(Settled::Landed),
-                Err(e @ (object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. })) => {
-                    return Err(Error::from(e));
-                }
-                Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {}
-                Err(e) => {
-                    tracing::warn!(path = %path, error = %e, attempt, "mirror put failed ambiguously; reading it back");
-                    last = Some(e.to_string());
-                }
-            }
-            match self.get(path) {
-                Ok(Some(found)) if found == *bytes => return Ok(Settled::Landed),
-                Ok(Some(found)) => return Ok(Settled::Taken(found)),
-                // Absent: the put did not land (yet); putting it again is safe, as Create admits one object.
-                Ok(None) => {}
-                Err(e) => last = Some(e.to_string()),
-            }
+    /// Creates `path` holding `bytes` and settles what is there, blocking on the mirror's runtime: the create-once
+    /// primitive in its settling mode, each request within the timeout, a read-back within the object limit. A put
+    /// that fails ambiguously (a timeout, an error after it may have landed, a retry reporting `AlreadyExists`) is
+    /// resolved by reading the object back and comparing bytes, which carry the writer's unique tag. If it cannot
+    /// be settled within [`MIRROR_PUT_ATTEMPTS_MAX`] attempts the error says so and poisons the store: nothing is
+    /// assumed.
+    pub(crate) fn put_settled(&self, path: &Path, bytes: &Bytes) -> Result<Created> {
+        let create =
+            CreateOnce::settling(MIRROR_PUT_ATTEMPTS_MAX).timeout(self.timeout).read_bytes_max(MIRROR_OBJECT_BYTES_MAX);
+        match self.runtime()?.block_on(create.create(self.store.as_ref(), path, bytes)) {
+            Ok(created) => Ok(created),
+            Err(CreateError::Unsupported(e)) => Err(Error::from(e)),
+            Err(CreateError::Unsettled { attempts, last }) => Err(Error::poisoned(format!(
+                "the put of {} could not be settled in {attempts} attempts (last: {last}); whether it landed is \
+                 unknown",
+                self.describe(path)
+            ))),
         }
-        Err(Error::poisoned(format!(
-            "the put of {} could not be settled in {MIRROR_PUT_ATTEMPTS_MAX} attempts (last: {}); whether it \
-             landed is unknown",
-            self.describe(path),
-            last.unwrap_or_else(|| "no error".into())
-        )))
     }
 }
 

@@ -144,8 +144,9 @@ mod tests {
     use redb::{Database, ReadableDatabase as _, ReadableTable as _, TableDefinition};
 
     use super::*;
+    use crate::create_once::Created;
     use crate::mirror::read::read_snapshot;
-    use crate::mirror::remote::{Remote, Settled};
+    use crate::mirror::remote::Remote;
     use crate::wal::tables::create_all;
     use crate::{CheckpointId, Format, JobId, Store, TargetIdentity, WriteResult};
 
@@ -226,12 +227,12 @@ mod tests {
         let mut put = |chunk: u32, bytes: Vec<u8>| {
             sizes.push(bytes.len() as u64);
             let landed = remote.put_settled(&remote.layout.snapshot_chunk(7, chunk), &Bytes::from(bytes))?;
-            assert!(matches!(landed, Settled::Landed));
+            assert!(matches!(landed, Created::Ours));
             Ok(())
         };
         let first = build(&db.begin_read().unwrap(), &header, limit, &mut put).unwrap();
         sizes.push(first.len() as u64);
-        assert!(matches!(remote.put_settled(&remote.layout.snapshot(7), &Bytes::from(first)), Ok(Settled::Landed)));
+        assert!(matches!(remote.put_settled(&remote.layout.snapshot(7), &Bytes::from(first)), Ok(Created::Ours)));
         assert!(sizes.len() > 5, "{} chunks: the state should not fit a few objects of {limit} bytes", sizes.len());
         assert!(sizes.iter().all(|s| *s <= limit), "an object over the limit of {limit}: {sizes:?}");
 

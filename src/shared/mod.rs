@@ -47,7 +47,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use sha2::{Digest as _, Sha256};
 
+use crate::create_once::{CreateError, CreateOnce, Created};
 use crate::error::{Error, Result};
+use crate::limits::SHARED_CREATE_ATTEMPTS_MAX;
 use crate::types::{CheckpointId, JobId};
 
 pub use gc::{INBOX_GC_ENTRIES_MAX, INBOX_GRACE_MS_DEFAULT, InboxEntry, InboxGarbage, InboxReason};
@@ -247,14 +249,6 @@ impl CheckpointId {
     }
 }
 
-/// What a conditional create found at its path once settled.
-enum Created {
-    /// Our bytes are there.
-    Ours,
-    /// Someone else's object is there: its bytes.
-    Taken(bytes::Bytes),
-}
-
 /// The most object-store requests one committer round has in flight at once.
 pub const SHARED_CONCURRENT_MAX: usize = 16;
 
@@ -267,9 +261,6 @@ pub const SHARED_ROUND_ENTRIES_MAX: usize = 100_000;
 
 /// The most objects one bulk delete request carries (S3's `DeleteObjects` limit; object_store batches by it).
 const DELETE_BATCH_OBJECTS_MAX: usize = 1_000;
-
-/// How many times an ambiguous create is retried before the caller is told it could not be settled.
-const CREATE_ATTEMPTS_MAX: u32 = 5;
 
 impl SharedStaging {
     /// The transient error of a request that got no answer within the timeout (`what` names the object).
@@ -309,40 +300,20 @@ impl SharedStaging {
         self.timed(path, self.store.put(path, bytes.into())).await.map(drop)
     }
 
-    /// Creates `path` holding `bytes`; an ambiguous answer is settled by reading back (the bytes carry the
-    /// writer's session, so equal bytes mean ours). Never assumes: unsettled after
-    /// [`CREATE_ATTEMPTS_MAX`] tries, the error says so.
+    /// Creates `path` holding `bytes` through the create-once primitive in its settling mode, each request within
+    /// the timeout: an ambiguous answer is settled by reading back (the bytes carry the writer's session, so equal
+    /// bytes mean ours). Never assumes: unsettled after [`SHARED_CREATE_ATTEMPTS_MAX`] tries, the error says so.
     async fn create(&self, path: &Path, bytes: &[u8]) -> Result<Created> {
-        let mut last = String::new();
-        for attempt in 0..CREATE_ATTEMPTS_MAX {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(10 * u64::from(attempt))).await;
-            }
-            let opts = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
-            let payload = object_store::PutPayload::from(bytes.to_vec());
-            match tokio::time::timeout(self.timeout, self.store.put_opts(path, payload, opts)).await {
-                Ok(Ok(_)) => return Ok(Created::Ours),
-                Ok(Err(
-                    e @ (object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. }),
-                )) => {
-                    return Err(e.into());
-                }
-                Ok(Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. })) => {}
-                Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = self.no_answer("the create").to_string(),
-            }
-            match self.get(path).await {
-                Ok(Some(found)) if found.as_ref() == bytes => return Ok(Created::Ours),
-                Ok(Some(found)) => return Ok(Created::Taken(found)),
-                Ok(None) => {}
-                Err(e) => last = e.to_string(),
-            }
+        let create = CreateOnce::settling(SHARED_CREATE_ATTEMPTS_MAX).timeout(self.timeout);
+        match create.create(self.store.as_ref(), path, &bytes::Bytes::copy_from_slice(bytes)).await {
+            Ok(created) => Ok(created),
+            Err(CreateError::Unsupported(e)) => Err(e.into()),
+            Err(CreateError::Unsettled { attempts, last }) => Err(Error::io(format!(
+                "{}: a conditional create could not be settled in {attempts} tries (last: {last}); retry the call: \
+                 it is idempotent",
+                self.describe(path)
+            ))),
         }
-        Err(Error::io(format!(
-            "{}: a conditional create could not be settled in {CREATE_ATTEMPTS_MAX} tries (last: {last}); \
-             retry the call: it is idempotent",
-            self.describe(path)
-        )))
     }
 
     /// Deletes one object; an absent one is already deleted.

@@ -8,12 +8,13 @@ use bytes::Bytes;
 use object_store::ObjectMeta;
 use redb::ReadTransaction;
 
+use crate::create_once::Created;
 use crate::error::{Error, Result};
 use crate::mirror::clock::Clock;
 use crate::mirror::format::{EpochOpen, ManifestBody, SnapshotHeader, decode_snapshot_chunk, encode_manifest};
 use crate::mirror::layout::ManifestName;
 use crate::mirror::read::list_manifest_names;
-use crate::mirror::remote::{Remote, Settled};
+use crate::mirror::remote::Remote;
 use crate::mirror::snapshot;
 use crate::types::{Epoch, JobId, TargetIdentity};
 
@@ -122,16 +123,16 @@ impl Maintainer {
         let mut put_chunk = |chunk: u32, bytes: Vec<u8>| match remote
             .put_settled(&remote.layout.snapshot_chunk(slot, chunk), &Bytes::from(bytes))?
         {
-            Settled::Landed => Ok(()),
+            Created::Ours => Ok(()),
             // Another writer began a snapshot of this slot; mixing its chunks with ours is not sound.
-            Settled::Taken(_) => Err(Error::from(std::io::Error::other(format!(
+            Created::Taken(_) => Err(Error::from(std::io::Error::other(format!(
                 "{} was put by another writer; this snapshot is abandoned",
                 remote.describe(&remote.layout.snapshot_chunk(slot, chunk))
             )))),
         };
         let bytes = Bytes::from(snapshot::build(txn, &header, self.object_bytes_max, &mut put_chunk)?);
         let path = self.remote.layout.snapshot(slot);
-        if let Settled::Taken(found) = self.remote.put_settled(&path, &bytes)? {
+        if let Created::Taken(found) = self.remote.put_settled(&path, &bytes)? {
             // Another writer's snapshot of the same slot is the same history, and its chunks were all put before
             // its chunk 0; that chunk only has to be sound.
             decode_snapshot_chunk(&found, slot, &self.remote.describe(&path))?;
@@ -155,7 +156,7 @@ impl Maintainer {
         };
         let name = ManifestName { epoch: self.epoch, update: self.update };
         let path = self.remote.layout.manifest(name);
-        if let Settled::Taken(_) = self.remote.put_settled(&path, &Bytes::from(encode_manifest(&body)?))? {
+        if let Created::Taken(_) = self.remote.put_settled(&path, &Bytes::from(encode_manifest(&body)?))? {
             return Err(Error::corrupt(format!("{} was written by another writer", self.remote.describe(&path))));
         }
         self.progress.set_keep_from(next_seq);

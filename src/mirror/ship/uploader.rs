@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::create_once::Created;
 use crate::error::Result;
 use crate::limits::{MIRROR_SEGMENT_FRAMES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
 use crate::mirror::format::{SegmentHeader, SegmentKind, decode_segment, encode_segment};
-use crate::mirror::remote::{Remote, Settled};
+use crate::mirror::remote::Remote;
 use crate::types::Epoch;
 
 use super::progress::{Failure, Group, Progress};
@@ -39,8 +40,8 @@ pub(super) fn put_segment(
     let path = remote.layout.wal(slot);
     let place = remote.describe(&path);
     match remote.put_settled(&path, bytes) {
-        Ok(Settled::Landed) => Ok(Put::Landed),
-        Ok(Settled::Taken(found)) => match decode_segment(&found, slot, &place) {
+        Ok(Created::Ours) => Ok(Put::Landed),
+        Ok(Created::Taken(found)) => match decode_segment(&found, slot, &place) {
             Ok(other) if other.header.epoch < epoch && voids => {
                 tracing::info!(slot, epoch = other.header.epoch, "sinkpoint mirror: skipped a stopped writer's void");
                 Ok(Put::Void)
