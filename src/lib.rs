@@ -60,6 +60,7 @@
 // No unwrap or expect in the library: every failure is an error that says what to do (tests may unwrap).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod byte_serde;
 mod codec;
 pub mod collect;
 pub mod commit;
@@ -81,7 +82,7 @@ pub use commit::committer::Committer;
 pub use commit::target::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 pub use dir_table::{DirCommitRecord, DirTable};
 pub use error::{Error, ErrorKind, Result, TransitionError};
-pub use state::{CheckpointState, ParseStateError, StateFilter};
+pub use state::{CheckpointState, ParseStateError, Resolution, StateFilter};
 #[cfg(any(test, feature = "testkit"))]
 pub use store::WriterHold;
 pub use store::{
@@ -91,7 +92,6 @@ pub use store::{
 pub use types::{
     Attempt, CheckpointId, CommitKey, Epoch, Format, JobId, Part, SourceKey, StagePart, TargetIdentity, WriteResult,
 };
-pub use wal::record::Resolution;
 pub use wal::writer::WriterStats;
 
 /// The README's examples, compiled as doctests so that they stay true.

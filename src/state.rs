@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::TransitionError;
 use crate::limits::COMMIT_RESULTS_MAX;
 use crate::types::{CheckpointId, Epoch};
-use crate::wal::record::Resolution;
 
 /// The state of one checkpoint id.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
@@ -82,6 +81,15 @@ impl CheckpointState {
             CheckpointState::Sealed | CheckpointState::Committing { .. } | CheckpointState::CommitUnknown { .. }
         )
     }
+}
+
+/// The operator's verdict in [`crate::Operator::resolve`], after checking the table by hand.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Debug)]
+pub enum Resolution {
+    /// The key's commit is in the table with exactly the recorded checkpoints.
+    Committed,
+    /// The key's commit is not in the table and never will be: re-commit under the same key.
+    NotCommitted,
 }
 
 /// A coarse filter for [`crate::Store::list`].
@@ -274,61 +282,100 @@ pub(crate) const LIST_PREVIEW_MAX: usize = 16;
 
 /// The one transition function: given a checkpoint's record (or none), the writer's epoch and an event with
 /// its facts, returns the next record and the effect to apply, or the typed reason it is illegal. It reads and
-/// writes nothing.
+/// writes nothing. Each event has its own function below, one arm per row of the state table
+/// (docs/ARCHITECTURE.md, "States").
 pub(crate) fn transition(
     id: &CheckpointId,
     current: Option<&CheckpointRecord>,
     epoch: Epoch,
     event: &Event<'_>,
 ) -> Result<Step, TransitionError> {
-    use CheckpointState as S;
-    let id_owned = || id.clone();
     let Some(cur) = current else {
-        return match event {
-            Event::Stage { attempt: 0, bytes, .. } => {
-                check_attempt_bytes(id, 0, bytes.part, bytes.max)?;
-                Ok(Step {
-                    next: CheckpointRecord { state: S::Staged, attempt: 0, epoch, parts: 0, results: 0 },
-                    effect: Effect::InsertPart,
-                })
-            }
-            Event::Stage { attempt, .. } => {
-                Err(TransitionError::AttemptAhead { id: id_owned(), offered: *attempt, current: 0 })
-            }
-            _ => Err(TransitionError::NotFound { id: id_owned() }),
-        };
+        return first_event(id, epoch, event);
     };
-    let same = || Step { next: cur.clone(), effect: Effect::None };
-    let with =
-        |state: CheckpointState, effect: Effect| Step { next: CheckpointRecord { state, ..cur.clone() }, effect };
-    match (cur.state, event) {
-        // Staging.
-        (S::Staged, Event::Stage { attempt, part, existing, bytes }) => {
+    match event {
+        Event::Stage { attempt, part, existing, bytes } => stage(id, cur, epoch, *attempt, *part, *existing, *bytes),
+        Event::Seal { parts, present, key_conflict, results } => {
+            seal(id, cur, *parts, present, key_conflict.as_ref(), *results)
+        }
+        Event::Restart => restart(id, cur, epoch),
+        Event::Abort => abort(id, cur),
+        Event::ForceAbort => force_abort(id, cur),
+        Event::BeginCommit { key } => begin_commit(id, cur, *key),
+        Event::CommitEmpty => commit_empty(id, cur),
+        Event::MarkCommitted { key } => mark_committed(cur, *key),
+        Event::MarkUnknown { key } => mark_unknown(cur, *key),
+        Event::MarkNotCommitted { key } => mark_not_committed(cur, *key),
+        Event::Unbind { key } => unbind(cur, *key),
+    }
+}
+
+impl CheckpointRecord {
+    /// The step that changes nothing (a retried call after a lost ack).
+    fn unchanged(&self) -> Step {
+        Step { next: self.clone(), effect: Effect::None }
+    }
+
+    /// The step to `state`, keeping attempt, epoch, parts and results, with `effect`.
+    fn moved(&self, state: CheckpointState, effect: Effect) -> Step {
+        Step { next: CheckpointRecord { state, ..self.clone() }, effect }
+    }
+}
+
+/// An event on a checkpoint the store has no record of: only a first stage of attempt 0 creates one.
+fn first_event(id: &CheckpointId, epoch: Epoch, event: &Event<'_>) -> Result<Step, TransitionError> {
+    match event {
+        Event::Stage { attempt: 0, bytes, .. } => {
+            check_attempt_bytes(id, 0, bytes.part, bytes.max)?;
+            Ok(Step {
+                next: CheckpointRecord { state: CheckpointState::Staged, attempt: 0, epoch, parts: 0, results: 0 },
+                effect: Effect::InsertPart,
+            })
+        }
+        Event::Stage { attempt, .. } => {
+            Err(TransitionError::AttemptAhead { id: id.clone(), offered: *attempt, current: 0 })
+        }
+        _ => Err(TransitionError::NotFound { id: id.clone() }),
+    }
+}
+
+/// A stage into an existing checkpoint: only into the current attempt of a Staged one of this epoch.
+fn stage(
+    id: &CheckpointId,
+    cur: &CheckpointRecord,
+    epoch: Epoch,
+    attempt: u32,
+    part: u32,
+    existing: PartMatch,
+    bytes: StageBytes,
+) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Staged => {
             if cur.epoch < epoch {
-                return Err(TransitionError::Orphaned { id: id_owned(), staged_epoch: cur.epoch, epoch });
+                return Err(TransitionError::Orphaned { id: id.clone(), staged_epoch: cur.epoch, epoch });
             }
-            if *attempt < cur.attempt {
-                return Err(TransitionError::StaleAttempt { id: id_owned(), offered: *attempt, current: cur.attempt });
+            if attempt < cur.attempt {
+                return Err(TransitionError::StaleAttempt { id: id.clone(), offered: attempt, current: cur.attempt });
             }
-            if *attempt > cur.attempt {
-                return Err(TransitionError::AttemptAhead { id: id_owned(), offered: *attempt, current: cur.attempt });
+            if attempt > cur.attempt {
+                return Err(TransitionError::AttemptAhead { id: id.clone(), offered: attempt, current: cur.attempt });
             }
             match existing {
                 PartMatch::Absent => {
-                    check_attempt_bytes(id, *attempt, bytes.attempt.saturating_add(bytes.part), bytes.max)?;
+                    check_attempt_bytes(id, attempt, bytes.attempt.saturating_add(bytes.part), bytes.max)?;
                     // The record stays as it is: a Staged record carries no running count, so a stage into an
                     // existing checkpoint writes its part and its log frame, not its record.
                     Ok(Step { next: cur.clone(), effect: Effect::InsertPart })
                 }
-                PartMatch::Same => Ok(same()),
+                PartMatch::Same => Ok(cur.unchanged()),
                 PartMatch::Different | PartMatch::Released => {
-                    Err(TransitionError::PartConflict { id: id_owned(), attempt: *attempt, part: *part })
+                    Err(TransitionError::PartConflict { id: id.clone(), attempt, part })
                 }
             }
         }
-        (S::Aborted, Event::Stage { .. }) => Err(TransitionError::Aborted { id: id_owned() }),
-        (state, Event::Stage { existing, .. }) => Err(TransitionError::AlreadySealed {
-            id: id_owned(),
+        CheckpointState::Aborted => Err(TransitionError::Aborted { id: id.clone() }),
+        state => Err(TransitionError::AlreadySealed {
+            id: id.clone(),
             state,
             part_matches: match existing {
                 PartMatch::Same => Some(true),
@@ -336,112 +383,163 @@ pub(crate) fn transition(
                 PartMatch::Released => None,
             },
         }),
+    }
+}
 
-        // Sealing. An orphaned checkpoint that is complete may be sealed: its parts are all durable.
-        (S::Staged, Event::Seal { parts, present, key_conflict, results }) => {
-            let missing: Vec<u32> = (0..*parts).filter(|p| present.binary_search(p).is_err()).collect();
+/// A seal. An orphaned checkpoint that is complete may be sealed: its parts are all durable. A seal of a sealed
+/// checkpoint with the same part count is a retry.
+fn seal(
+    id: &CheckpointId,
+    cur: &CheckpointRecord,
+    parts: u32,
+    present: &[u32],
+    key_conflict: Option<&(String, CheckpointId)>,
+    results: u32,
+) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Staged => {
+            let missing: Vec<u32> = (0..parts).filter(|p| present.binary_search(p).is_err()).collect();
             if !missing.is_empty() {
                 return Err(TransitionError::MissingParts {
-                    id: id_owned(),
+                    id: id.clone(),
                     attempt: cur.attempt,
-                    expected: *parts,
+                    expected: parts,
                     count: u32::try_from(missing.len()).unwrap_or(u32::MAX),
                     first: missing.into_iter().take(LIST_PREVIEW_MAX).collect(),
                 });
             }
-            let extra: Vec<u32> = present.iter().copied().filter(|p| p >= parts).take(LIST_PREVIEW_MAX).collect();
+            let extra: Vec<u32> = present.iter().copied().filter(|p| *p >= parts).take(LIST_PREVIEW_MAX).collect();
             if !extra.is_empty() {
                 return Err(TransitionError::UnexpectedParts {
-                    id: id_owned(),
+                    id: id.clone(),
                     attempt: cur.attempt,
-                    expected: *parts,
+                    expected: parts,
                     first: extra,
                 });
             }
             if let Some((key, owner)) = key_conflict {
-                return Err(TransitionError::KeyConflict { key: key.clone(), id: id_owned(), owner: owner.clone() });
+                return Err(TransitionError::KeyConflict { key: key.clone(), id: id.clone(), owner: owner.clone() });
             }
             Ok(Step {
-                next: CheckpointRecord { state: S::Sealed, parts: *parts, results: *results, ..cur.clone() },
+                next: CheckpointRecord { state: CheckpointState::Sealed, parts, results, ..cur.clone() },
                 effect: Effect::ClaimKeys,
             })
         }
-        (S::Aborted, Event::Seal { .. }) => Err(TransitionError::Aborted { id: id_owned() }),
-        (_, Event::Seal { parts, .. }) => {
-            if *parts == cur.parts {
-                Ok(same())
-            } else {
-                Err(TransitionError::SealMismatch { id: id_owned(), sealed: cur.parts, offered: *parts })
-            }
-        }
+        CheckpointState::Aborted => Err(TransitionError::Aborted { id: id.clone() }),
+        _ if parts == cur.parts => Ok(cur.unchanged()),
+        _ => Err(TransitionError::SealMismatch { id: id.clone(), sealed: cur.parts, offered: parts }),
+    }
+}
 
-        // Restart and abort: only before sealing.
-        (S::Staged | S::Aborted, Event::Restart) => Ok(Step {
-            next: CheckpointRecord { state: S::Staged, attempt: cur.attempt + 1, epoch, parts: 0, results: 0 },
+/// A restart: only before sealing (of a Staged or Aborted checkpoint), into the next attempt.
+fn restart(id: &CheckpointId, cur: &CheckpointRecord, epoch: Epoch) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Staged | CheckpointState::Aborted => Ok(Step {
+            next: CheckpointRecord {
+                state: CheckpointState::Staged,
+                attempt: cur.attempt + 1,
+                epoch,
+                parts: 0,
+                results: 0,
+            },
             effect: Effect::DropParts { attempt: cur.attempt },
         }),
-        (S::Staged, Event::Abort) => Ok(Step {
-            next: CheckpointRecord { state: S::Aborted, parts: 0, results: 0, ..cur.clone() },
+        state => Err(TransitionError::AlreadySealed { id: id.clone(), state, part_matches: None }),
+    }
+}
+
+/// A writer's abort: only before sealing.
+fn abort(id: &CheckpointId, cur: &CheckpointRecord) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Staged => Ok(Step {
+            next: CheckpointRecord { state: CheckpointState::Aborted, parts: 0, results: 0, ..cur.clone() },
             effect: Effect::DropParts { attempt: cur.attempt },
         }),
-        (S::Aborted, Event::Abort) => Ok(same()),
-        (S::Sealed, Event::Abort) => Err(TransitionError::SealedCannotAbort { id: id_owned() }),
-        (state, Event::Restart | Event::Abort) => {
-            Err(TransitionError::AlreadySealed { id: id_owned(), state, part_matches: None })
-        }
-        (S::Sealed, Event::ForceAbort) => Ok(Step {
-            next: CheckpointRecord { state: S::Aborted, parts: 0, results: 0, ..cur.clone() },
+        CheckpointState::Aborted => Ok(cur.unchanged()),
+        CheckpointState::Sealed => Err(TransitionError::SealedCannotAbort { id: id.clone() }),
+        state => Err(TransitionError::AlreadySealed { id: id.clone(), state, part_matches: None }),
+    }
+}
+
+/// An operator's force-abort: only of a Sealed checkpoint, whose keys it un-processes.
+fn force_abort(id: &CheckpointId, cur: &CheckpointRecord) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Sealed => Ok(Step {
+            next: CheckpointRecord { state: CheckpointState::Aborted, parts: 0, results: 0, ..cur.clone() },
             effect: Effect::UnclaimKeysDropParts { attempt: cur.attempt },
         }),
-        (state, Event::ForceAbort) => Err(TransitionError::NotSealed { id: id_owned(), state }),
+        state => Err(TransitionError::NotSealed { id: id.clone(), state }),
+    }
+}
 
-        // The commit protocol.
-        (S::Sealed, Event::BeginCommit { key }) => {
-            if cur.results == 0 {
-                return Err(TransitionError::ResultCount {
-                    id: id_owned(),
-                    results: 0,
-                    what: "a checkpoint without results is committed empty, not under a key",
-                });
-            }
-            Ok(with(S::Committing { key: *key }, Effect::None))
+/// Binding a Sealed checkpoint with results to commit key `key`.
+fn begin_commit(id: &CheckpointId, cur: &CheckpointRecord, key: u64) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Sealed if cur.results == 0 => Err(TransitionError::ResultCount {
+            id: id.clone(),
+            results: 0,
+            what: "a checkpoint without results is committed empty, not under a key",
+        }),
+        CheckpointState::Sealed => Ok(cur.moved(CheckpointState::Committing { key }, Effect::None)),
+        state => Err(TransitionError::NotSealed { id: id.clone(), state }),
+    }
+}
+
+/// Committing a Sealed checkpoint without results, under no key.
+fn commit_empty(id: &CheckpointId, cur: &CheckpointRecord) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Sealed if cur.results != 0 => Err(TransitionError::ResultCount {
+            id: id.clone(),
+            results: cur.results,
+            what: "a checkpoint with results must be committed under a key",
+        }),
+        CheckpointState::Sealed => Ok(cur.moved(CheckpointState::Committed { key: None }, Effect::None)),
+        CheckpointState::Committed { key: None } => Ok(cur.unchanged()),
+        state => Err(TransitionError::NotSealed { id: id.clone(), state }),
+    }
+}
+
+/// The key's commit is provably in the table: its results are released.
+fn mark_committed(cur: &CheckpointRecord, k: u64) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } if key == k => {
+            Ok(cur.moved(CheckpointState::Committed { key: Some(key) }, Effect::ReleaseResults))
         }
-        (state, Event::BeginCommit { .. }) => Err(TransitionError::NotSealed { id: id_owned(), state }),
-        (S::Sealed, Event::CommitEmpty) => {
-            if cur.results != 0 {
-                return Err(TransitionError::ResultCount {
-                    id: id_owned(),
-                    results: cur.results,
-                    what: "a checkpoint with results must be committed under a key",
-                });
-            }
-            Ok(with(S::Committed { key: None }, Effect::None))
+        CheckpointState::Committed { key: Some(key) } if key == k => Ok(cur.unchanged()),
+        state => Err(TransitionError::CommitState { key: k, state, what: "marking this checkpoint" }),
+    }
+}
+
+/// The key's commit has an unknown outcome.
+fn mark_unknown(cur: &CheckpointRecord, k: u64) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Committing { key } if key == k => {
+            Ok(cur.moved(CheckpointState::CommitUnknown { key }, Effect::None))
         }
-        (S::Committed { key: None }, Event::CommitEmpty) => Ok(same()),
-        (state, Event::CommitEmpty) => Err(TransitionError::NotSealed { id: id_owned(), state }),
-        (S::Committing { key } | S::CommitUnknown { key }, Event::MarkCommitted { key: k }) if key == *k => {
-            Ok(with(S::Committed { key: Some(key) }, Effect::ReleaseResults))
+        CheckpointState::CommitUnknown { key } if key == k => Ok(cur.unchanged()),
+        state => Err(TransitionError::CommitState { key: k, state, what: "marking this checkpoint" }),
+    }
+}
+
+/// A probe (or an operator) found the key's commit not in the table: it is re-committed under the same key.
+fn mark_not_committed(cur: &CheckpointRecord, k: u64) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::CommitUnknown { key } if key == k => {
+            Ok(cur.moved(CheckpointState::Committing { key }, Effect::None))
         }
-        (S::Committed { key: Some(key) }, Event::MarkCommitted { key: k }) if key == *k => Ok(same()),
-        (S::Committing { key }, Event::MarkUnknown { key: k }) if key == *k => {
-            Ok(with(S::CommitUnknown { key }, Effect::None))
+        CheckpointState::Committing { key } if key == k => Ok(cur.unchanged()),
+        state => Err(TransitionError::CommitState { key: k, state, what: "marking this checkpoint" }),
+    }
+}
+
+/// Back to Sealed with the same attempt, parts and processed keys: nothing is lost, and the next key begun binds
+/// it again.
+fn unbind(cur: &CheckpointRecord, k: u64) -> Result<Step, TransitionError> {
+    match cur.state {
+        CheckpointState::Committing { key } | CheckpointState::CommitUnknown { key } if key == k => {
+            Ok(cur.moved(CheckpointState::Sealed, Effect::None))
         }
-        (S::CommitUnknown { key }, Event::MarkUnknown { key: k }) if key == *k => Ok(same()),
-        (S::CommitUnknown { key }, Event::MarkNotCommitted { key: k }) if key == *k => {
-            Ok(with(S::Committing { key }, Effect::None))
-        }
-        (S::Committing { key }, Event::MarkNotCommitted { key: k }) if key == *k => Ok(same()),
-        (state, Event::MarkCommitted { key } | Event::MarkUnknown { key } | Event::MarkNotCommitted { key }) => {
-            Err(TransitionError::CommitState { key: *key, state, what: "marking this checkpoint" })
-        }
-        // Back to Sealed with the same attempt, parts and processed keys: nothing is lost, and the next key
-        // begun binds it again.
-        (S::Committing { key } | S::CommitUnknown { key }, Event::Unbind { key: k }) if key == *k => {
-            Ok(with(S::Sealed, Effect::None))
-        }
-        (state, Event::Unbind { key }) => {
-            Err(TransitionError::CommitState { key: *key, state, what: "unbinding this checkpoint" })
-        }
+        state => Err(TransitionError::CommitState { key: k, state, what: "unbinding this checkpoint" }),
     }
 }
 

@@ -382,7 +382,7 @@ fn check_format(format: &Format) -> Result<(), Error> {
 #[serde(try_from = "WriteResultRepr")]
 pub struct WriteResult {
     format: Format,
-    #[serde(with = "crate::codec::byte_string")]
+    #[serde(with = "crate::byte_serde::byte_string")]
     bytes: Vec<u8>,
 }
 
@@ -391,7 +391,7 @@ pub struct WriteResult {
 #[serde(rename = "WriteResult")]
 struct WriteResultRepr {
     format: Format,
-    #[serde(with = "crate::codec::byte_string")]
+    #[serde(with = "crate::byte_serde::byte_string")]
     bytes: Vec<u8>,
 }
 

@@ -270,19 +270,19 @@ pub(crate) fn decode_segment(bytes: &[u8], slot: u64, place: &str) -> Result<Seg
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
 pub(crate) enum SnapshotEntry {
     /// The meta value (exactly one, first).
-    Meta(#[serde(with = "crate::codec::byte_string")] Vec<u8>),
+    Meta(#[serde(with = "crate::byte_serde::byte_string")] Vec<u8>),
     /// A row of `checkpoints`: id, value.
-    Checkpoint(String, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
+    Checkpoint(String, #[serde(with = "crate::byte_serde::byte_string")] Vec<u8>),
     /// A row of `parts`: id, attempt, part, value.
-    Part(String, u32, u32, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
+    Part(String, u32, u32, #[serde(with = "crate::byte_serde::byte_string")] Vec<u8>),
     /// A row of `keys`: source key, owning id.
-    Key(#[serde(with = "crate::codec::byte_string")] Vec<u8>, String),
+    Key(#[serde(with = "crate::byte_serde::byte_string")] Vec<u8>, String),
     /// A row of `states`: state code, id.
     State(u8, String),
     /// A row of `commits`: key number, value.
-    Commit(u64, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
+    Commit(u64, #[serde(with = "crate::byte_serde::byte_string")] Vec<u8>),
     /// A row of `garbage` (snapshot version 3): sequence number, index, value.
-    Garbage(u64, u32, #[serde(with = "crate::codec::byte_string")] Vec<u8>),
+    Garbage(u64, u32, #[serde(with = "crate::byte_serde::byte_string")] Vec<u8>),
 }
 
 /// The fixed fields of a snapshot.

@@ -9,7 +9,6 @@ use object_store::path::Path;
 use redb::{Database, ReadableDatabase as _};
 
 use crate::error::{Error, Result};
-use crate::inspect::OperatorRecord;
 use crate::limits::MIRROR_HINT_PREFIXES_MAX;
 use crate::mirror::format::decode_segment;
 use crate::mirror::read::{EpochFloor, for_each_segment, read_manifests, read_snapshot};
@@ -17,6 +16,7 @@ use crate::mirror::remote::Remote;
 use crate::mirror::{MirrorSettings, snapshot};
 use crate::types::{Epoch, check_source_key};
 use crate::wal::apply::Tables;
+use crate::wal::operator_records::OperatorRecord;
 use crate::wal::tables::{KEYS, LOG, META, Meta, create_all, read_meta};
 
 /// A read-only view of the skip set (which source keys are processed) from a store's mirror.

@@ -44,7 +44,7 @@ pub(crate) struct Staged {
     pub author: Author,
     pub attempt: u32,
     pub part: u32,
-    #[serde(with = "crate::codec::byte_strings")]
+    #[serde(with = "crate::byte_serde::byte_strings")]
     pub keys: Vec<SourceKey>,
     pub results: Vec<WriteResult>,
 }
@@ -55,7 +55,7 @@ pub(crate) struct Seal {
     pub id: CheckpointId,
     pub author: Author,
     pub attempt: u32,
-    #[serde(with = "crate::codec::byte_strings")]
+    #[serde(with = "crate::byte_serde::byte_strings")]
     pub keys: Vec<SourceKey>,
     pub results: Vec<WriteResult>,
 }

@@ -1,80 +1,14 @@
-//! How a store is configured and opened: [`StoreSettings`] (plain data), [`StoreBuilder`] (the injected parts:
-//! a path or a redb backend, a mirror, a clock, a writer tag) and [`StagingDurability`].
+//! How a store is opened: [`StoreBuilder`] gathers the settings (plain data, [`super::StoreSettings`]) and the
+//! injected parts (a path or a redb backend, a mirror, a clock, a writer tag) into one plan for `open`.
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::Store;
-use super::open::{open_blocking, random_tag};
+use super::open::{Location, OpenPlan, open_blocking, random_tag};
+use super::{StagingDurability, StoreSettings};
 use crate::error::{Error, InvalidInput, Result};
 use crate::mirror::{Clock, MirrorConfig, MirrorSettings, SystemClock};
-use crate::types::{JobId, TargetIdentity};
-use crate::wal::tables::Identity;
 use redb::StorageBackend;
-
-/// Lets a boxed backend be handed to redb, which takes backends by value.
-#[derive(Debug)]
-pub(super) struct BoxedBackend(pub(super) Box<dyn StorageBackend>);
-
-impl StorageBackend for BoxedBackend {
-    fn len(&self) -> std::io::Result<u64> {
-        self.0.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.0.read(offset, out)
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.0.write(offset, data)
-    }
-    fn close(&self) -> std::io::Result<()> {
-        self.0.close()
-    }
-}
-
-/// How durable a `stage` call is before it returns.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-pub enum StagingDurability {
-    /// fsynced before `stage` returns (the default).
-    #[default]
-    Immediate,
-    /// Returned after the in-memory commit, without an fsync: **lost on a crash** until a later durable call
-    /// (any seal, restart, abort or commit-protocol call is durable and makes every earlier call durable too).
-    /// Never applies to anything but `stage`.
-    None,
-}
-
-/// The settings of a store: plain data, kept apart from the injected components of [`StoreBuilder`].
-#[derive(Clone, Debug)]
-pub struct StoreSettings {
-    /// The job; recorded at create, checked at every open.
-    pub job: JobId,
-    /// The target's identity; recorded at create, checked at every open.
-    pub target: TargetIdentity,
-    /// The durability of `stage` calls.
-    pub staging_durability: StagingDurability,
-    /// Whether `open` may create a store that does not exist yet.
-    pub create_if_missing: bool,
-    /// The most bytes redb's page cache may hold ([`crate::limits::STORE_CACHE_BYTES_DEFAULT`] by default):
-    /// the store's memory stays bounded however many keys it holds.
-    pub cache_bytes: usize,
-}
-
-impl StoreSettings {
-    /// Who the store must belong to, for both opens.
-    pub(crate) fn identity(&self) -> Identity {
-        Identity { job: self.job.clone(), target: self.target.clone(), create_if_missing: self.create_if_missing }
-    }
-}
-
-pub(super) enum Location {
-    Path(PathBuf),
-    Backend(Box<dyn StorageBackend>),
-}
 
 /// Builds a [`Store`]: settings plus the injected components (the redb storage backend, the writer tag, the
 /// mirror's object store and the clock).
@@ -160,7 +94,8 @@ impl StoreBuilder {
             })
         })?;
         let tag = writer_tag.unwrap_or_else(random_tag);
-        let opened = tokio::task::spawn_blocking(move || open_blocking(&settings, location, tag, mirror))
+        let plan = OpenPlan { settings, location, writer_tag: tag, mirror };
+        let opened = tokio::task::spawn_blocking(move || open_blocking(plan))
             .await
             .map_err(|e| Error::bug(format!("open task: {e}")))??;
         Ok(opened)

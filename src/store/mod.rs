@@ -7,14 +7,16 @@ mod open;
 mod operator;
 mod protocol;
 mod read;
+mod settings;
 mod window;
 
-pub use builder::{StagingDurability, StoreBuilder, StoreSettings};
+pub use builder::StoreBuilder;
 pub(crate) use open::random_tag;
 pub use operator::Operator;
 pub(crate) use protocol::Protocol;
 pub(crate) use read::Snapshot as TableSnapshot;
 pub use read::{CheckpointInfo, CommitInfo, Pending, PendingCheckpoint, ProcessedKeys, StageOutcome};
+pub use settings::{StagingDurability, StoreSettings};
 pub use window::{Landed, SealWindow, SealWindowSettings};
 
 use std::sync::Arc;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::Store;
-use super::builder::{BoxedBackend, Location, StoreSettings};
+use super::StoreSettings;
 use crate::error::{Error, Result};
 use crate::mirror::{MirrorConfig, Progress};
 use crate::state::CheckpointState;
@@ -13,7 +13,46 @@ use crate::wal::apply::Tables;
 use crate::wal::record::Record;
 use crate::wal::tables::{CHECKPOINTS, Meta, STATES, STORE_FORMAT_VERSION, create_all, read_checkpoint};
 use crate::wal::writer::{Shared, Shipper, Writer};
-use redb::{Database, ReadableDatabase};
+use redb::{Database, ReadableDatabase, StorageBackend};
+
+/// Where the store's redb file lives.
+pub(super) enum Location {
+    Path(PathBuf),
+    Backend(Box<dyn StorageBackend>),
+}
+
+/// Everything one open needs, gathered by [`super::StoreBuilder::open`]: the settings and the injected parts.
+pub(super) struct OpenPlan {
+    pub(super) settings: StoreSettings,
+    pub(super) location: Location,
+    pub(super) writer_tag: u128,
+    pub(super) mirror: Option<MirrorConfig>,
+}
+
+/// Lets a boxed backend be handed to redb, which takes backends by value.
+#[derive(Debug)]
+struct BoxedBackend(Box<dyn StorageBackend>);
+
+impl StorageBackend for BoxedBackend {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> std::io::Result<()> {
+        self.0.close()
+    }
+}
 
 /// The default writer tag: unique per process and open. It only has to differ between writers (it resolves an
 /// ambiguous mirror put); tests inject their own with [`StoreBuilder::writer_tag`].
@@ -33,12 +72,9 @@ pub(crate) fn random_tag() -> u128 {
     out
 }
 
-pub(super) fn open_blocking(
-    settings: &StoreSettings,
-    location: Location,
-    writer_tag: u128,
-    mirror: Option<MirrorConfig>,
-) -> Result<Store> {
+pub(super) fn open_blocking(plan: OpenPlan) -> Result<Store> {
+    let OpenPlan { settings, location, writer_tag, mirror } = plan;
+    let settings = &settings;
     let db = match location {
         Location::Path(path) => {
             // With a mirror, a missing file is restored from it; the mirror says whether the store exists.

@@ -8,6 +8,7 @@ pub(crate) mod apply;
 pub mod frame;
 pub(crate) mod fresh;
 pub(crate) mod half_created;
+pub(crate) mod operator_records;
 #[cfg_attr(not(any(test, feature = "testkit")), allow(unreachable_pub))]
 pub(crate) mod record;
 pub(crate) mod tables;

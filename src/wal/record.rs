@@ -9,16 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::error::Error;
+pub(crate) use crate::state::Resolution;
 use crate::types::{CheckpointId, JobId, SourceKey, TargetIdentity, WriteResult};
-
-/// The operator's verdict in `resolve`, after checking the table by hand.
-#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Debug)]
-pub enum Resolution {
-    /// The key's commit is in the table with exactly the recorded checkpoints.
-    Committed,
-    /// The key's commit is not in the table and never will be: re-commit under the same key.
-    NotCommitted,
-}
 
 /// One accepted call, as logged.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
@@ -44,7 +36,7 @@ pub enum Record {
         /// The part.
         part: u32,
         /// The part's source keys.
-        #[serde(with = "crate::codec::byte_strings")]
+        #[serde(with = "crate::byte_serde::byte_strings")]
         keys: Vec<SourceKey>,
         /// The part's write results.
         results: Vec<WriteResult>,

@@ -131,7 +131,7 @@ impl Identity {
 /// One staged part: its keys and write results.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Debug)]
 pub(crate) struct PartValue {
-    #[serde(with = "crate::codec::byte_strings")]
+    #[serde(with = "crate::byte_serde::byte_strings")]
     pub keys: Vec<SourceKey>,
     pub results: Vec<WriteResult>,
 }
@@ -140,7 +140,7 @@ pub(crate) struct PartValue {
 /// bytes are a `PartValue`'s (`tests::part_value_ref_encodes_as_part_value` holds them equal).
 #[derive(Serialize)]
 pub(crate) struct PartValueRef<'a> {
-    #[serde(serialize_with = "crate::codec::byte_strings::serialize")]
+    #[serde(serialize_with = "crate::byte_serde::byte_strings::serialize")]
     pub keys: &'a [SourceKey],
     pub results: &'a [WriteResult],
 }
