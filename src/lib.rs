@@ -49,7 +49,7 @@
 //! | writing a table adapter | [`Target`] (its contract), [`DirTable`] (the reference), [`testkit`]'s conformance suite |
 //! | running the job safely across machines | [`StoreBuilder::mirror`] and [`mirror::MirrorSettings`] |
 //! | an operator | [`inspect::Inspector`] (read-only), the `sinkpoint` CLI, and the hatches [`Store::resolve`], [`Store::unbind`], [`Store::settle_landed`], [`Store::force_abort`] |
-//! | collecting garbage | [`collect::collect_data_files`], [`mirror::find_garbage`], [`shared::Inbox::find_garbage`] |
+//! | collecting garbage | [`gc`]: [`gc::collect_data_files`], [`gc::find_mirror_garbage`], [`gc::find_inbox_garbage`] |
 //! | handling errors | [`Error::kind`] says what to do ([`ErrorKind`]); [`TransitionError`] names an illegal transition |
 //!
 //! The design (states, invariants, object layout, failure model, crash points) is `docs/ARCHITECTURE.md` in the
@@ -60,11 +60,12 @@
 // No unwrap or expect in the library: every failure is an error that says what to do (tests may unwrap).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod clock;
 mod codec;
-pub mod collect;
 pub mod commit;
 mod dir_table;
 mod error;
+pub mod gc;
 pub mod inspect;
 pub mod limits;
 pub mod mirror;
@@ -76,6 +77,7 @@ pub mod testkit;
 mod types;
 pub(crate) mod wal;
 
+pub use clock::{Clock, SystemClock};
 pub use commit::committer::Committer;
 pub use commit::target::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 pub use dir_table::{DirCommitRecord, DirTable};

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use super::Store;
 use super::open::{open_blocking, random_tag};
+use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, InvalidInput, Result};
-use crate::mirror::{Clock, MirrorConfig, MirrorSettings, SystemClock};
+use crate::mirror::{MirrorConfig, MirrorSettings};
 use crate::types::{JobId, TargetIdentity};
 use crate::wal::tables::Identity;
 use redb::StorageBackend;

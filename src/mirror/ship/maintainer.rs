@@ -8,8 +8,8 @@ use bytes::Bytes;
 use object_store::ObjectMeta;
 use redb::ReadTransaction;
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::mirror::clock::Clock;
 use crate::mirror::format::{EpochOpen, ManifestBody, SnapshotHeader, decode_snapshot_chunk, encode_manifest};
 use crate::mirror::layout::ManifestName;
 use crate::mirror::read::list_manifest_names;
