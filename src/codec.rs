@@ -1,10 +1,16 @@
-//! Bounds-checked reads of fixed-layout bytes, for the decoders of frames, table values and mirror objects:
-//! the decoders check lengths before they read, and these make a read past what was checked an error naming the
-//! range (the bytes are too short: damage), never a panic. `clippy::indexing_slicing` is denied in the decoders.
+//! Bounds-checked reads of fixed-layout bytes, for the decoders of frames, table values and objects: the decoders
+//! check lengths before they read, and these make a read past what was checked an error naming the range (the
+//! bytes are too short: damage), never a panic. `clippy::indexing_slicing` is denied in the decoders. Also the
+//! envelope check every object in object storage passes (the mirror's and shared staging's), and the serde
+//! helpers that write byte strings in one go.
 
 use std::ops::Range;
 
 use crate::error::Error;
+use crate::limits::MIRROR_OBJECT_BYTES_MAX;
+
+/// The bytes of the CRC32 (IEEE, little-endian) that ends every object's envelope ([`check_envelope`]).
+pub(crate) const CRC_BYTES: usize = 4;
 
 fn short(range: &Range<usize>, len: usize) -> Error {
     Error::corrupt(format!("truncated: bytes {}..{} of {len} wanted", range.start, range.end))
@@ -51,6 +57,44 @@ pub(crate) fn write_at(out: &mut [u8], at: usize, src: &[u8]) -> Result<(), Erro
     let range = at..at + src.len();
     out.get_mut(range.clone()).ok_or_else(|| short(&range, len))?.copy_from_slice(src);
     Ok(())
+}
+
+/// Checks the envelope every object in object storage shares (the mirror's segments, snapshots and manifests,
+/// shared staging's objects): the size (at most [`MIRROR_OBJECT_BYTES_MAX`]), the magic, the version, the
+/// trailing CRC32 over every byte before it. Returns the bytes before the CRC.
+pub(crate) fn check_envelope<'a>(
+    bytes: &'a [u8],
+    magic: &[u8; 8],
+    versions: &[u8],
+    header: usize,
+    place: &str,
+) -> Result<&'a [u8], Error> {
+    if bytes.len() as u64 > MIRROR_OBJECT_BYTES_MAX {
+        return Err(Error::corrupt(format!("{place}: {} bytes is over the object limit", bytes.len())));
+    }
+    if bytes.len() < header + CRC_BYTES {
+        return Err(Error::corrupt(format!(
+            "{place}: truncated ({} bytes, the header alone is {header})",
+            bytes.len()
+        )));
+    }
+    let found = slice(bytes, 0..8)?;
+    if found != magic.as_slice() {
+        return Err(Error::corrupt(format!("{place}: wrong magic {found:02x?}")));
+    }
+    let version = byte(bytes, 8)?;
+    if !versions.contains(&version) {
+        return Err(Error::corrupt(format!("{place}: format version {version} is not one of {versions:?}")));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - CRC_BYTES);
+    let stored = le_u32(crc, 0)?;
+    let actual = crc32fast::hash(body);
+    if stored != actual {
+        return Err(Error::corrupt(format!(
+            "{place}: fails its CRC32 (stored {stored:#010x}, computed {actual:#010x}): truncated or damaged"
+        )));
+    }
+    Ok(body)
 }
 
 #[cfg(test)]

@@ -25,10 +25,10 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 
-use crate::collect::{DataFiles, FileStat};
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::create_once::{CreateOnce, Created, put_create};
 use crate::error::{Error, Result};
+use crate::gc::{DataFiles, FileStat};
 use crate::types::{CheckpointId, Epoch, Format, JobId, WriteResult};
 use crate::wal::record::{decode_value, encode_value};
 

@@ -84,7 +84,7 @@ pub struct StoreSummary {
     /// The sequence number the next log record gets (compare a file's with its mirror's for the mirror's lag).
     pub next_seq: u64,
     /// Entries in the garbage ledger: dropped attempts' write results whose data files wait for
-    /// [`crate::collect::collect_data_files`].
+    /// [`crate::gc::collect_data_files`].
     pub garbage_entries: u64,
     /// Where the store is mirrored (a store file opened with a mirror must be opened with it again); `None` for a
     /// store never opened with one, and for a store read from its mirror.
@@ -262,11 +262,7 @@ impl Inspector {
 
     /// The garbage ledger after `after` (see [`crate::Store::garbage`]), at most `limit` entries
     /// ([`crate::limits::GARBAGE_PAGE_ENTRIES_MAX`]).
-    pub fn garbage(
-        &self,
-        after: Option<crate::collect::GarbageRef>,
-        limit: usize,
-    ) -> Result<Vec<crate::collect::GarbageEntry>> {
+    pub fn garbage(&self, after: Option<crate::gc::GarbageRef>, limit: usize) -> Result<Vec<crate::gc::GarbageEntry>> {
         self.read(|s| s.garbage(after, limit.min(crate::limits::GARBAGE_PAGE_ENTRIES_MAX)))
     }
 

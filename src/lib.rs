@@ -49,7 +49,7 @@
 //! | writing a table adapter | [`Target`] (its contract), [`DirTable`] (the reference), [`testkit`]'s conformance suite |
 //! | running the job safely across machines | [`StoreBuilder::mirror`] and [`mirror::MirrorSettings`] |
 //! | an operator | [`inspect::Inspector`] (read-only), the `sinkpoint` CLI, and the hatches behind [`Store::operator`] ([`Operator`]) |
-//! | collecting garbage | [`collect::collect_data_files`], [`mirror::find_garbage`], [`shared::Inbox::find_garbage`] |
+//! | collecting garbage | [`gc`]: [`gc::collect_data_files`], [`gc::find_mirror_garbage`], [`gc::find_inbox_garbage`] |
 //! | handling errors | [`Error::kind`] says what to do ([`ErrorKind`]); [`TransitionError`] names an illegal transition |
 //!
 //! The design (states, invariants, object layout, failure model, crash points) is `docs/ARCHITECTURE.md` in the
@@ -61,12 +61,13 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod byte_serde;
+mod clock;
 mod codec;
-pub mod collect;
 pub mod commit;
 mod create_once;
 mod dir_table;
 mod error;
+pub mod gc;
 pub mod inspect;
 pub mod limits;
 pub mod mirror;
@@ -78,6 +79,7 @@ pub mod testkit;
 mod types;
 pub(crate) mod wal;
 
+pub use clock::{Clock, SystemClock};
 pub use commit::committer::Committer;
 pub use commit::target::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 pub use dir_table::{DirCommitRecord, DirTable};

@@ -59,6 +59,13 @@ pub const SEAL_WINDOW_SEALS_MAX: usize = GROUP_COMMIT_CALLS_MAX;
 /// group that is waited for ends it by arriving, and a `Store::flush`, a synchronous mirror's durable barrier or a
 /// writer at an asynchronous mirror's lag bound ends it within a couple of milliseconds.
 pub(crate) const MIRROR_LINGER_MS: u64 = 50;
+/// The steps in which the mirror's uploader lingers ([`MIRROR_LINGER_MS`]), in milliseconds: how late it may
+/// notice a caller waiting for everything.
+pub(crate) const MIRROR_LINGER_STEP_MS: u64 = 2;
+/// How often the mirror's uploader looks again for room to put while every slot it may use is in flight, in
+/// milliseconds: a put takes tens of them, so the delay it adds is small, and groups keep joining the segment
+/// meanwhile.
+pub(crate) const MIRROR_ROOM_STEP_MS: u64 = 1;
 /// The most groups a synchronous mirror lets queue (committed locally, not yet in the mirror) before the writer
 /// waits for room. A synchronous call's acknowledgement waits for its group, but the writer does not, so this
 /// bounds how far the local file runs ahead of the mirror, and what the queue holds; once it is reached, the calls
@@ -87,6 +94,47 @@ pub(crate) const COLLECT_CONCURRENT_MAX: usize = 16;
 pub const GARBAGE_PAGE_ENTRIES_MAX: usize = 4096;
 /// The most keys one page of the processed-key iterator holds in memory.
 pub(crate) const KEY_PAGE_KEYS_MAX: usize = 1024;
+/// Checkpoints whose attempt sizes (`wal::apply::AttemptSizes`) the writer remembers at most, an entry each (an
+/// id and three integers): past it the map starts again empty, and a stage of a forgotten checkpoint sums its
+/// parts once more.
+pub(crate) const ATTEMPT_SIZES_ENTRIES_MAX: usize = 65_536;
+/// The most part numbers an error lists (the first missing parts of a seal, the first extra ones).
+pub(crate) const LIST_PREVIEW_MAX: usize = 16;
+
+/// The default grace period of the data-file collector (`gc::CollectSettings::grace_ms`), in milliseconds: a day,
+/// like the inbox's ([`INBOX_GRACE_MS_DEFAULT`]). It must exceed any task's time from writing a file to staging it.
+pub const DATA_FILE_GRACE_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+/// The default grace period of unclaimed inbox entries (`gc::find_inbox_garbage`), in milliseconds (24 hours):
+/// far above any task's time from stage to seal.
+pub const INBOX_GRACE_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+/// The most inbox entries one collection of an inbox looks at; past it the report says `truncated` and a second
+/// run takes the rest (the first run deleted what it listed).
+pub const INBOX_GC_ENTRIES_MAX: usize = 1_000_000;
+
+/// The longest name of a shared-staging worker, in bytes (it is recorded in every object it writes, for messages).
+pub const WORKER_NAME_BYTES_MAX: usize = 256;
+/// The highest generation a shared-staging claim reaches: a checkpoint's seal can be released (its adopted
+/// checkpoint force-aborted) this many times at most, and a claim that names a higher generation is `Corrupt`.
+/// Readers follow a released claim's generations one read each, so this also bounds what one `is_processed` can
+/// cost.
+pub const CLAIM_GENERATIONS_MAX: u32 = 1_000;
+/// The default of how long one shared-staging request to the object store may take before it is abandoned (and,
+/// for a put, settled by reading), in milliseconds (`SharedStaging::with_request_timeout_ms` sets another).
+pub const SHARED_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// The most object-store requests one committer round of shared staging (or one collection of an inbox) has in
+/// flight at once.
+pub(crate) const SHARED_CONCURRENT_MAX: usize = 16;
+/// The most inbox entries, and the most claims not known yet, one committer round takes on (the rest wait for
+/// the next round): bounds a round's memory and time however many parts dead workers left behind or seals
+/// arrived at once. The claims listing itself is never cut short: known claims are passed over, not kept.
+/// (More than this many parts of dead, never sealed attempts would starve newer ones, for the listing order is
+/// by hash: collecting them is `sinkpoint gc --shared`, `gc::find_inbox_garbage`.)
+pub(crate) const SHARED_ROUND_ENTRIES_MAX: usize = 100_000;
+/// The most objects one bulk delete request carries (S3's `DeleteObjects` limit; object_store batches by it).
+pub(crate) const DELETE_BATCH_OBJECTS_MAX: usize = 1_000;
+/// The objects one list request returns at most (S3's page; object_store's S3 listing pages by it): what a
+/// listing's request count is reckoned by.
+pub(crate) const LIST_PAGE_OBJECTS_MAX: u64 = 1_000;
 
 /// The default size of redb's page cache, in bytes (redb's own default is 1 GiB).
 pub const STORE_CACHE_BYTES_DEFAULT: usize = 64 * 1024 * 1024;

@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::TransitionError;
-use crate::limits::COMMIT_RESULTS_MAX;
+use crate::limits::{COMMIT_RESULTS_MAX, LIST_PREVIEW_MAX};
 use crate::types::{CheckpointId, Epoch};
 
 /// The state of one checkpoint id.
@@ -277,8 +277,6 @@ pub(crate) struct Step {
     /// What else to write.
     pub effect: Effect,
 }
-
-pub(crate) const LIST_PREVIEW_MAX: usize = 16;
 
 /// The one transition function: given a checkpoint's record (or none), the writer's epoch and an event with
 /// its facts, returns the next record and the effect to apply, or the typed reason it is illegal. It reads and

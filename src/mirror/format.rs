@@ -58,9 +58,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, le_u32, le_u64, le_u128};
+use crate::codec::{self, CRC_BYTES, check_envelope, le_u32, le_u64, le_u128};
 use crate::error::Error;
-use crate::limits::{MIRROR_HISTORY_EPOCHS_MAX, MIRROR_OBJECT_BYTES_MAX, MIRROR_SEGMENT_FRAMES_MAX};
+use crate::limits::{MIRROR_HISTORY_EPOCHS_MAX, MIRROR_SEGMENT_FRAMES_MAX};
 use crate::types::{Epoch, JobId, TargetIdentity};
 use crate::wal::frame;
 use crate::wal::record::Record;
@@ -78,7 +78,6 @@ const MANIFEST_MAGIC: [u8; 8] = *b"SPMANIFS";
 const SEGMENT_HEADER_BYTES: usize = 64;
 const SNAPSHOT_HEADER_BYTES: usize = 72;
 const MANIFEST_HEADER_BYTES: usize = 16;
-pub(crate) const CRC_BYTES: usize = 4;
 
 /// What a segment holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -117,43 +116,6 @@ impl Segment {
     pub(crate) fn end_seq(&self) -> u64 {
         self.header.first_seq + self.frames.len() as u64
     }
-}
-
-/// Checks the envelope every object shares: the size, the magic, the version, the trailing CRC. Returns the
-/// bytes before the CRC.
-pub(crate) fn check_envelope<'a>(
-    bytes: &'a [u8],
-    magic: &[u8; 8],
-    versions: &[u8],
-    header: usize,
-    place: &str,
-) -> Result<&'a [u8], Error> {
-    if bytes.len() as u64 > MIRROR_OBJECT_BYTES_MAX {
-        return Err(Error::corrupt(format!("{place}: {} bytes is over the object limit", bytes.len())));
-    }
-    if bytes.len() < header + CRC_BYTES {
-        return Err(Error::corrupt(format!(
-            "{place}: truncated ({} bytes, the header alone is {header})",
-            bytes.len()
-        )));
-    }
-    let found = codec::slice(bytes, 0..8)?;
-    if found != magic.as_slice() {
-        return Err(Error::corrupt(format!("{place}: wrong magic {found:02x?}")));
-    }
-    let version = codec::byte(bytes, 8)?;
-    if !versions.contains(&version) {
-        return Err(Error::corrupt(format!("{place}: format version {version} is not one of {versions:?}")));
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - CRC_BYTES);
-    let stored = le_u32(crc, 0)?;
-    let actual = crc32fast::hash(body);
-    if stored != actual {
-        return Err(Error::corrupt(format!(
-            "{place}: fails its CRC32 (stored {stored:#010x}, computed {actual:#010x}): truncated or damaged"
-        )));
-    }
-    Ok(body)
 }
 
 fn check_length(body: &[u8], header: usize, declared: u64, place: &str) -> Result<(), Error> {
@@ -533,6 +495,7 @@ pub(crate) fn decode_manifest(bytes: &[u8], epoch: Epoch, update: u32, place: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::MIRROR_OBJECT_BYTES_MAX;
     use crate::types::CheckpointId;
 
     fn frames() -> Vec<Vec<u8>> {

@@ -13,12 +13,11 @@
 //!   mode or a commit intent (any protocol record but a mark) held back when their group lands; snapshots every
 //!   so many records, and deletes what the newest manifest no longer references after a minimum age.
 //! - **Reading without the local file**: [`MirrorView`].
-//! - **The operator's collection** ([`find_garbage`], [`delete_garbage`]): what a dead writer's own collection
-//!   never reached, by the same rules.
+//! - **The operator's collection** ([`crate::gc::find_mirror_garbage`], [`crate::gc::delete_mirror_garbage`]):
+//!   what a dead writer's own collection never reached, by the same rules; it lives with the other collectors in
+//!   `gc`, and reads the mirror through the layout, the remote and `read_newest` re-exported below.
 
-mod clock;
 pub(crate) mod format;
-mod gc;
 mod layout;
 mod open;
 mod read;
@@ -34,16 +33,13 @@ use object_store::path::Path;
 use redb::{ReadableTable as _, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
-pub use clock::{Clock, SystemClock};
 pub use format::MIRROR_FORMAT_VERSION;
-pub use gc::{
-    GarbageReason, GcProgress, GcProgressFn, MirrorGarbage, MirrorObject, delete_garbage, delete_garbage_with_progress,
-    find_garbage, find_garbage_with_progress,
-};
 pub use view::MirrorView;
 
-pub(crate) use gc::no_progress;
+pub(crate) use layout::ManifestName;
 pub(crate) use open::open;
+pub(crate) use read::read_newest;
+pub(crate) use remote::Remote;
 pub(crate) use ship::Progress;
 
 /// Names `path` in `store` for a message: as the URL an operator passes for a local directory or S3.
@@ -57,6 +53,7 @@ pub(crate) use format::{decode_manifest, decode_segment, decode_snapshot};
 #[cfg(any(test, feature = "testkit"))]
 pub(crate) use layout::Layout;
 
+use crate::clock::Clock;
 use crate::error::{Error, InvalidInput, Result};
 use crate::limits::{MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT};
 use crate::wal::record::{decode_value, encode_value};

@@ -12,9 +12,9 @@ use bytes::Bytes;
 use redb::{Database, WriteTransaction};
 
 use crate::create_once::Created;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_CLAIM_ATTEMPTS_MAX, MIRROR_FENCE_ATTEMPTS_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
-use crate::mirror::clock::Clock;
 use crate::mirror::format::{
     EpochOpen, ManifestBody, Segment, SegmentHeader, SegmentKind, SnapshotEntry, SnapshotHeader, decode_segment,
     encode_manifest, encode_segment,

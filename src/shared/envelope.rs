@@ -2,9 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec;
+use crate::codec::{self, CRC_BYTES, check_envelope};
 use crate::error::{Error, Result};
-use crate::mirror::format::{CRC_BYTES, check_envelope};
 use crate::types::{CheckpointId, SourceKey, WriteResult};
 
 const MAGIC: [u8; 8] = *b"SPSHARED";

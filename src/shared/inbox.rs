@@ -9,11 +9,9 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
 
 use super::envelope::{self, Body, Released, Seal, Staged};
-use super::{
-    CurrentClaim, SHARED_CONCURRENT_MAX, SHARED_ROUND_ENTRIES_MAX, SharedStaging, list_requests, parse_claim_name,
-    seal_hash,
-};
+use super::{CurrentClaim, SharedStaging, list_requests, parse_claim_name, seal_hash};
 use crate::error::{Error, Result, TransitionError};
+use crate::limits::{CLAIM_GENERATIONS_MAX, SHARED_CONCURRENT_MAX, SHARED_ROUND_ENTRIES_MAX};
 use crate::state::{self, CheckpointState, StateFilter};
 use crate::store::Store;
 use crate::types::{Attempt, CheckpointId, Part, StagePart, WriteResult};
@@ -68,7 +66,7 @@ pub struct AdoptReport {
 /// that lost, and deletes the adopted entries. Cheap to clone; clones share the caches.
 #[derive(Clone, Debug)]
 pub struct Inbox {
-    pub(super) shared: SharedStaging,
+    pub(crate) shared: SharedStaging,
     /// Names of claims this handle read and found to be key claims: they are never read again.
     key_claims: Arc<Mutex<HashSet<String>>>,
     /// Claims of checkpoints the store holds Aborted or Staged that this handle settled (released, or left as
@@ -87,7 +85,7 @@ struct Quiet {
 }
 
 /// What a group's claim holds: its newest generation's seal, or a key claim.
-pub(super) enum ClaimAt {
+pub(crate) enum ClaimAt {
     Seal(Seal, u32),
     KeyClaim,
 }
@@ -143,7 +141,7 @@ impl Inbox {
     /// attempt at or above `g`, so a released seal is never adopted again (`state::adoption`).
     ///
     /// Seals are found by listing the claims, whole (paged, never cut short: a job holds any number), keeping
-    /// only the names not known yet, at most [`SHARED_ROUND_ENTRIES_MAX`] of them (the rest wait for the next
+    /// only the names not known yet, at most `SHARED_ROUND_ENTRIES_MAX` (100,000) of them (the rest wait for the next
     /// round). Each is read once (following released generations): a seal is settled, a key claim remembered
     /// in this handle. The inbox is listed too, for the parts of [`super::Worker::stage`]: a group whose claim
     /// this round read is settled by that read; one whose claim is known is read again (its entries are left
@@ -372,7 +370,7 @@ impl Inbox {
     }
 
     /// The newest generation of the claim at `hash`: a seal, another checkpoint's key claim, or nothing yet.
-    pub(super) async fn read_seal(&self, hash: &str) -> Result<Option<ClaimAt>> {
+    pub(crate) async fn read_seal(&self, hash: &str) -> Result<Option<ClaimAt>> {
         let current = self.shared.current_claim(hash).await?;
         match current.body {
             None => Ok(None),
@@ -460,7 +458,7 @@ impl Inbox {
         self.key_claims.lock().map_err(|_| Error::bug("an inbox handle's lock was poisoned by a panic"))
     }
 
-    pub(super) async fn read_staged(&self, path: &Path) -> Result<Option<Staged>> {
+    pub(crate) async fn read_staged(&self, path: &Path) -> Result<Option<Staged>> {
         let Some(bytes) = self.shared.get(path).await? else { return Ok(None) };
         match envelope::decode(&bytes, &self.shared.describe(path))? {
             Body::Staged(s) => Ok(Some(s)),
@@ -471,7 +469,7 @@ impl Inbox {
 
 /// Whether an inbox entry is one of the winning attempt's parts (its results are in the seal): named by the
 /// winner's session and attempt.
-pub(super) fn is_winners(entry: &Path, seal: &Seal) -> bool {
+pub(crate) fn is_winners(entry: &Path, seal: &Seal) -> bool {
     let prefix = format!("{:032x}-{:010}-", seal.author.session, seal.attempt);
     entry.filename().is_some_and(|name| name.starts_with(&prefix))
 }
@@ -535,12 +533,12 @@ async fn settle_in_store(store: &Store, seal: &Seal, generation: u32) -> Result<
                 }
             }
             let attempt = record.map_or(0, |(_, a)| a);
-            let Some(next) = attempt.checked_add(1).filter(|n| *n <= super::CLAIM_GENERATIONS_MAX) else {
+            let Some(next) = attempt.checked_add(1).filter(|n| *n <= CLAIM_GENERATIONS_MAX) else {
                 // Checked before anything is written: the seal stays as it is, this checkpoint alone held back.
                 return Ok(Settled::HeldBack(format!(
                     "checkpoint {id}: its claim's next generation would pass {}, the highest a claim reaches, so it \
                      cannot be released again; run its input under a new job",
-                    super::CLAIM_GENERATIONS_MAX
+                    CLAIM_GENERATIONS_MAX
                 )));
             };
             if abort_first {

@@ -25,7 +25,7 @@
 //! is **released**: the committer overwrites it with a `Released` object naming the next generation `g`, and the
 //! checkpoint's claim continues at `claims/<h>.<g>`. Readers follow released generations (one read each), so
 //! workers see the input unprocessed, a rerun's seal wins the next generation, and the committer adopts it as
-//! the checkpoint's next attempt. A checkpoint is released at most [`CLAIM_GENERATIONS_MAX`] times.
+//! the checkpoint's next attempt. A checkpoint is released at most [`crate::limits::CLAIM_GENERATIONS_MAX`] times.
 //!
 //! Per input of a Daft-shaped job (`stage_and_seal` of a [`CheckpointId::for_key`] id): 1 request by the
 //! worker (the create), 1 by the committer (the read); per committer round, the claims listing (1 request per
@@ -36,7 +36,6 @@
 //! create and no separate key claim.
 
 mod envelope;
-mod gc;
 mod inbox;
 mod worker;
 
@@ -49,25 +48,22 @@ use sha2::{Digest as _, Sha256};
 
 use crate::create_once::{CreateError, CreateOnce, Created};
 use crate::error::{Error, Result};
-use crate::limits::SHARED_CREATE_ATTEMPTS_MAX;
+use crate::limits::{
+    CLAIM_GENERATIONS_MAX, DELETE_BATCH_OBJECTS_MAX, LIST_PAGE_OBJECTS_MAX, SHARED_CONCURRENT_MAX,
+    SHARED_CREATE_ATTEMPTS_MAX, SHARED_REQUEST_TIMEOUT_MS,
+};
 use crate::types::{CheckpointId, JobId};
 
-pub use gc::{INBOX_GC_ENTRIES_MAX, INBOX_GRACE_MS_DEFAULT, InboxEntry, InboxGarbage, InboxReason};
 pub use inbox::{AdoptReport, Inbox, Refused};
-pub use worker::{SealedBy, WORKER_NAME_BYTES_MAX, Worker};
+pub use worker::{SealedBy, Worker};
+
+/// What the inbox's collector (`gc::find_inbox_garbage`) reads of a claim and an entry.
+pub(crate) use inbox::{ClaimAt, is_winners};
 
 use envelope::Body;
 
-/// The highest generation a claim reaches: a checkpoint's seal can be released (its adopted checkpoint
-/// force-aborted) this many times at most, and a claim that names a higher generation is `Corrupt`. Readers
-/// follow a released claim's generations one read each, so this also bounds what one `is_processed` can cost.
-pub const CLAIM_GENERATIONS_MAX: u32 = 1_000;
-
 /// The prefix of the hex SHA-256 of a key that [`CheckpointId::for_key`] puts before it.
 const FOR_KEY_PREFIX: &str = "k-";
-
-/// The most one object-store request may take before it is abandoned (and, for a put, settled by reading).
-pub const SHARED_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
 /// Where a job's workers stage and seal: an object store and a prefix, the only thing workers and the
 /// committer share. Cheap to clone; every [`Worker`] and the [`Inbox`] of one job are built from one.
@@ -158,7 +154,7 @@ impl SharedStaging {
         self.root.clone().join("inbox").join(hash)
     }
 
-    fn inbox_root(&self) -> Path {
+    pub(crate) fn inbox_root(&self) -> Path {
         self.root.clone().join("inbox")
     }
 
@@ -249,18 +245,6 @@ impl CheckpointId {
     }
 }
 
-/// The most object-store requests one committer round has in flight at once.
-pub const SHARED_CONCURRENT_MAX: usize = 16;
-
-/// The most inbox entries, and the most claims not known yet, one committer round takes on (the rest wait for
-/// the next round): bounds a round's memory and time however many parts dead workers left behind or seals
-/// arrived at once. The claims listing itself is never cut short: known claims are passed over, not kept.
-/// (More than this many parts of dead, never sealed attempts would starve newer ones, for the listing order is
-/// by hash: collecting them is `sinkpoint gc --shared`, [`Inbox::find_garbage`].)
-pub const SHARED_ROUND_ENTRIES_MAX: usize = 100_000;
-
-/// The most objects one bulk delete request carries (S3's `DeleteObjects` limit; object_store batches by it).
-const DELETE_BATCH_OBJECTS_MAX: usize = 1_000;
 
 impl SharedStaging {
     /// The transient error of a request that got no answer within the timeout (`what` names the object).
@@ -327,7 +311,7 @@ impl SharedStaging {
 
     /// Deletes every path (an absent one is already deleted) through the store's bulk delete where it has one, in
     /// streams of at least [`DELETE_BATCH_OBJECTS_MAX`] paths, up to [`SHARED_CONCURRENT_MAX`] at once.
-    async fn delete_all(&self, paths: Vec<Path>) -> Result<()> {
+    pub(crate) async fn delete_all(&self, paths: Vec<Path>) -> Result<()> {
         use futures::{StreamExt as _, TryStreamExt as _};
         // Full bulk requests first (one request per DELETE_BATCH_OBJECTS_MAX on S3), spread over streams only
         // past that: 50 entries split 16 ways were 13 requests where 1 does (test_requests.py counted them).
@@ -367,8 +351,12 @@ impl SharedStaging {
 
     /// Hands each object under `dir` to `each` as the listing streams in, until `each` returns false or the
     /// listing ends; returns how many objects it was handed. Each step gets the request timeout, not the whole
-    /// listing: a long listing is many requests (one per [`LIST_PAGE_OBJECTS`]).
-    async fn list_each(&self, dir: &Path, mut each: impl FnMut(object_store::ObjectMeta) -> bool) -> Result<u64> {
+    /// listing: a long listing is many requests (one per [`LIST_PAGE_OBJECTS_MAX`]).
+    pub(crate) async fn list_each(
+        &self,
+        dir: &Path,
+        mut each: impl FnMut(object_store::ObjectMeta) -> bool,
+    ) -> Result<u64> {
         use futures::StreamExt as _;
         let mut listing = self.store.list(Some(dir));
         let mut seen = 0u64;
@@ -387,10 +375,7 @@ impl SharedStaging {
     }
 }
 
-/// The objects one list request returns at most (S3's page; object_store's S3 listing pages by it).
-const LIST_PAGE_OBJECTS: u64 = 1_000;
-
 /// The list requests a listing that returned `objects` objects made: one per page, at least one.
 fn list_requests(objects: u64) -> u64 {
-    objects.div_ceil(LIST_PAGE_OBJECTS).max(1)
+    objects.div_ceil(LIST_PAGE_OBJECTS_MAX).max(1)
 }

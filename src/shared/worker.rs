@@ -9,13 +9,11 @@ use object_store::path::Path;
 use super::envelope::{self, Author, Body, KeyClaim, Seal, Staged};
 use super::{Created, SharedStaging, for_key_hash, key_hash, seal_hash};
 use crate::error::{Error, Result, TransitionError};
+use crate::limits::{LIST_PREVIEW_MAX, WORKER_NAME_BYTES_MAX};
 use crate::state::CheckpointState;
 use crate::store::StageOutcome;
 use crate::store::checks::check_stage;
 use crate::types::{Attempt, CheckpointId, Part, SourceKey, StagePart, WriteResult};
-
-/// The most bytes of a worker's name (it is recorded in every object it writes, for messages).
-pub const WORKER_NAME_BYTES_MAX: usize = 256;
 
 /// Who sealed a checkpoint.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -330,7 +328,7 @@ impl Worker {
         let missing: Vec<u32> = (0..parts).filter(|p| !cur.parts.contains_key(p)).collect();
         if !missing.is_empty() {
             let count = u32::try_from(missing.len()).unwrap_or(u32::MAX);
-            let first = missing.into_iter().take(crate::state::LIST_PREVIEW_MAX).collect();
+            let first = missing.into_iter().take(LIST_PREVIEW_MAX).collect();
             return Err(TransitionError::MissingParts {
                 id: id.clone(),
                 attempt: cur.attempt,

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use super::Store;
 use super::open::{Location, OpenPlan, open_blocking, random_tag};
 use super::{StagingDurability, StoreSettings};
+use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, InvalidInput, Result};
-use crate::mirror::{Clock, MirrorConfig, MirrorSettings, SystemClock};
+use crate::mirror::{MirrorConfig, MirrorSettings};
 use redb::StorageBackend;
 
 /// Builds a [`Store`]: settings plus the injected components (the redb storage backend, the writer tag, the

@@ -22,6 +22,7 @@ pub use window::{Landed, SealWindow, SealWindowSettings};
 use std::sync::Arc;
 
 use crate::error::{Error, InvalidInput, Result, TransitionError};
+use crate::gc::ledger::{GarbageEntry, GarbageRef, checked_refs};
 use crate::limits::SEAL_PARTS_MAX;
 use crate::mirror::{MirrorLag, Progress};
 use crate::state::{CheckpointState, StateFilter};
@@ -329,18 +330,14 @@ impl Store {
     }
 
     /// The garbage ledger: write results of attempts that `restart`, `abort` and `force_abort` dropped, whose
-    /// data files no commit will reference (see [`crate::collect`]), after `after` (from the first with `None`),
+    /// data files no commit will reference (see [`crate::gc`]), after `after` (from the first with `None`),
     /// at most `limit` (and [`crate::limits::GARBAGE_PAGE_ENTRIES_MAX`]) of them, in ledger order.
-    pub fn garbage(
-        &self,
-        after: Option<crate::collect::GarbageRef>,
-        limit: usize,
-    ) -> Result<Vec<crate::collect::GarbageEntry>> {
+    pub fn garbage(&self, after: Option<GarbageRef>, limit: usize) -> Result<Vec<GarbageEntry>> {
         self.snapshot()?.garbage(after, limit.min(crate::limits::GARBAGE_PAGE_ENTRIES_MAX))
     }
 
     /// Records write results whose data files no commit will reference in the garbage ledger (see
-    /// [`crate::collect`]): the results of an attempt of `id` that lost to another (the committer's adoption
+    /// [`crate::gc`]): the results of an attempt of `id` that lost to another (the committer's adoption
     /// records those of shared staging's losers itself). Durable when it returns. 1 to
     /// [`crate::limits::STAGE_RESULTS_MAX`] results and [`crate::limits::STAGE_BYTES_MAX`] bytes a call. A file a live checkpoint or the table names is
     /// never collected, whatever the ledger says.
@@ -364,11 +361,12 @@ impl Store {
         self.call(record, CallDurability::Immediate).await.map(drop)
     }
 
-    /// Removes entries from the garbage ledger, durably (and mirrored before it returns): for a collector that
-    /// deleted their files. [`crate::collect::collect_data_files`] calls it; entries already gone are skipped.
-    /// 1 to [`crate::limits::GARBAGE_FORGET_ENTRIES_MAX`] entries a call.
-    pub async fn forget_garbage(&self, entries: &[crate::collect::GarbageRef]) -> Result<()> {
-        let entries = crate::collect::checked_refs(entries)?;
+    /// Removes entries from the garbage ledger, durably (and mirrored before it returns): for the collector that
+    /// deleted their files, [`crate::gc::collect_data_files`], its only caller (tests reach it through
+    /// `testkit::RawLedger`); entries already gone are skipped. 1 to [`crate::limits::GARBAGE_FORGET_ENTRIES_MAX`]
+    /// entries a call.
+    pub(crate) async fn forget_garbage(&self, entries: &[GarbageRef]) -> Result<()> {
+        let entries = checked_refs(entries)?;
         self.call(Record::ForgetGarbage { entries }, CallDurability::Immediate).await.map(drop)
     }
 

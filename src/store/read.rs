@@ -4,8 +4,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::open::stored_id;
-use crate::collect::{GarbageEntry, GarbageRef};
 use crate::error::{Error, Result};
+use crate::gc::ledger::{GarbageEntry, GarbageRef};
 use crate::limits::{COMMIT_CHECKPOINTS_MAX, COMMIT_RESULTS_MAX, KEY_PAGE_KEYS_MAX};
 use crate::state::StateFilter;
 use crate::state::{CheckpointRecord, CheckpointState};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::mirror::Clock;
+use crate::clock::Clock;
 
 /// A clock that reads what the test set. Clones share the same time.
 #[derive(Clone, Debug, Default)]

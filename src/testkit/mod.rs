@@ -27,6 +27,8 @@
 //!   operation, recovered, checked against its crash-free run and finished.
 //! - [`RawProtocol`]: the commit protocol's raw steps, crate-private on [`crate::Store`], for tests that drive
 //!   the protocol by hand.
+//! - [`RawLedger`]: the garbage ledger's forget, crate-private on [`crate::Store`] (the data-file collector's
+//!   step), for tests that forget an entry by hand.
 //! - [`limits`]: the few crate-private tuning limits the suites measure against (the public ones are in
 //!   [`crate::limits`]).
 
@@ -38,6 +40,7 @@ pub mod crash;
 mod faults;
 #[doc(hidden)]
 pub mod fuzz;
+mod ledger;
 mod moto;
 mod process;
 mod protocol;
@@ -48,6 +51,7 @@ pub use backend::CrashBackend;
 pub use cases::{CASES_VAR, SHARDS, Shard, cases, seed};
 pub use clock::ManualClock;
 pub use faults::{Counts, FaultStore, Journal, Mutation, PutFault};
+pub use ledger::RawLedger;
 pub use moto::{create_s3_bucket, s3_endpoint, say_s3_skipped};
 pub use process::{Component, ProcessCrash};
 pub use protocol::RawProtocol;

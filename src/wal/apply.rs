@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::error::{Error, TransitionError};
+use crate::limits::ATTEMPT_SIZES_ENTRIES_MAX;
 use crate::state::{
     CheckpointRecord, CheckpointState, CommitEvent, CommitSequence, CommitStep, Effect, Event, PartMatch, StageBytes,
     Step, commit_transition, transition,
@@ -43,10 +44,6 @@ fn attempt_size(
     }
     Ok(size)
 }
-
-/// Checkpoints whose [`AttemptSizes`] are remembered at most, an entry each (an id and three integers): past it
-/// the map starts again empty, and a stage of a forgotten checkpoint sums its parts once more.
-const ATTEMPT_SIZES_ENTRIES_MAX: usize = 65_536;
 
 /// The bytes of each Staged checkpoint's current attempt, as a stage last left them: the per-attempt byte limit
 /// is checked at every stage, and summing the attempt's parts each time made staging quadratic in one

@@ -1,4 +1,4 @@
-//! The orphan data-file collector (`sinkpoint::collect`) on the reference table: the garbage ledger takes what
+//! The orphan data-file collector (`sinkpoint::gc::collect_data_files`) on the reference table: the garbage ledger takes what
 //! `restart`, `abort`, `force_abort` and `discard` drop; a collection deletes exactly the ledger's files that no
 //! live checkpoint and no table commit names and that are past the grace period, then forgets their entries;
 //! the ledger is mirrored and restored like every table.
@@ -14,15 +14,14 @@ use object_store::ObjectStoreExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use sinkpoint::Committer;
-use sinkpoint::collect::{
+use sinkpoint::gc::{
     CollectReport, CollectSettings, DataFiles, FileStat, Verdict, collect_data_files, preview_data_files,
 };
 use sinkpoint::inspect::Inspector;
-use sinkpoint::mirror::{Clock, SystemClock};
-use sinkpoint::testkit::ManualClock;
+use sinkpoint::testkit::{ManualClock, RawLedger};
 use sinkpoint::{
-    Attempt, CheckpointId, CheckpointState, DirTable, ErrorKind, JobId, Part, StagePart, Store, TargetIdentity,
-    WriteResult,
+    Attempt, CheckpointId, CheckpointState, Clock, DirTable, ErrorKind, JobId, Part, StagePart, Store, SystemClock,
+    TargetIdentity, WriteResult,
 };
 
 const HOUR_MS: u64 = 3_600_000;
@@ -287,7 +286,7 @@ async fn discard_and_forget_refuse_bad_input() {
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     // Forgetting an entry that is not there changes nothing.
     let before = job.store.log_frames().unwrap().len();
-    job.store.forget_garbage(&[sinkpoint::collect::GarbageRef { seq: 99, index: 0 }]).await.unwrap();
+    job.store.forget_garbage(&[sinkpoint::gc::GarbageRef { seq: 99, index: 0 }]).await.unwrap();
     assert_eq!(job.store.log_frames().unwrap().len(), before, "a no-op forget was logged");
     job.store.close();
 }

@@ -1,4 +1,4 @@
-//! The data-file collector (`sinkpoint::collect`) over random jobs on the reference table: stages by the
+//! The data-file collector (`sinkpoint::gc::collect_data_files`) over random jobs on the reference table: stages by the
 //! current attempt and by duplicated tasks of a stale attempt (refused; the loser discards its file half the
 //! time), seals, restarts (also of orphans after a reopen), aborts, force-aborts, commits, collections with and
 //! without `apply` at random grace periods, clean reopens, crashes at a random I/O point of the local file (a
@@ -31,12 +31,11 @@ use futures::TryStreamExt as _;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _};
-use sinkpoint::collect::{CollectSettings, collect_data_files};
-use sinkpoint::mirror::{Clock as _, SystemClock};
+use sinkpoint::gc::{CollectSettings, collect_data_files};
 use sinkpoint::testkit::{self, CrashBackend, ManualClock, ProcessCrash, Shard, SplitMix64};
 use sinkpoint::{
-    Attempt, CheckpointId, CheckpointState, Committer, DirTable, JobId, Part, StagePart, Store, TargetIdentity,
-    TransitionError,
+    Attempt, CheckpointId, CheckpointState, Clock as _, Committer, DirTable, JobId, Part, StagePart, Store,
+    SystemClock, TargetIdentity, TransitionError,
 };
 
 const STEPS_MAX: u64 = 80;

@@ -3,7 +3,7 @@
 //! flight) deletes nothing, so every object the newest manifest references survives and a restore from it
 //! works. With the holder check removed, this test loses the slots the newest claim reads from.
 //!
-//! And that the operator's collection (`sinkpoint gc`, `mirror::find_garbage`) deletes only what no restore
+//! And that the operator's collection (`sinkpoint gc`, `gc::find_mirror_garbage`) deletes only what no restore
 //! reads: superseded objects once past the minimum age, never the manifest a stale claim takes its base from
 //! (without that rule the mirror no longer restores: "a gap in the mirror's log").
 //!
@@ -312,15 +312,15 @@ async fn short_lived_writers_do_not_pile_up_manifests() {
 /// The operator's collection (`sinkpoint gc`) reads ages from the object store's clock against the caller's
 /// wall time: this far ahead, everything garbage is due.
 fn much_later_ms() -> u64 {
-    use sinkpoint::mirror::Clock as _;
-    sinkpoint::mirror::SystemClock.wall_ms() + 10 * 24 * 3600 * 1000
+    use sinkpoint::Clock as _;
+    sinkpoint::SystemClock.wall_ms() + 10 * 24 * 3600 * 1000
 }
 
 /// The operator's collection of a mirror whose writer never collected (it died first) deletes what the newest
 /// manifest superseded, and only once that is past the minimum age; a restore afterwards has every checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operators_collection_deletes_only_what_no_restore_reads() {
-    use sinkpoint::mirror::{GarbageReason, delete_garbage, find_garbage};
+    use sinkpoint::gc::{MirrorReason, delete_mirror_garbage, find_mirror_garbage, no_progress};
     for kind in kinds_with_s3() {
         let bucket = Bucket::new(kind, "gc-operator");
         let dir = tempfile::tempdir().unwrap();
@@ -335,19 +335,25 @@ async fn the_operators_collection_deletes_only_what_no_restore_reads() {
         store.close();
         let before = bucket.keys().await;
 
-        use sinkpoint::mirror::Clock as _;
-        let now = sinkpoint::mirror::SystemClock.wall_ms();
-        let young = find_garbage(bucket.raw.clone(), bucket.prefix.clone(), now, 3_600_000).await.unwrap();
+        use sinkpoint::Clock as _;
+        let now = sinkpoint::SystemClock.wall_ms();
+        let young = find_mirror_garbage(bucket.raw.clone(), bucket.prefix.clone(), now, 3_600_000, no_progress())
+            .await
+            .unwrap();
         assert!(young.due.is_empty(), "{kind:?}: due before the minimum age: {:?}", young.due);
         assert!(!young.young.is_empty(), "{kind:?}: the job left nothing superseded: {before:?}");
 
-        let due = find_garbage(bucket.raw.clone(), bucket.prefix.clone(), much_later_ms(), 3_600_000).await.unwrap();
+        let due =
+            find_mirror_garbage(bucket.raw.clone(), bucket.prefix.clone(), much_later_ms(), 3_600_000, no_progress())
+                .await
+                .unwrap();
         assert_eq!(due.due.len(), young.young.len(), "{kind:?}");
-        assert!(due.due.iter().all(|o| o.reason == GarbageReason::Superseded), "{kind:?}: {:?}", due.due);
+        assert!(due.due.iter().all(|o| o.reason == MirrorReason::Superseded), "{kind:?}: {:?}", due.due);
         let wal0 = bucket.path("wal/00000000000000000000");
         assert!(due.due.iter().any(|o| o.path == wal0), "{kind:?}: slot 0 is below every snapshot: {:?}", due.due);
         assert!(!due.due.iter().any(|o| o.path == due.newest_manifest), "{kind:?}");
-        let deleted = delete_garbage(bucket.raw.clone(), bucket.prefix.clone(), &due).await.unwrap();
+        let deleted =
+            delete_mirror_garbage(bucket.raw.clone(), bucket.prefix.clone(), &due, no_progress()).await.unwrap();
         assert_eq!(deleted, due.due.len() as u64, "{kind:?}");
         let after = bucket.keys().await;
         assert_eq!(after.len(), before.len() - due.due.len(), "{kind:?}: {after:?}");
@@ -364,7 +370,7 @@ async fn the_operators_collection_deletes_only_what_no_restore_reads() {
 /// mirror no longer restores.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operators_collection_keeps_the_manifest_a_stale_claim_takes_its_base_from() {
-    use sinkpoint::mirror::{delete_garbage, find_garbage};
+    use sinkpoint::gc::{delete_mirror_garbage, find_mirror_garbage, no_progress};
     for kind in kinds() {
         let bucket = Bucket::new(kind, "gc-operator-claim");
         let dir = tempfile::tempdir().unwrap();
@@ -377,12 +383,14 @@ async fn the_operators_collection_keeps_the_manifest_a_stale_claim_takes_its_bas
         assert!(opening.await.unwrap().is_err(), "{kind:?}: the takeover's update was meant to fail");
         old.close();
 
-        let garbage = find_garbage(bucket.raw.clone(), bucket.prefix.clone(), much_later_ms(), 0).await.unwrap();
+        let garbage = find_mirror_garbage(bucket.raw.clone(), bucket.prefix.clone(), much_later_ms(), 0, no_progress())
+            .await
+            .unwrap();
         assert_eq!(garbage.newest_manifest, bucket.path("manifest/00000000000000000002"), "{kind:?}");
         assert_eq!(garbage.base_slot, 11, "{kind:?}: the base is the predecessor's");
         let predecessor = bucket.path("manifest/00000000000000000001.0000000003");
         assert!(!garbage.due.iter().any(|o| o.path == predecessor), "{kind:?}: {:?}", garbage.due);
-        delete_garbage(bucket.raw.clone(), bucket.prefix.clone(), &garbage).await.unwrap();
+        delete_mirror_garbage(bucket.raw.clone(), bucket.prefix.clone(), &garbage, no_progress()).await.unwrap();
 
         let next = builder(&bucket, &dir.path().join("c.redb"), settings, &clock).open().await;
         assert!(next.is_ok(), "{kind:?}: the collection bricked the mirror: {:?}", next.err());

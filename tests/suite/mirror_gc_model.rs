@@ -1,4 +1,4 @@
-//! The operator's mirror collection (`mirror::find_garbage`/`delete_garbage`, what `sinkpoint gc --mirror` runs)
+//! The operator's mirror collection (`gc::find_mirror_garbage`/`delete_mirror_garbage`, what `sinkpoint gc --mirror` runs)
 //! over random jobs on an in-memory mirror: stages of several attempts, seals, restarts, aborts, commits, clean
 //! reopens, crashes at a random I/O point of the process (local file and mirror alike), failed puts of
 //! segments, snapshots and manifests (a snapshot whose manifest never lands is garbage no manifest names),
@@ -18,7 +18,7 @@
 //! `i`, and a failing case prints its own seed and its log); `SINKPOINT_GC_LOG` prints every case's log and the
 //! objects before its collection.
 //!
-//! Seen failing on planted bugs: `find_garbage` also reporting the newest manifest (the restore after gc finds
+//! Seen failing on planted bugs: `find_mirror_garbage` also reporting the newest manifest (the restore after gc finds
 //! no manifest), and reporting the base's own WAL slot as superseded (the restore after gc finds a gap).
 
 use crate::common;
@@ -30,15 +30,13 @@ use std::sync::{Arc, Mutex};
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use sinkpoint::gc::{MirrorReason, Progress, delete_mirror_garbage, find_mirror_garbage, no_progress};
 use sinkpoint::inspect::Inspector;
-use sinkpoint::mirror::{
-    Clock as _, GarbageReason, GcProgress, MirrorSettings, SystemClock, delete_garbage_with_progress, find_garbage,
-    find_garbage_with_progress,
-};
+use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::testkit::{self, CrashBackend, FaultStore, ManualClock, ProcessCrash, PutFault, Shard, SplitMix64};
 use sinkpoint::{
-    Attempt, CheckpointId, Committer, DirTable, Format, JobId, Part, StagePart, StateFilter, Store, TargetIdentity,
-    WriteResult,
+    Attempt, CheckpointId, Clock as _, Committer, DirTable, Format, JobId, Part, StagePart, StateFilter, Store,
+    SystemClock, TargetIdentity, WriteResult,
 };
 
 const STEPS_MAX: u64 = 60;
@@ -294,10 +292,9 @@ impl Case {
         let events = Arc::new(Mutex::new(Vec::new()));
         let record = {
             let events = events.clone();
-            Arc::new(move |p: GcProgress| events.lock().unwrap().push(p))
+            Arc::new(move |p: Progress| events.lock().unwrap().push(p))
         };
-        let garbage =
-            find_garbage_with_progress(self.bucket.clone(), prefix.clone(), now, 0, record.clone()).await.unwrap();
+        let garbage = find_mirror_garbage(self.bucket.clone(), prefix.clone(), now, 0, record.clone()).await.unwrap();
         assert!(garbage.young.is_empty(), "young garbage at a minimum age of 0: {:?}", garbage.young);
         let due: BTreeSet<String> = garbage.due.iter().map(|o| o.path.to_string()).collect();
         assert_eq!(due.len(), garbage.due.len(), "an object reported twice: {:?}", garbage.due);
@@ -305,16 +302,15 @@ impl Case {
         assert!(!due.contains(garbage.newest_manifest.as_ref()), "the newest manifest was reported as garbage");
         assert_eq!(
             events.lock().unwrap().last(),
-            Some(&GcProgress::Listed(before_keys.len() as u64)),
+            Some(&Progress::Listed(before_keys.len() as u64)),
             "the progress did not count every object listed"
         );
 
         events.lock().unwrap().clear();
-        let deleted =
-            delete_garbage_with_progress(self.bucket.clone(), prefix.clone(), &garbage, record).await.unwrap();
+        let deleted = delete_mirror_garbage(self.bucket.clone(), prefix.clone(), &garbage, record).await.unwrap();
         assert_eq!(deleted, due.len() as u64);
         let of = due.len() as u64;
-        let deletes: Vec<GcProgress> = (1..=of).map(|done| GcProgress::Deleted { done, of }).collect();
+        let deletes: Vec<Progress> = (1..=of).map(|done| Progress::Deleted { done, of }).collect();
         assert_eq!(*events.lock().unwrap(), deletes, "the progress did not tell each delete");
         let after_keys = self.keys().await;
         let expected: BTreeSet<String> = before_keys.difference(&due).cloned().collect();
@@ -323,7 +319,7 @@ impl Case {
         let after = Digest::of_mirror(&self.bucket).await.unwrap_or_else(|e| panic!("restore after gc: {e}"));
         assert_eq!(after, before, "the restore after gc differs from the restore before it");
 
-        let again = find_garbage(self.bucket.clone(), prefix.clone(), now, 0).await.unwrap();
+        let again = find_mirror_garbage(self.bucket.clone(), prefix.clone(), now, 0, no_progress()).await.unwrap();
         assert!(again.due.is_empty() && again.young.is_empty(), "a second gc found {:?}", again.due);
 
         // A real restore (a takeover into a new file) holds the same state.
@@ -338,7 +334,7 @@ impl Case {
         restored.close_async().await;
         let taken = Digest::of_inspector(&Inspector::open_file(&file).unwrap()).unwrap();
         assert_eq!(taken.state, before.state, "a takeover after gc restored another state");
-        let strays = garbage.due.iter().filter(|o| o.reason == GarbageReason::Stray).count();
+        let strays = garbage.due.iter().filter(|o| o.reason == MirrorReason::Stray).count();
         (garbage.due.len() - strays, strays)
     }
 }

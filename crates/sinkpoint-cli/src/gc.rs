@@ -1,19 +1,19 @@
 //! `sinkpoint gc`: the garbage of a job's mirror and of its shared-staging inbox, listed (a dry run, the default)
 //! or deleted (`--apply`). What is garbage, and why deleting it never breaks a restore or a commit, is decided by
-//! the core (`sinkpoint::mirror::find_garbage`, `sinkpoint::shared::Inbox::find_garbage`); this prints it, and
+//! the core (`sinkpoint::gc::find_mirror_garbage`, `sinkpoint::gc::find_inbox_garbage`); this prints it, and
 //! shows the core's progress counts on stderr while it works (`crate::progress`).
 
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use sinkpoint::DirTable;
-use sinkpoint::JobId;
-use sinkpoint::collect::{CollectReport, CollectSettings, Verdict, collect_data_files, preview_data_files};
-use sinkpoint::inspect::Inspector;
-use sinkpoint::mirror::{
-    Clock as _, MirrorGarbage, SystemClock, delete_garbage_with_progress, find_garbage_with_progress,
+use sinkpoint::gc::{
+    CollectReport, CollectSettings, InboxEntry, InboxGarbage, InboxReason, MirrorGarbage, MirrorObject, Verdict,
+    collect_data_files, delete_inbox_garbage, delete_mirror_garbage, find_inbox_garbage, find_mirror_garbage,
+    preview_data_files,
 };
-use sinkpoint::shared::{Inbox, InboxGarbage, InboxReason, SharedStaging};
+use sinkpoint::inspect::Inspector;
+use sinkpoint::shared::{Inbox, SharedStaging};
+use sinkpoint::{Clock as _, DirTable, JobId, SystemClock};
 
 use crate::exit::{Code, Failure};
 use crate::progress::Progress;
@@ -23,7 +23,7 @@ use crate::source::object_store_at;
 /// The default `--min-age`: the mirror's own default `MirrorSettings::gc_age_ms_min` (10 minutes).
 pub(crate) const GC_MIN_AGE_DEFAULT: &str = "10m";
 
-/// The default `--grace`: `sinkpoint::shared::INBOX_GRACE_MS_DEFAULT` (24 hours).
+/// The default `--grace`: `sinkpoint::limits::INBOX_GRACE_MS_DEFAULT` (24 hours).
 pub(crate) const GC_GRACE_DEFAULT: &str = "24h";
 
 /// What `gc` was asked to do.
@@ -84,16 +84,11 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
     if let Some(url) = request.mirror {
         let (store, prefix) = object_store_at("--mirror", url)?;
         progress.phase("mirror: listing");
-        let garbage = find_garbage_with_progress(
-            store.clone(),
-            prefix.clone(),
-            now_wall_ms,
-            request.min_age_ms,
-            progress.gc("mirror"),
-        )
-        .await?;
+        let garbage =
+            find_mirror_garbage(store.clone(), prefix.clone(), now_wall_ms, request.min_age_ms, progress.gc("mirror"))
+                .await?;
         let deleted = if request.apply {
-            Some(delete_garbage_with_progress(store, prefix, &garbage, progress.gc("mirror")).await?)
+            Some(delete_mirror_garbage(store, prefix, &garbage, progress.gc("mirror")).await?)
         } else {
             None
         };
@@ -111,9 +106,9 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
         let (store, prefix) = object_store_at("--shared", url)?;
         let inbox = Inbox::new(SharedStaging::new(store, prefix.as_ref(), job.clone())?);
         progress.phase("inbox: listing");
-        let garbage = inbox.find_garbage_with_progress(now_wall_ms, request.grace_ms, progress.gc("inbox")).await?;
+        let garbage = find_inbox_garbage(&inbox, now_wall_ms, request.grace_ms, progress.gc("inbox")).await?;
         let deleted = if request.apply {
-            Some(inbox.delete_garbage_with_progress(&garbage, progress.gc("inbox")).await?)
+            Some(delete_inbox_garbage(&inbox, &garbage, progress.gc("inbox")).await?)
         } else {
             None
         };
@@ -156,7 +151,7 @@ pub(crate) async fn gc(request: &Request<'_>) -> Result<Code, Failure> {
 }
 
 fn mirror_json(url: &str, g: &MirrorGarbage, deleted: Option<u64>) -> Value {
-    let objects = |list: &[sinkpoint::mirror::MirrorObject]| -> Vec<Value> {
+    let objects = |list: &[MirrorObject]| -> Vec<Value> {
         list.iter()
             .map(
                 |o| json!({ "path": o.path.as_ref(), "bytes": o.bytes, "age_ms": o.age_ms, "reason": o.reason.name() }),
@@ -200,7 +195,7 @@ fn mirror_text(out: &mut String, url: &str, g: &MirrorGarbage, deleted: Option<u
 }
 
 fn inbox_json(url: &str, job: &JobId, g: &InboxGarbage, deleted: Option<u64>) -> Value {
-    let entries = |list: &[sinkpoint::shared::InboxEntry]| -> Vec<Value> {
+    let entries = |list: &[InboxEntry]| -> Vec<Value> {
         list.iter()
             .map(|e| {
                 let winner = match &e.reason {

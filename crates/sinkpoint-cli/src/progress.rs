@@ -3,7 +3,7 @@
 //! Drawn only when stderr is a terminal and the command prints text: with `--json`, or with stderr piped or
 //! redirected, no bar is made at all, so nothing is written to stderr (not even the cursor codes a hidden bar
 //! could send) and stdout is untouched either way. A bar never claims more than it knows: a phase with no
-//! count is a spinner naming the phase; `gc` shows the core's own counts (`sinkpoint::mirror::GcProgress`):
+//! count is a spinner naming the phase; `gc` shows the core's own counts (`sinkpoint::gc::Progress`):
 //! objects listed while listing, then `done/of` while reading or deleting.
 
 use std::io::IsTerminal as _;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sinkpoint::mirror::{GcProgress, GcProgressFn};
+use sinkpoint::gc::{self, ProgressFn};
 
 /// How often a spinner redraws while the work blocks the command's thread.
 const TICK_MS: u64 = 120;
@@ -58,14 +58,14 @@ impl Progress {
     }
 
     /// A callback for the core's collection functions that shows their counts under `what` ("mirror", "inbox").
-    pub(crate) fn gc(&self, what: &'static str) -> GcProgressFn {
+    pub(crate) fn gc(&self, what: &'static str) -> ProgressFn {
         let Some(bar) = self.bar.clone() else {
             return Arc::new(|_| {});
         };
         Arc::new(move |step| match step {
-            GcProgress::Listed(n) => show_phase(&bar, &format!("{what}: listed {n} objects")),
-            GcProgress::Read { done, of } => show_count(&bar, &format!("{what}: reading"), done, of),
-            GcProgress::Deleted { done, of } => show_count(&bar, &format!("{what}: deleting"), done, of),
+            gc::Progress::Listed(n) => show_phase(&bar, &format!("{what}: listed {n} objects")),
+            gc::Progress::Read { done, of } => show_count(&bar, &format!("{what}: reading"), done, of),
+            gc::Progress::Deleted { done, of } => show_count(&bar, &format!("{what}: deleting"), done, of),
             // A kind of progress this CLI does not know yet: keep what is shown.
             _ => {}
         })

@@ -1,4 +1,4 @@
-//! [`LanceDataFiles`]: what the orphan data-file collector ([`sinkpoint::collect`]) asks a Lance dataset.
+//! [`LanceDataFiles`]: what the orphan data-file collector ([`sinkpoint::gc::collect_data_files`]) asks a Lance dataset.
 //!
 //! Files are named relative to the dataset's root, as Lance's own cleanup names them: `data/<file>.lance` for a
 //! data file (or an overlay), `_deletions/<fragment>-<version>-<id>.<arrow|bin>` for a deletion file. Only files
@@ -16,7 +16,7 @@ use lance_table::format::{DataFile, Fragment};
 use lance_table::io::deletion::relative_deletion_file_path;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path;
-use sinkpoint::collect::{DataFiles, FileStat};
+use sinkpoint::gc::{DataFiles, FileStat};
 use sinkpoint::{Error, Result, WriteResult};
 use tokio::sync::OnceCell;
 
@@ -27,7 +27,7 @@ const DATA_DIR: &str = "data";
 /// The directory of a Lance dataset's deletion files, under its root.
 const DELETIONS_DIR: &str = "_deletions";
 
-/// The data files of the Lance dataset at a URI, for [`sinkpoint::collect::collect_data_files`]: the collector of
+/// The data files of the Lance dataset at a URI, for [`sinkpoint::gc::collect_data_files`]: the collector of
 /// the data files of dropped attempts (restarted, aborted, force-aborted, discarded) that no commit will ever
 /// reference. Build it with [`LanceDataFiles::new`] or from the job's target ([`crate::LanceTarget::data_files`]).
 ///

@@ -11,7 +11,7 @@
 //!   commit handler that lets only manifest version V + 1 through (V being the version the key check read), with
 //!   Lance's retries off. Its probe reads only the versions since the commit's intent.
 //! - [`LanceTarget::cleanup_old_versions`] is Lance's cleanup keeping the versions a probe may still read.
-//! - [`LanceDataFiles`] ([`LanceTarget::data_files`]) tells [`sinkpoint::collect::collect_data_files`] which data
+//! - [`LanceDataFiles`] ([`LanceTarget::data_files`]) tells [`sinkpoint::gc::collect_data_files`] which data
 //!   files a result names and which ones every version of the dataset still references, so that the files of
 //!   dropped attempts are deleted and nothing a reader may open is.
 //!

@@ -129,7 +129,7 @@ impl LanceTarget {
     }
 
     /// The dataset's data files, with the target's storage options: what
-    /// [`sinkpoint::collect::collect_data_files`] takes to delete the files of the job's dropped attempts.
+    /// [`sinkpoint::gc::collect_data_files`] takes to delete the files of the job's dropped attempts.
     pub fn data_files(&self) -> LanceDataFiles {
         LanceDataFiles::new(&self.uri).with_storage_options(self.storage_options.clone())
     }

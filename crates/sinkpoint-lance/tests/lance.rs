@@ -899,7 +899,7 @@ mod retention {
     }
 }
 
-/// The orphan data-file collector (`sinkpoint::collect`) over a Lance dataset: [`LanceDataFiles`] names a
+/// The orphan data-file collector (`sinkpoint::gc::collect_data_files`) over a Lance dataset: [`LanceDataFiles`] names a
 /// result's files, reads every version's manifest for what is referenced, and the collector deletes exactly the
 /// files of the job's dropped attempts.
 mod collect {
@@ -907,10 +907,9 @@ mod collect {
     use std::path::Path as FsPath;
 
     use lance_table::format::{DeletionFile, DeletionFileType};
-    use sinkpoint::collect::{CollectReport, CollectSettings, DataFiles, Verdict, collect_data_files};
-    use sinkpoint::mirror::SystemClock;
+    use sinkpoint::gc::{CollectReport, CollectSettings, DataFiles, Verdict, collect_data_files};
     use sinkpoint::testkit::CrashBackend;
-    use sinkpoint::{Committer, ErrorKind, Format, Store, TargetIdentity};
+    use sinkpoint::{Committer, ErrorKind, Format, Store, SystemClock, TargetIdentity};
     use sinkpoint_lance::{FRAGMENT_JSON_FORMAT, LanceDataFiles, decode_fragment};
 
     use super::*;

@@ -16,9 +16,8 @@ use async_trait::async_trait;
 use pyo3::exceptions::{PyAttributeError, PyLookupError, PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
-use sinkpoint::collect::{
-    CollectReport, DATA_FILE_GRACE_MS_DEFAULT, DataFiles, FileStat, GarbageEntry, OrphanFile, Verdict,
-};
+use sinkpoint::gc::{CollectReport, DataFiles, FileStat, GarbageEntry, OrphanFile, Verdict};
+use sinkpoint::limits::DATA_FILE_GRACE_MS_DEFAULT;
 use sinkpoint::{Error, WriteResult};
 
 use crate::errors::invalid;

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
-use sinkpoint::collect::{CollectSettings, GarbageRef, collect_data_files};
 use sinkpoint::commit::CrashHook;
-use sinkpoint::mirror::{MirrorSettings, SystemClock};
+use sinkpoint::gc::{CollectSettings, GarbageRef, collect_data_files};
+use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::Inbox;
-use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, Target, TargetIdentity};
+use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, SystemClock, Target, TargetIdentity};
 
 use crate::args::{check_store_path, options_arg, path_arg};
 use crate::collect::{DATA_FILE_GRACE_S_DEFAULT, PyCollectReport, PyDataFiles, PyGarbageEntry, grace_ms};

@@ -47,7 +47,7 @@ fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("JOB_ID_BYTES_MAX", sinkpoint::limits::JOB_ID_BYTES_MAX)?;
     m.add("SOURCE_KEY_BYTES_MAX", sinkpoint::limits::SOURCE_KEY_BYTES_MAX)?;
     m.add("WRITE_RESULT_BYTES_MAX", sinkpoint::limits::WRITE_RESULT_BYTES_MAX)?;
-    m.add("WORKER_NAME_BYTES_MAX", sinkpoint::shared::WORKER_NAME_BYTES_MAX)?;
+    m.add("WORKER_NAME_BYTES_MAX", sinkpoint::limits::WORKER_NAME_BYTES_MAX)?;
     m.add("LANCE_FRAGMENT_JSON", values::LANCE_FRAGMENT_JSON)?;
     errors::register(m)?;
     m.add_class::<values::PyWriteResult>()?;

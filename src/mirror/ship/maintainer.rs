@@ -9,8 +9,8 @@ use object_store::ObjectMeta;
 use redb::ReadTransaction;
 
 use crate::create_once::Created;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::mirror::clock::Clock;
 use crate::mirror::format::{EpochOpen, ManifestBody, SnapshotHeader, decode_snapshot_chunk, encode_manifest};
 use crate::mirror::layout::ManifestName;
 use crate::mirror::read::list_manifest_names;

@@ -21,9 +21,9 @@ use std::thread::JoinHandle;
 
 use redb::{Database, ReadableDatabase as _};
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_LINGER_MS, MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_CHUNK_BYTES_MAX};
-use crate::mirror::clock::Clock;
 use crate::mirror::format::{EpochOpen, ManifestBody};
 use crate::mirror::layout::ManifestName;
 use crate::mirror::remote::Remote;

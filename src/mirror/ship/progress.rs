@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::limits::MIRROR_QUEUED_GROUPS_MAX;
-use crate::mirror::clock::Clock;
 use crate::mirror::read::list_manifest_names;
 use crate::mirror::remote::Remote;
 use crate::mirror::{MirrorLag, MirrorMode};

@@ -10,7 +10,9 @@ use bytes::Bytes;
 
 use crate::create_once::Created;
 use crate::error::Result;
-use crate::limits::{MIRROR_SEGMENT_FRAMES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
+use crate::limits::{
+    MIRROR_LINGER_STEP_MS, MIRROR_ROOM_STEP_MS, MIRROR_SEGMENT_FRAMES_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX,
+};
 use crate::mirror::format::{SegmentHeader, SegmentKind, decode_segment, encode_segment};
 use crate::mirror::remote::Remote;
 use crate::types::Epoch;
@@ -67,15 +69,6 @@ pub(super) fn put_segment(
         Err(e) => Err(Failure::from_error(&e)),
     }
 }
-
-/// The steps in which the uploader lingers, in milliseconds: how late it may notice a caller waiting for
-/// everything.
-pub(super) const LINGER_STEP_MS: u64 = 2;
-
-/// How often the uploader looks again for room to put while every slot it may use is in flight, in
-/// milliseconds: a put takes tens of them, so the delay it adds is small, and groups keep joining the segment
-/// meanwhile.
-pub(super) const ROOM_STEP_MS: u64 = 1;
 
 /// A segment handed to a putter: its slot, its frames from `first_seq`, and the last group it holds.
 pub(super) struct SegmentPut {
@@ -235,15 +228,15 @@ impl Uploader {
     }
 
     /// The next group if it arrives before `deadline_ms` (on the injected clock) and nobody blocks on the uploader
-    /// meanwhile. Waits in steps of [`LINGER_STEP_MS`], at most `linger_ms` in all: a manual clock never
+    /// meanwhile. Waits in steps of [`MIRROR_LINGER_STEP_MS`], at most `linger_ms` in all: a manual clock never
     /// advances, and a `flush` begun during the linger is seen within a step.
     pub(super) fn linger(&self, groups: &mpsc::Receiver<Group>, deadline_ms: u64) -> Option<Group> {
-        for _ in 0..self.linger_ms.div_ceil(LINGER_STEP_MS) {
+        for _ in 0..self.linger_ms.div_ceil(MIRROR_LINGER_STEP_MS) {
             let left_ms = deadline_ms.saturating_sub(self.progress.clock.now_ms());
             if left_ms == 0 || self.progress.hurried() {
                 break;
             }
-            match groups.recv_timeout(Duration::from_millis(left_ms.min(LINGER_STEP_MS))) {
+            match groups.recv_timeout(Duration::from_millis(left_ms.min(MIRROR_LINGER_STEP_MS))) {
                 Ok(next) => return Some(next),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -255,12 +248,12 @@ impl Uploader {
 
 /// Waits one step for room, taking a group that arrives meanwhile.
 pub(super) fn wait_step(groups: &mpsc::Receiver<Group>) -> Option<Group> {
-    match groups.recv_timeout(Duration::from_millis(ROOM_STEP_MS)) {
+    match groups.recv_timeout(Duration::from_millis(MIRROR_ROOM_STEP_MS)) {
         Ok(next) => Some(next),
         Err(mpsc::RecvTimeoutError::Timeout) => None,
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             // The writer is gone (a close): nothing more will join, but the segment still waits for its room.
-            std::thread::sleep(Duration::from_millis(ROOM_STEP_MS));
+            std::thread::sleep(Duration::from_millis(MIRROR_ROOM_STEP_MS));
             None
         }
     }

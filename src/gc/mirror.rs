@@ -1,4 +1,4 @@
-//! The operator's collection of a mirror (`sinkpoint gc`): what a writer's own collection could not reach, because
+//! The operator's collection of a mirror (`sinkpoint gc --mirror`): what a writer's own collection could not reach, because
 //! the writer died before its collection was due, or because no manifest ever referenced it (a snapshot whose
 //! writer crashed before its manifest).
 //!
@@ -22,11 +22,9 @@
 //!   name a snapshot that is gone (its restore then fails `Corrupt`, naming it): keep the minimum age well above
 //!   any stall you expect, as for `MirrorSettings::gc_age_ms_min`.
 //!
-//! Ages are measured against the caller's wall time (`now_wall_ms`) and the store's `last_modified`: a clock
-//! skew between the two shortens or lengthens every age by the skew, so keep the minimum age far above it.
-//!
-//! [`find_garbage_with_progress`] and [`delete_garbage_with_progress`] tell a callback how far they have got
-//! ([`GcProgress`]), for the CLI's progress bars; they collect exactly what the plain forms collect.
+//! Ages are measured against the caller's wall time (`now_wall_ms`) and the store's `last_modified` (see the
+//! vocabulary of `gc`): a clock skew between the two shortens or lengthens every age by the skew, so keep the
+//! minimum age far above it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,17 +32,15 @@ use std::sync::Arc;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore};
 
+use super::{Progress, ProgressFn, is_young, object_age_ms};
 use crate::error::{Error, Result};
-use crate::mirror::MirrorSettings;
-use crate::mirror::layout::ManifestName;
-use crate::mirror::read::read_newest;
-use crate::mirror::remote::Remote;
+use crate::mirror::{ManifestName, MirrorSettings, Remote, read_newest};
 use crate::types::{Epoch, JobId};
 
-/// Why an object is garbage.
+/// Why a mirror object is garbage.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[non_exhaustive]
-pub enum GarbageReason {
+pub enum MirrorReason {
     /// The newest manifest no longer references it: an older manifest, or a slot or snapshot below its base.
     Superseded,
     /// No manifest ever referenced it: a snapshot above the newest manifest's base, left by a writer that died
@@ -52,12 +48,12 @@ pub enum GarbageReason {
     Stray,
 }
 
-impl GarbageReason {
+impl MirrorReason {
     /// A short name, for reports.
     pub fn name(self) -> &'static str {
         match self {
-            GarbageReason::Superseded => "superseded",
-            GarbageReason::Stray => "stray",
+            MirrorReason::Superseded => "superseded",
+            MirrorReason::Stray => "stray",
         }
     }
 }
@@ -74,10 +70,10 @@ pub struct MirrorObject {
     /// object, since its snapshot's last chunk was put for a stray one (0 for a time in the future).
     pub age_ms: u64,
     /// Why it is garbage.
-    pub reason: GarbageReason,
+    pub reason: MirrorReason,
 }
 
-/// What [`find_garbage`] found.
+/// What [`find_mirror_garbage`] found.
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub struct MirrorGarbage {
@@ -89,7 +85,7 @@ pub struct MirrorGarbage {
     pub newest_manifest: Path,
     /// The first slot a restore reads; slots from here on are never deleted.
     pub base_slot: u64,
-    /// Garbage at least the minimum age old: what [`delete_garbage`] deletes.
+    /// Garbage at least the minimum age old: what [`delete_mirror_garbage`] deletes.
     pub due: Vec<MirrorObject>,
     /// Garbage younger than the minimum age: kept (a reader or a writer may still use it).
     pub young: Vec<MirrorObject>,
@@ -107,82 +103,33 @@ impl MirrorGarbage {
     }
 }
 
-/// How far a collection has got, told to a [`GcProgressFn`] as it goes (for a progress bar). Each count is a
-/// running total since the call began; a count only grows, and an `of` is what is known so far to be done.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[non_exhaustive]
-pub enum GcProgress {
-    /// Objects listed so far (a mirror's `manifest/`, `wal/` and `snapshot/`, or an inbox): how many there are
-    /// is not known until the listing ends.
-    Listed(u64),
-    /// Objects read so far (an inbox's claims and due entries), of `of` to read.
-    Read {
-        /// Read so far.
-        done: u64,
-        /// To read, as far as is known now.
-        of: u64,
-    },
-    /// Objects deleted so far, of `of` to delete.
-    Deleted {
-        /// Deleted so far.
-        done: u64,
-        /// To delete.
-        of: u64,
-    },
-}
-
-/// A callback told of a collection's progress ([`GcProgress`]), for the `*_with_progress` forms of the
-/// collection functions. It is called on the collection's own thread between requests, so it should return at
-/// once; it cannot change what is collected.
-pub type GcProgressFn = Arc<dyn Fn(GcProgress) + Send + Sync>;
-
-/// A callback that ignores progress: what the forms without `_with_progress` pass.
-pub(crate) fn no_progress() -> GcProgressFn {
-    Arc::new(|_| {})
-}
-
 /// Lists the garbage of the mirror at `prefix` of `store`: objects no restore needs (see the module's rules),
 /// `due` if at least `age_ms_min` old at `now_wall_ms` (milliseconds since the Unix epoch, compared with the
 /// store's `last_modified`), else `young`. Reads the manifest listing, the newest manifest (and its predecessor
-/// if the newest is a claim) and the listings of `wal/` and `snapshot/`; deletes nothing.
+/// if the newest is a claim) and the listings of `wal/` and `snapshot/`; deletes nothing. Tells `progress` how
+/// many objects it has listed after each of its three listings ([`Progress::Listed`]).
 ///
 /// A prefix without a manifest is [`crate::ErrorKind::WrongStore`] (it is not a mirror, or not this one); a
 /// damaged newest manifest is [`crate::ErrorKind::Corrupt`]: nothing can be judged garbage then.
-pub async fn find_garbage(
+pub async fn find_mirror_garbage(
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     now_wall_ms: u64,
     age_ms_min: u64,
-) -> Result<MirrorGarbage> {
-    find_garbage_with_progress(store, prefix, now_wall_ms, age_ms_min, no_progress()).await
-}
-
-/// [`find_garbage`], telling `progress` how many objects it has listed after each of its three listings
-/// ([`GcProgress::Listed`]). It finds exactly what [`find_garbage`] finds.
-pub async fn find_garbage_with_progress(
-    store: Arc<dyn ObjectStore>,
-    prefix: Path,
-    now_wall_ms: u64,
-    age_ms_min: u64,
-    progress: GcProgressFn,
+    progress: ProgressFn,
 ) -> Result<MirrorGarbage> {
     blocking(store, prefix, move |remote| find(remote, now_wall_ms, age_ms_min, &*progress)).await
 }
 
-/// Deletes the due objects of `garbage` (found by [`find_garbage`] on the same `store` and `prefix`); an object
-/// already gone counts as deleted. Returns how many were deleted. Objects only grow older, and a newer manifest
-/// only supersedes more, so a report stays true until it is applied.
-pub async fn delete_garbage(store: Arc<dyn ObjectStore>, prefix: Path, garbage: &MirrorGarbage) -> Result<u64> {
-    delete_garbage_with_progress(store, prefix, garbage, no_progress()).await
-}
-
-/// [`delete_garbage`], telling `progress` after each delete how many of the due objects are deleted so far
-/// ([`GcProgress::Deleted`]). It deletes exactly what [`delete_garbage`] deletes.
-pub async fn delete_garbage_with_progress(
+/// Deletes the due objects of `garbage` (found by [`find_mirror_garbage`] on the same `store` and `prefix`); an
+/// object already gone counts as deleted. Returns how many were deleted, and tells `progress` after each delete
+/// how many of the due objects are deleted so far ([`Progress::Deleted`]). Objects only grow older, and a newer
+/// manifest only supersedes more, so a report stays true until it is applied.
+pub async fn delete_mirror_garbage(
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     garbage: &MirrorGarbage,
-    progress: GcProgressFn,
+    progress: ProgressFn,
 ) -> Result<u64> {
     let paths: Vec<Path> = garbage.due.iter().map(|o| o.path.clone()).collect();
     let of = paths.len() as u64;
@@ -197,7 +144,7 @@ pub async fn delete_garbage_with_progress(
             }
             remote.delete(path)?;
             deleted += 1;
-            progress(GcProgress::Deleted { done: deleted, of });
+            progress(Progress::Deleted { done: deleted, of });
         }
         Ok(deleted)
     })
@@ -218,17 +165,12 @@ async fn blocking<T: Send + 'static>(
     .map_err(|e| Error::bug(format!("mirror collection task: {e}")))?
 }
 
-fn age_ms(now_wall_ms: u64, meta: &ObjectMeta) -> u64 {
-    let at = u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0);
-    now_wall_ms.saturating_sub(at)
-}
-
-fn find(remote: &Remote, now_wall_ms: u64, age_ms_min: u64, progress: &dyn Fn(GcProgress)) -> Result<MirrorGarbage> {
+fn find(remote: &Remote, now_wall_ms: u64, age_ms_min: u64, progress: &dyn Fn(Progress)) -> Result<MirrorGarbage> {
     let mut listed = 0;
     let mut list = |dir: &str| -> Result<Vec<ObjectMeta>> {
         let objects = remote.list(dir)?;
         listed += objects.len() as u64;
-        progress(GcProgress::Listed(listed));
+        progress(Progress::Listed(listed));
         Ok(objects)
     };
     let mut manifests: Vec<(ManifestName, ObjectMeta)> = list("manifest")?
@@ -246,39 +188,39 @@ fn find(remote: &Remote, now_wall_ms: u64, age_ms_min: u64, progress: &dyn Fn(Gc
     };
     let at = names.iter().position(|n| *n == newest).ok_or_else(|| Error::bug("the newest manifest not listed"))?;
     // The newest may have vanished since the listing only if a newer one superseded it; the one read is kept.
-    let superseded_age = age_ms(now_wall_ms, &manifests[at].1);
+    let superseded_age = object_age_ms(now_wall_ms, &manifests[at].1);
     // A claim's predecessor may lend it its base (`read_newest`): keep it with the claim.
     let keep_from = if newest.update == 0 { at.saturating_sub(1) } else { at };
     let base = body.first_slot;
 
     let mut garbage = Vec::new();
     for (_, meta) in manifests.into_iter().take(keep_from) {
-        garbage.push((meta, GarbageReason::Superseded, superseded_age));
+        garbage.push((meta, MirrorReason::Superseded, superseded_age));
     }
     for meta in list("wal")? {
         if remote.layout.parse_slot(&meta.location, "wal").is_some_and(|slot| slot < base) {
-            garbage.push((meta, GarbageReason::Superseded, superseded_age));
+            garbage.push((meta, MirrorReason::Superseded, superseded_age));
         }
     }
     // Snapshots above the base are grouped by slot: a stray one is only as old as its youngest chunk.
     let mut strays: BTreeMap<u64, Vec<ObjectMeta>> = BTreeMap::new();
     for meta in list("snapshot")? {
         match remote.layout.parse_slot(&meta.location, "snapshot") {
-            Some(slot) if slot < base => garbage.push((meta, GarbageReason::Superseded, superseded_age)),
+            Some(slot) if slot < base => garbage.push((meta, MirrorReason::Superseded, superseded_age)),
             Some(slot) if slot > base => strays.entry(slot).or_default().push(meta),
             // The base's snapshot (every chunk: which ones it counts is in chunk 0), or a name not ours.
             _ => {}
         }
     }
     for chunks in strays.into_values() {
-        let youngest = chunks.iter().map(|m| age_ms(now_wall_ms, m)).min().unwrap_or(0);
-        garbage.extend(chunks.into_iter().map(|m| (m, GarbageReason::Stray, youngest)));
+        let youngest = chunks.iter().map(|m| object_age_ms(now_wall_ms, m)).min().unwrap_or(0);
+        garbage.extend(chunks.into_iter().map(|m| (m, MirrorReason::Stray, youngest)));
     }
 
     let (mut due, mut young) = (Vec::new(), Vec::new());
     for (meta, reason, age_ms) in garbage {
         let object = MirrorObject { path: meta.location, bytes: meta.size, age_ms, reason };
-        if age_ms >= age_ms_min { due.push(object) } else { young.push(object) }
+        if is_young(age_ms, age_ms_min) { young.push(object) } else { due.push(object) }
     }
     due.sort_by(|a, b| a.path.cmp(&b.path));
     young.sort_by(|a, b| a.path.cmp(&b.path));

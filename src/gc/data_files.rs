@@ -30,38 +30,16 @@ use std::collections::BTreeSet;
 use async_trait::async_trait;
 use futures::StreamExt as _;
 
+use super::ledger::{GarbageEntry, GarbageRef};
+use super::{age_ms, is_young};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::inspect::Inspector;
-use crate::limits::{COLLECT_CONCURRENT_MAX, GARBAGE_FORGET_ENTRIES_MAX, GARBAGE_PAGE_ENTRIES_MAX};
-use crate::mirror::Clock;
+use crate::limits::{
+    COLLECT_CONCURRENT_MAX, DATA_FILE_GRACE_MS_DEFAULT, GARBAGE_FORGET_ENTRIES_MAX, GARBAGE_PAGE_ENTRIES_MAX,
+};
 use crate::store::{Store, TableSnapshot};
 use crate::types::{Attempt, CheckpointId, WriteResult};
-
-/// The default grace period of [`CollectSettings`]: a day, like the inbox's.
-pub const DATA_FILE_GRACE_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
-
-/// Where an entry sits in the garbage ledger: the sequence number of the record that dropped its result, and
-/// the result's index among that record's.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct GarbageRef {
-    /// The sequence number of the `restart`, `abort` or `force_abort` record.
-    pub seq: u64,
-    /// The result's index among what that record dropped.
-    pub index: u32,
-}
-
-/// One entry of the garbage ledger: a write result of a dropped attempt.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct GarbageEntry {
-    /// Its place in the ledger.
-    pub at: GarbageRef,
-    /// The checkpoint whose attempt it was.
-    pub id: CheckpointId,
-    /// The dropped attempt.
-    pub attempt: Attempt,
-    /// The write result, naming the data files.
-    pub result: WriteResult,
-}
 
 /// A data file's size and age, as the table's storage reports them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -101,7 +79,8 @@ pub trait DataFiles: Send + Sync {
 /// How a collection runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct CollectSettings {
-    /// Files modified less than this long ago are kept (with their ledger entry), in milliseconds.
+    /// Files modified less than this long ago are kept (with their ledger entry), in milliseconds (default
+    /// [`crate::limits::DATA_FILE_GRACE_MS_DEFAULT`]: a day, like the inbox's).
     pub grace_ms: u64,
     /// Delete what is due and forget the settled entries; `false` (the default) only reports.
     pub apply: bool,
@@ -306,7 +285,7 @@ async fn judge_entry(
         } else {
             match stat {
                 None => Verdict::Gone,
-                Some(s) if now_ms.saturating_sub(s.modified_ms) < settings.grace_ms => Verdict::Young,
+                Some(s) if is_young(age_ms(now_ms, s.modified_ms), settings.grace_ms) => Verdict::Young,
                 Some(_) if settings.apply => {
                     table.delete(&file).await?;
                     Verdict::Deleted
@@ -325,18 +304,4 @@ async fn judge_entry(
         });
     }
     Ok((out, settled))
-}
-
-/// Checks a `forget_garbage` call's entries: 1 to [`GARBAGE_FORGET_ENTRIES_MAX`], returned sorted and distinct.
-pub(crate) fn checked_refs(refs: &[GarbageRef]) -> Result<Vec<(u64, u32)>> {
-    if refs.is_empty() || refs.len() > GARBAGE_FORGET_ENTRIES_MAX {
-        return Err(Error::invalid_input(format!(
-            "forget_garbage takes 1 to {GARBAGE_FORGET_ENTRIES_MAX} entries, not {}",
-            refs.len()
-        )));
-    }
-    let mut entries: Vec<(u64, u32)> = refs.iter().map(|r| (r.seq, r.index)).collect();
-    entries.sort_unstable();
-    entries.dedup();
-    Ok(entries)
 }

@@ -1,9 +1,10 @@
-//! The clock the mirror reads for everything timed (the minimum age of deletes, the asynchronous lag bound),
-//! injected so tests run on a logical clock instead of wall time.
+//! The clock everything timed reads, injected so tests run on a logical clock instead of wall time: the mirror
+//! (the minimum age of its deletes, the asynchronous lag bound), the store builder that hands it to the mirror,
+//! and the garbage collectors (`crate::gc`, which compare wall time with a file's or an object's modification).
 //!
 //! Durations are measured on a monotonic reading, so a step of the wall clock (an NTP correction, a VM resume)
-//! can neither make every pending collection due at once nor freeze the lag bound; wall time is read only for
-//! the `created_ms` a manifest records for people.
+//! can neither make every pending collection due at once nor freeze the lag bound; wall time is read only for what
+//! people read (a manifest's `created_ms`) and for what is compared with storage's own times (a collector's ages).
 
 use std::fmt::Debug;
 use std::sync::OnceLock;
@@ -15,8 +16,9 @@ pub trait Clock: Send + Sync + Debug + 'static {
     /// between readings matter, and it never goes back.
     fn now_ms(&self) -> u64;
 
-    /// Wall time in milliseconds since the Unix epoch, recorded in manifests and never used to measure a
-    /// duration. Defaults to [`Clock::now_ms`], which suits a logical test clock.
+    /// Wall time in milliseconds since the Unix epoch, recorded in manifests and compared by the collectors with
+    /// the modification times storage reports; never used to measure a duration of this process. Defaults to
+    /// [`Clock::now_ms`], which suits a logical test clock.
     fn wall_ms(&self) -> u64 {
         self.now_ms()
     }
