@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::commit::{CommitOutcome, ProbeOutcome, Target, TargetCommit};
 use crate::create_once::{CreateOnce, Created, put_create};
 use crate::error::{Error, Result};
-use crate::gc::{DataFiles, FileStat};
+use crate::gc::files::{DataFiles, FileStat};
 use crate::types::{CheckpointId, Epoch, Format, JobId, WriteResult};
 use crate::wal::record::{decode_value, encode_value};
 

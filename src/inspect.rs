@@ -262,7 +262,11 @@ impl Inspector {
 
     /// The garbage ledger after `after` (see [`crate::Store::garbage`]), at most `limit` entries
     /// ([`crate::limits::GARBAGE_PAGE_ENTRIES_MAX`]).
-    pub fn garbage(&self, after: Option<crate::gc::GarbageRef>, limit: usize) -> Result<Vec<crate::gc::GarbageEntry>> {
+    pub fn garbage(
+        &self,
+        after: Option<crate::gc::ledger::GarbageRef>,
+        limit: usize,
+    ) -> Result<Vec<crate::gc::ledger::GarbageEntry>> {
         self.read(|s| s.garbage(after, limit.min(crate::limits::GARBAGE_PAGE_ENTRIES_MAX)))
     }
 

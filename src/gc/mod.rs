@@ -27,6 +27,7 @@
 //! docs/protocols/collector.md has each collector's rules and the tests that hold them.
 
 mod data_files;
+pub(crate) mod files;
 mod inbox;
 pub(crate) mod ledger;
 mod mirror;
@@ -35,9 +36,8 @@ use std::sync::Arc;
 
 use object_store::ObjectMeta;
 
-pub use data_files::{
-    CollectReport, CollectSettings, DataFiles, FileStat, OrphanFile, Verdict, collect_data_files, preview_data_files,
-};
+pub use data_files::{CollectReport, CollectSettings, OrphanFile, Verdict, collect_data_files, preview_data_files};
+pub use files::{DataFiles, FileStat};
 pub use inbox::{InboxEntry, InboxGarbage, InboxReason, delete_inbox_garbage, find_inbox_garbage};
 pub use ledger::{GarbageEntry, GarbageRef};
 pub use mirror::{MirrorGarbage, MirrorObject, MirrorReason, delete_mirror_garbage, find_mirror_garbage};

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use redb::{Database, WriteTransaction};
 
-use crate::create_once::Created;
 use crate::clock::Clock;
+use crate::create_once::Created;
 use crate::error::{Error, Result};
 use crate::limits::{MIRROR_CLAIM_ATTEMPTS_MAX, MIRROR_FENCE_ATTEMPTS_MAX, MIRROR_TAIL_SEGMENT_BYTES_MAX};
 use crate::mirror::format::{

@@ -245,7 +245,6 @@ impl CheckpointId {
     }
 }
 
-
 impl SharedStaging {
     /// The transient error of a request that got no answer within the timeout (`what` names the object).
     fn no_answer(&self, what: &str) -> Error {

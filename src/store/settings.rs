@@ -16,7 +16,7 @@ pub enum StagingDurability {
     None,
 }
 
-/// The settings of a store: plain data, kept apart from the injected components of [`StoreBuilder`].
+/// The settings of a store: plain data, kept apart from the injected components of [`crate::StoreBuilder`].
 #[derive(Clone, Debug)]
 pub struct StoreSettings {
     /// The job; recorded at create, checked at every open.

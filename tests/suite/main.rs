@@ -18,6 +18,7 @@ mod mirror_support;
 mod process;
 
 mod bad_input;
+mod code_shape;
 mod collect;
 mod collect_model;
 mod commit_props;

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use object_store::ObjectMeta;
 use redb::ReadTransaction;
 
-use crate::create_once::Created;
 use crate::clock::Clock;
+use crate::create_once::Created;
 use crate::error::{Error, Result};
 use crate::mirror::format::{EpochOpen, ManifestBody, SnapshotHeader, decode_snapshot_chunk, encode_manifest};
 use crate::mirror::layout::ManifestName;
