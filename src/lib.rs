@@ -46,7 +46,7 @@
 //! | a task writing one input (same process as the store) | [`Store::stage`], [`Store::seal`], [`Store::stage_and_seal`], [`SealWindow`] |
 //! | a worker on another machine | [`shared::SharedStaging`], [`shared::Worker`]; the committer adopts with [`shared::Inbox`] |
 //! | the driver that commits | [`Committer`]: `recover`, `commit_pending`, `finish` |
-//! | writing a table adapter | [`Target`] (its contract), [`DirTable`] (the reference), [`testkit`]'s conformance suite |
+//! | writing a table adapter | [`Target`] (its contract), [`DirTable`] (the reference), the conformance suite in `testkit` (feature `testkit`) |
 //! | running the job safely across machines | [`StoreBuilder::mirror`] and [`mirror::MirrorSettings`] |
 //! | an operator | [`inspect::Inspector`] (read-only), the `sinkpoint` CLI, and the hatches behind [`Store::operator`] ([`Operator`]) |
 //! | collecting garbage | [`gc`]: [`gc::collect_data_files`], [`gc::find_mirror_garbage`], [`gc::find_inbox_garbage`] |
