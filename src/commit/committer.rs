@@ -188,7 +188,9 @@ impl<'a> Committer<'a> {
                 Err(self.store.refuse_if_superseded().await.err().unwrap_or_else(|| self.key_0_landed_error()))
             }
             ProbeOutcome::Unknown { reason } => Err(Error::target(format!(
-                "the target cannot tell whether it holds key {} ({reason}), which this store never began; retry",
+                "before its first commit this store checks that the target does not already hold key {} (another \
+                 driver's, or a lost store's); the target could not tell ({reason}). Nothing was begun or written: \
+                 retry once the target answers",
                 self.key(0)
             ))),
         }

@@ -303,6 +303,24 @@ async fn a_fresh_store_for_a_job_already_in_the_target_is_refused() {
     assert_eq!(err.kind(), ErrorKind::WrongStore, "{err}");
 }
 
+/// A fresh store whose check of key 0 gets no answer from the target stops before it begins anything, and its
+/// error says what happened and what to do: nothing was begun, retry. The retry commits every input once.
+#[tokio::test]
+async fn a_fresh_store_whose_key_0_check_gets_no_answer_begins_nothing_and_says_retry() {
+    let target = FaultyTarget::scripted(memory_table(), Vec::new(), vec![ProbeFault::Unknown]);
+    let store = open(&CrashBackend::new()).await;
+    run_inputs(&store, target.inner(), 0..2).await;
+    let err = Committer::new(&store, &target).commit_pending().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Target, "{err}");
+    let message = err.to_string();
+    for words in ["before its first commit", "Nothing was begun", "retry"] {
+        assert!(message.contains(words), "{words:?} missing from: {message}");
+    }
+    assert!(store.pending().unwrap().in_flight.is_none());
+    Committer::new(&store, &target).finish().await.unwrap();
+    assert_eq!(account(target.inner(), 2).await, exactly_once(2));
+}
+
 /// Issue 15: a fresh job that recovers, then commits, probes key 0 once (at `recover`), not again before it
 /// begins it: the open's handle remembers the answer, and a zombie's key 0 landing in between is still caught
 /// when ours is refused (red-team 13).
