@@ -67,9 +67,10 @@ def commands(block: str):
 
 def substitute(command: str, tmp: str) -> str:
     """``command`` with the CI substitutions of the module docstring."""
+    # The README's /tmp paths first: the venv's own path may be under /tmp too (a CI cache there), and is kept.
+    command = command.replace("/tmp/", f"{tmp}/")
     command = command.replace("python3 -m venv .venv", f"ln -s {shlex.quote(sys.prefix)} .venv")
-    command = command.replace("maturin develop --release", "python -c 'import sinkpoint._sinkpoint'")
-    return command.replace("/tmp/", f"{tmp}/")
+    return command.replace("maturin develop --release", "python -c 'import sinkpoint._sinkpoint'")
 
 
 #: Run after the kill line: fails, listing them, if a process of the killed run is still alive 0.5 s later.
