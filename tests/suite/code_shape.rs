@@ -167,7 +167,6 @@ fn long_functions(text: &str) -> Vec<(String, usize)> {
         let signature = ["pub(crate) ", "pub(super) ", "pub ", "async ", "const "]
             .iter()
             .fold(code, |c, prefix| c.strip_prefix(prefix).unwrap_or(c));
-        let signature = signature.strip_prefix("async ").unwrap_or(signature);
         if let Some(name) = signature.strip_prefix("fn ").filter(|_| !line.trim_end().ends_with(';')) {
             let name: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             let close = " ".repeat(indent) + "}";
