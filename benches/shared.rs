@@ -1,9 +1,10 @@
 //! Shared-staging rows: a worker's requests and wall time per checkpoint against a Daft-style checkpoint store
 //! (one put per stage call, one per seal) on the same counting object store throttled to 20 ms a request; the
 //! committer's time from the last seal to the commit with 8 and 64 workers; and the committer's requests per round
-//! as the checkpoints already committed grow from 1 k to 100 k (quick mode: 100 and 1 k), listings counted by
-//! pages of 1,000. They grow with the history because the committer finds one-shot seals by listing the claims
-//! (one page per 1,000 a round; docs/decisions/0014-seals-found-by-listing-claims.md says why).
+//! and time per round as the checkpoints already committed grow from 1 k to 100 k (`SINKPOINT_SHARED_HISTORY` sets
+//! another, such as 1 M; quick mode: 100 and 1 k), listings counted by pages of 1,000: a round that lists the
+//! claims (`Inbox::adopt`: one page per 1,000 claims of the job) against one that reads the claims of the ids it
+//! expects (`Inbox::adopt_expected`: flat; docs/decisions/0041-rounds-read-expected-claims.md).
 //!
 //! `cargo bench --bench shared` (quick: `cargo test --bench shared`).
 
@@ -153,9 +154,33 @@ fn committer_rows(rt: &tokio::runtime::Runtime, report: &Report) {
     );
 }
 
-/// Requests (and listed objects) of one round adopting and committing 8 new checkpoints, once `history`
-/// checkpoints are already committed.
-fn round_after(rt: &tokio::runtime::Runtime, history: u64) -> (u64, u64, Duration) {
+/// Rounds of expected ids measured after the history; the median is reported.
+const EXPECTED_ROUNDS: u64 = 5;
+
+/// What one adopt-and-commit round cost.
+#[derive(Clone, Copy)]
+struct Round {
+    requests: u64,
+    listed: u64,
+    time: Duration,
+}
+
+/// Seals `ids` (one input each) through `worker`, 32 at once.
+async fn seal_all(worker: &Worker, inputs: std::ops::Range<u64>) {
+    let seals = inputs.map(|i| async move {
+        worker.stage_and_seal(&CheckpointId::for_key(&input(i)), vec![input(i)], vec![small_result(i)]).await.unwrap()
+    });
+    futures::stream::iter(seals).buffer_unordered(32).collect::<Vec<()>>().await;
+}
+
+fn ids(inputs: std::ops::Range<u64>) -> Vec<CheckpointId> {
+    inputs.map(|i| CheckpointId::for_key(&input(i))).collect()
+}
+
+/// Once `history` checkpoints are committed (adopted by rounds of 1,000 expected ids), one round adopting and
+/// committing 8 new checkpoints by listing the claims (`adopt`), then the median of `EXPECTED_ROUNDS` rounds each
+/// adopting 8 more by their ids (`adopt_expected`), each with its requests, objects listed and wall time.
+fn rounds_after(rt: &tokio::runtime::Runtime, history: u64) -> (Round, Round) {
     let dir = common::tempdir();
     let objects = Arc::new(FaultStore::new(InMemory::new()));
     let shared = SharedStaging::new(objects.clone(), "staging", job()).unwrap();
@@ -166,50 +191,78 @@ fn round_after(rt: &tokio::runtime::Runtime, history: u64) -> (u64, u64, Duratio
         let inbox = Inbox::new(shared.clone());
         let batch = 1000.min(history);
         for start in (0..history).step_by(batch as usize) {
-            let seals = (start..start + batch).map(|i| {
-                let worker = &worker;
-                async move {
-                    worker
-                        .stage_and_seal(&CheckpointId::for_key(&input(i)), vec![input(i)], vec![small_result(i)])
-                        .await
-                        .unwrap()
-                }
-            });
-            futures::stream::iter(seals).buffer_unordered(32).collect::<Vec<()>>().await;
-            inbox.adopt(&store).await.unwrap();
+            seal_all(&worker, start..start + batch).await;
+            inbox.adopt_expected(&store, &ids(start..start + batch)).await.unwrap();
             Committer::new(&store, &table).commit_pending().await.unwrap();
         }
-        for i in history..history + 8 {
-            worker
-                .stage_and_seal(&CheckpointId::for_key(&input(i)), vec![input(i)], vec![small_result(i)])
-                .await
-                .unwrap();
+        let measure = |expected: Option<Vec<CheckpointId>>| {
+            let (objects, store, inbox, table) = (&objects, &store, &inbox, &table);
+            async move {
+                let before = objects.counts();
+                let started = Instant::now();
+                let report = match expected {
+                    Some(ids) => inbox.adopt_expected(store, &ids).await.unwrap(),
+                    None => inbox.adopt(store).await.unwrap(),
+                };
+                Committer::new(store, table).commit_pending().await.unwrap();
+                let (time, after) = (started.elapsed(), objects.counts());
+                assert_eq!(report.adopted.len(), 8, "{report:?}");
+                Round { requests: requests(after) - requests(before), listed: after.listed - before.listed, time }
+            }
+        };
+        seal_all(&worker, history..history + 8).await;
+        let listing = measure(None).await;
+        // The median of a few rounds: a round's flush sometimes carries the mirror's upkeep.
+        let mut expected = Vec::new();
+        for r in 0..EXPECTED_ROUNDS {
+            let first = history + 8 + 8 * r;
+            seal_all(&worker, first..first + 8).await;
+            expected.push(measure(Some(ids(first..first + 8))).await);
         }
-        let before = objects.counts();
-        let started = Instant::now();
-        inbox.adopt(&store).await.unwrap();
-        Committer::new(&store, &table).commit_pending().await.unwrap();
-        let after = objects.counts();
-        (requests(after) - requests(before), after.listed - before.listed, started.elapsed())
+        expected.sort_by_key(|r| r.time);
+        (listing, expected[expected.len() / 2])
     })
 }
 
 use futures::StreamExt as _;
 
 fn history_rows(rt: &tokio::runtime::Runtime, report: &Report, small: u64, large: u64) {
-    let (r_small, l_small, t_small) = round_after(rt, small);
-    let (r_large, l_large, t_large) = round_after(rt, large);
-    let figures = format!(
-        "after {small}: {r_small} requests, {l_small} objects listed, {}; after {large}: {r_large} requests, {l_large} listed, {}",
-        fmt_dur(t_small),
-        fmt_dur(t_large)
+    let (list_small, exp_small) = rounds_after(rt, small);
+    let (list_large, exp_large) = rounds_after(rt, large);
+    let figures = |s: Round, l: Round| {
+        format!(
+            "after {small}: {} requests, {} objects listed, {}; after {large}: {} requests, {} listed, {}",
+            s.requests,
+            s.listed,
+            fmt_dur(s.time),
+            l.requests,
+            l.listed,
+            fmt_dur(l.time)
+        )
+    };
+    report.add(
+        format!("committer round listing the claims: requests, {large} vs {small} committed"),
+        list_large.requests as f64 / list_small.requests as f64,
+        Goal::Info,
+        figures(list_small, list_large),
     );
     report.add(
-        format!("committer requests per round, {large} vs {small} committed"),
-        r_large as f64 / r_small as f64,
+        format!("committer round of expected ids: requests, {large} vs {small} committed"),
+        exp_large.requests as f64 / exp_small.requests as f64,
         Goal::AtMost(1.1),
-        figures,
+        figures(exp_small, exp_large),
     );
+    report.add(
+        format!("committer round of expected ids: time, {large} vs {small} committed"),
+        exp_large.time.as_secs_f64() / exp_small.time.as_secs_f64(),
+        Goal::AtMost(1.1),
+        figures(exp_small, exp_large),
+    );
+}
+
+/// The larger history of the full run: `SINKPOINT_SHARED_HISTORY` (say 1000000), else 100,000.
+fn large_history() -> u64 {
+    std::env::var("SINKPOINT_SHARED_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000)
 }
 
 fn main() {
@@ -218,7 +271,7 @@ fn main() {
     let report = Report::default();
     worker_rows(&rt, &report, if quick { 3 } else { 50 });
     committer_rows(&rt, &report);
-    let (small, large) = if quick { (100, 1_000) } else { (1_000, 100_000) };
+    let (small, large) = if quick { (100, 1_000) } else { (1_000, large_history()) };
     history_rows(&rt, &report, small, large);
     report.print("Shared staging: workers on many machines");
 }

@@ -124,12 +124,19 @@ pub const SHARED_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// The most object-store requests one committer round of shared staging (or one collection of an inbox) has in
 /// flight at once.
 pub(crate) const SHARED_CONCURRENT_MAX: usize = 16;
+/// The most claim reads, and the most adoptions into the store, one committer round has in flight at once: as
+/// many as the seals 64 workers with 4 tasks each make at once, so a round keeps up with them (the store folds the
+/// concurrent adoptions into group commits of up to `GROUP_COMMIT_CALLS_MAX`).
+pub(crate) const ADOPT_IN_FLIGHT_MAX: usize = 256;
 /// The most inbox entries, and the most claims not known yet, one committer round takes on (the rest wait for
 /// the next round): bounds a round's memory and time however many parts dead workers left behind or seals
 /// arrived at once. The claims listing itself is never cut short: known claims are passed over, not kept.
 /// (More than this many parts of dead, never sealed attempts would starve newer ones, for the listing order is
 /// by hash: collecting them is `sinkpoint gc --shared`, `gc::find_inbox_garbage`.)
 pub(crate) const SHARED_ROUND_ENTRIES_MAX: usize = 100_000;
+/// The most checkpoint ids one [`crate::shared::Inbox::adopt_expected`] round takes (a caller with more splits
+/// them into rounds): bounds the round's memory and time, as the entries limit bounds a listing round's.
+pub const ADOPT_EXPECTED_IDS_MAX: usize = 100_000;
 /// The most objects one bulk delete request carries (S3's `DeleteObjects` limit; object_store batches by it).
 pub(crate) const DELETE_BATCH_OBJECTS_MAX: usize = 1_000;
 /// The objects one list request returns at most (S3's page; object_store's S3 listing pages by it): what a

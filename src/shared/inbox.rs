@@ -11,7 +11,9 @@ use object_store::path::Path;
 use super::envelope::{self, Body, Released, Seal, Staged};
 use super::{CurrentClaim, SharedStaging, list_requests, parse_claim_name, seal_hash};
 use crate::error::{Error, Result, TransitionError};
-use crate::limits::{CLAIM_GENERATIONS_MAX, SHARED_CONCURRENT_MAX, SHARED_ROUND_ENTRIES_MAX};
+use crate::limits::{
+    ADOPT_EXPECTED_IDS_MAX, ADOPT_IN_FLIGHT_MAX, CLAIM_GENERATIONS_MAX, SHARED_CONCURRENT_MAX, SHARED_ROUND_ENTRIES_MAX,
+};
 use crate::state::{self, CheckpointState, StateFilter};
 use crate::store::Store;
 use crate::types::{Attempt, CheckpointId, Part, StagePart, WriteResult};
@@ -57,8 +59,9 @@ pub struct AdoptReport {
     pub requests: u64,
 }
 
-/// The committer's view of a job's shared staging. A round lists the claims (a list request per 1,000
-/// claims: the one part that grows with the job's history, in requests and not in reads), reads only the
+/// The committer's view of a job's shared staging. A round ([`Inbox::adopt`]) lists the claims (a list request
+/// per 1,000 claims: the one part that grows with the job's history, in requests and not in reads; a round of
+/// [`Inbox::adopt_expected`] lists none and reads the claims of the ids it is given), reads only the
 /// claims it does not know (a claim is known when the store holds its checkpoint adopted, Sealed or later;
 /// when this handle read it before and found a key claim; or when this handle settled it before and neither
 /// the claim's generations nor the store's record of its checkpoint changed since), lists the inbox (parts
@@ -97,6 +100,26 @@ struct Found {
     newest: u32,
     claim: ClaimAt,
     entries: Vec<Path>,
+}
+
+/// Which inbox groups whose claim a round did not read it reads.
+#[derive(Clone, Copy)]
+enum Unread<'a> {
+    /// The round listed the claims (`adopted`: the claim names of the checkpoints the store holds adopted): a
+    /// group whose claim was not listed has none yet; one of an adopted or quietly settled checkpoint is read
+    /// again (its entries are left from a round that crashed before clearing, or a loser's).
+    Listed(&'a HashSet<String>),
+    /// The round listed no claims: every group's claim is read.
+    ReadEach,
+}
+
+impl Unread<'_> {
+    fn read_again(self, hash: &str, quiet: &HashMap<String, Quiet>) -> bool {
+        match self {
+            Unread::Listed(adopted) => adopted.contains(hash) || quiet.contains_key(hash),
+            Unread::ReadEach => true,
+        }
+    }
 }
 
 /// What a round cleans once the store's side is in the mirror.
@@ -151,6 +174,78 @@ impl Inbox {
     /// A refusal that concerns one checkpoint alone never fails the round: that seal is left as it was and
     /// reported in [`AdoptReport::held_back`], and the others are adopted, flushed and cleared.
     pub async fn adopt(&self, store: &Store) -> Result<AdoptReport> {
+        self.check_job(store)?;
+        let mut report = AdoptReport::default();
+        let adopted = adopted_claims(store)?;
+        // The claims listing, whole; only the names neither the store nor this handle knows are read.
+        let (unknown, listed) = self.unknown_claims(store, &adopted).await?;
+        report.requests += list_requests(listed);
+        let claims = self.read_claims(store, unknown, &mut report).await?;
+        let found = self.match_inbox(claims, Unread::Listed(&adopted), &mut report).await?;
+        let chores = self.settle_all(store, found, &mut report).await?;
+        self.finish_round(store, chores, &mut report).await?;
+        Ok(report)
+    }
+
+    /// One adoption round that reads only the claims of `expected`, the checkpoints the caller waits for (the ids
+    /// its engine's tasks reported, or the inputs its run planned), and lists no claim: its cost follows
+    /// `expected` and the inbox, never the job's history. Otherwise it does what [`Inbox::adopt`] does, with the
+    /// same guarantees (idempotent, entries deleted only once the adoptions are in the mirror, releases,
+    /// held-back seals).
+    ///
+    /// Per id: nothing when the store holds it adopted (Sealed or later: a point lookup in the local store),
+    /// else one read of its claim (one more per release). The inbox is listed as in `adopt` (it holds only what is
+    /// not adopted yet), and the claim of each of its groups not read already is read: a multi-part checkpoint
+    /// is found through its parts, expected or not. A seal of an id not in `expected` and with no inbox entry
+    /// is not found by this round: [`Inbox::adopt`] (the listing) finds every seal.
+    ///
+    /// More than [`ADOPT_EXPECTED_IDS_MAX`] ids is refused, nothing read: split them into rounds.
+    ///
+    /// ```
+    /// # async fn doc() -> sinkpoint::Result<()> {
+    /// use std::sync::Arc;
+    /// use object_store::memory::InMemory;
+    /// use sinkpoint::shared::{Inbox, SharedStaging, Worker};
+    /// use sinkpoint::{CheckpointId, Format, JobId, Store, TargetIdentity, WriteResult};
+    /// let shared = SharedStaging::new(Arc::new(InMemory::new()), "staging", JobId::new("nightly")?)?;
+    /// let (input, file) = (b"in/0001.parquet".to_vec(), WriteResult::new(Format::Parquet, b"f-1".to_vec())?);
+    /// let id = CheckpointId::for_key(&input);
+    /// Worker::new(shared.clone(), "w0")?.stage_and_seal(&id, vec![input], vec![file]).await?;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::builder(JobId::new("nightly")?, TargetIdentity::new("dir:table")?)
+    ///     .path(dir.path().join("committer.redb"))
+    ///     .open()
+    ///     .await?;
+    /// let report = Inbox::new(shared).adopt_expected(&store, std::slice::from_ref(&id)).await?;
+    /// assert_eq!((report.adopted, report.requests), (vec![id], 2)); // its claim read, the inbox listed
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(doc()).unwrap();
+    /// ```
+    pub async fn adopt_expected(&self, store: &Store, expected: &[CheckpointId]) -> Result<AdoptReport> {
+        self.check_job(store)?;
+        if expected.len() > ADOPT_EXPECTED_IDS_MAX {
+            return Err(Error::invalid_input(format!(
+                "{} expected checkpoint ids in one adoption round; at most {ADOPT_EXPECTED_IDS_MAX}: split them into \
+                 rounds",
+                expected.len()
+            )));
+        }
+        let mut report = AdoptReport::default();
+        let mut unread: BTreeMap<String, u32> = BTreeMap::new();
+        for id in expected {
+            if !record_of(store, id)?.is_some_and(|(state, _)| is_adopted(state)) {
+                unread.insert(seal_hash(id), 0);
+            }
+        }
+        let claims = self.read_claims(store, unread.into_iter().collect(), &mut report).await?;
+        let found = self.match_inbox(claims, Unread::ReadEach, &mut report).await?;
+        let chores = self.settle_all(store, found, &mut report).await?;
+        self.finish_round(store, chores, &mut report).await?;
+        Ok(report)
+    }
+
+    fn check_job(&self, store: &Store) -> Result<()> {
         if store.job() != self.shared.job() {
             return Err(Error::wrong_store(format!(
                 "the inbox is job {}'s, the store job {}'s: open both for the same job",
@@ -158,43 +253,35 @@ impl Inbox {
                 store.job()
             )));
         }
-        let mut report = AdoptReport::default();
-        let adopted = adopted_claims(store)?;
-        let claims = self.read_new_claims(store, &adopted, &mut report).await?;
-        let found = self.match_inbox(claims, &adopted, &mut report).await?;
-        let chores = self.settle_all(store, found, &mut report).await?;
-        self.finish_round(store, chores, &mut report).await?;
-        Ok(report)
+        Ok(())
     }
 
-    /// (1) The claims the store holds adopted are passed over: their checkpoints are Sealed or later there, so
-    /// reading them again would adopt nothing. (2) The claims listing, whole; the names neither the store nor this
-    /// handle knows are read, and the seals and key claims among them returned by hash, with the newest
-    /// generation listed.
-    async fn read_new_claims(
+    /// Reads the claims `unread` names (each with the newest generation listed, 0 when not listed), following
+    /// released generations; returns the seals and key claims among them by hash, with the newest generation
+    /// seen. A released claim with no seal after it is settled quietly until one comes.
+    async fn read_claims(
         &self,
         store: &Store,
-        adopted: &HashSet<String>,
+        unread: Vec<(String, u32)>,
         report: &mut AdoptReport,
     ) -> Result<BTreeMap<String, (ClaimAt, u32)>> {
-        // (2) The claims listing, whole; only the names neither the store nor this handle knows are kept.
-        let (unknown, listed) = self.unknown_claims(store, adopted).await?;
-        report.requests += list_requests(listed);
-        // Reads and adoptions run up to SHARED_CONCURRENT_MAX at a time: a round after 64 workers sealed costs
-        // a few round trips, not 64, and the store folds the concurrent adoptions into a few group commits.
-        let read: Vec<(String, u32, CurrentClaim)> = futures::stream::iter(unknown)
-            .map(|(hash, newest)| async move {
-                Ok::<_, Error>((hash.clone(), newest, self.shared.current_claim(&hash).await?))
+        // Reads and adoptions run up to ADOPT_IN_FLIGHT_MAX at a time: a round after 64 workers sealed costs one
+        // round trip, not 64, and the store folds the concurrent adoptions into a few group commits.
+        let read: Vec<(String, u32, CurrentClaim)> = futures::stream::iter(unread)
+            .map(|(hash, listed)| async move {
+                Ok::<_, Error>((hash.clone(), listed, self.shared.current_claim(&hash).await?))
             })
-            .buffered(SHARED_CONCURRENT_MAX)
+            .buffered(ADOPT_IN_FLIGHT_MAX)
             .try_collect()
             .await?;
         let mut claims: BTreeMap<String, (ClaimAt, u32)> = BTreeMap::new();
-        for (hash, newest, current) in read {
+        for (hash, listed, current) in read {
             report.requests += current.reads;
+            let newest = listed.max(current.generation);
             match current.body {
                 // Listed, then not found: claims are never deleted, so a store that lists before it reads. Or a
-                // released claim whose next generation is not sealed yet: settled until one is.
+                // released claim whose next generation is not sealed yet: settled until one is. Or, for an
+                // expected id, a seal not made yet.
                 None => {
                     if let Some(id) = current.released {
                         let record = record_of(store, &id)?;
@@ -220,11 +307,12 @@ impl Inbox {
     }
 
     /// (3) The inbox: the parts of multi-part checkpoints and of attempts that lost, matched with the claims read
-    /// (a part of an adopted or settled checkpoint has its claim read again); every seal with its entries.
+    /// (a group whose claim this round did not read has it read when `unread` says so); every seal with its
+    /// entries.
     async fn match_inbox(
         &self,
         mut claims: BTreeMap<String, (ClaimAt, u32)>,
-        adopted: &HashSet<String>,
+        unread: Unread<'_>,
         report: &mut AdoptReport,
     ) -> Result<Vec<Found>> {
         let (groups, listed) = self.groups().await?;
@@ -236,7 +324,7 @@ impl Inbox {
                 found.push(Found { hash, newest, claim, entries });
             } else if self.key_claims()?.contains(&hash) {
                 found.push(Found { hash, newest: 0, claim: ClaimAt::KeyClaim, entries });
-            } else if adopted.contains(&hash) || self.quiet()?.contains_key(&hash) {
+            } else if unread.read_again(&hash, &*self.quiet()?) {
                 again.push((hash, entries));
             } else {
                 // Not in the claims listing: no claim yet (a seal created since is found next round).
@@ -247,7 +335,7 @@ impl Inbox {
             .map(|(hash, entries)| async move {
                 Ok::<_, Error>((hash.clone(), self.shared.current_claim(&hash).await?, entries))
             })
-            .buffered(SHARED_CONCURRENT_MAX)
+            .buffered(ADOPT_IN_FLIGHT_MAX)
             .try_collect()
             .await?;
         for (hash, current, entries) in reread {
@@ -280,7 +368,7 @@ impl Inbox {
                 };
                 Ok::<_, Error>((found, settled))
             })
-            .buffered(SHARED_CONCURRENT_MAX)
+            .buffered(ADOPT_IN_FLIGHT_MAX)
             .try_collect()
             .await?;
         let mut clear: Vec<Path> = Vec::new();
@@ -482,7 +570,7 @@ pub(crate) fn is_winners(entry: &Path, seal: &Seal) -> bool {
 fn adopted_claims(store: &Store) -> Result<HashSet<String>> {
     let mut adopted = HashSet::new();
     for filter in StateFilter::ALL {
-        if matches!(filter, StateFilter::Staged | StateFilter::Aborted) {
+        if !is_adopted_filter(filter) {
             continue;
         }
         store.each_id(filter, |id| {
@@ -490,6 +578,16 @@ fn adopted_claims(store: &Store) -> Result<HashSet<String>> {
         })?;
     }
     Ok(adopted)
+}
+
+/// Whether the store's state `filter` is one of an adopted checkpoint's: Sealed or later, never dropped. Staged
+/// and Aborted are not: a seal of such a checkpoint may be one to release, or to adopt as its next attempt.
+fn is_adopted_filter(filter: StateFilter) -> bool {
+    !matches!(filter, StateFilter::Staged | StateFilter::Aborted)
+}
+
+fn is_adopted(state: CheckpointState) -> bool {
+    is_adopted_filter(StateFilter::from(state))
 }
 
 /// The store's record of `id`: its state and attempt.

@@ -7,7 +7,8 @@
 //! that wakes up) exactly one is ever sealed, decided by the object store and not by timing. Its
 //! `stage_and_seal` puts no inbox entry: the seal holds the part whole, so a one-input checkpoint costs one
 //! request. The committer's [`Inbox::adopt`] lists the claims and reads only those it does not know yet (its
-//! store holds every checkpoint it adopted), lists the inbox for the parts of multi-part checkpoints, adopts
+//! store holds every checkpoint it adopted), or, told the ids it waits for, [`Inbox::adopt_expected`] reads their
+//! claims and lists none; either lists the inbox for the parts of multi-part checkpoints, adopts
 //! each new seal into its own [`crate::Store`] (a redb WAL mirrored as usual, so a committer that loses its
 //! disk restores, and a new driver fences the old one), waits for the mirror, and only then deletes the inbox
 //! entries.
@@ -28,8 +29,9 @@
 //! the checkpoint's next attempt. A checkpoint is released at most [`crate::limits::CLAIM_GENERATIONS_MAX`] times.
 //!
 //! Per input of a Daft-shaped job (`stage_and_seal` of a [`CheckpointId::for_key`] id): 1 request by the
-//! worker (the create), 1 by the committer (the read); per committer round, the claims listing (1 request per
-//! 1,000 claims of the job: the one cost that grows with its history) and the inbox listing.
+//! worker (the create), 1 by the committer (the read); per committer round, the inbox listing, and for
+//! [`Inbox::adopt`] the claims listing (1 request per 1,000 claims of the job: the one cost that grows with its
+//! history, which [`Inbox::adopt_expected`] does not pay).
 //!
 //! `<h>` is the hex SHA-256 of the name (`id\0…` or `key\0…`): fixed length, any key. A checkpoint id made by
 //! [`CheckpointId::for_key`] *is* its key's claim, so a one-input checkpoint (Daft's shape) seals with one

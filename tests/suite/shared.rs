@@ -500,6 +500,90 @@ async fn a_committer_finds_every_new_claim_past_a_page_of_claims_it_already_hold
     assert_eq!((round.lists, report.requests), (3, 3 + 5), "{round:?} {report:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_expected_ids_lists_no_claim_and_reads_only_the_claims_not_adopted_yet() {
+    // 1,000 checkpoints adopted and committed: a listing round would page through their claims.
+    let job = Counted::new();
+    let store = job.committer().await;
+    futures::stream::iter((0..1_000).map(|n| job.seal_input(n))).buffer_unordered(32).collect::<Vec<()>>().await;
+    let inbox = Inbox::new(job.shared.clone());
+    assert_eq!(inbox.adopt(&store).await.unwrap().adopted.len(), 1_000);
+    Committer::new(&store, &job.table).commit_pending().await.unwrap();
+    // Five new one-input seals, and a checkpoint of two parts staged through the inbox that nobody expects.
+    for n in 1_000..1_005 {
+        job.seal_input(n).await;
+    }
+    let parts = CheckpointId::new("two-parts").unwrap();
+    let worker = Worker::new(job.shared.clone(), "parts").unwrap();
+    for (part, n) in [(0, 1_005), (1, 1_006)] {
+        let result = job.table.write_data_file(&format!("in-{n}"), format!("row-{n}\n").into_bytes()).await.unwrap();
+        let staged = StagePart::new(Attempt::FIRST, Part::new(part)).keys(vec![input(n)]).results(vec![result]);
+        worker.stage(&parts, staged).await.unwrap();
+    }
+    worker.seal(&parts, 2).await.unwrap();
+
+    // Expected: three adopted long ago, the five new ones, and one whose task has not sealed yet.
+    let mut expected: Vec<CheckpointId> = [7, 500, 999, 1_000, 1_001, 1_002, 1_003, 1_004, 2_000]
+        .into_iter()
+        .map(|n| CheckpointId::for_key(&input(n)))
+        .collect();
+    let before = job.staging();
+    let report = inbox.adopt_expected(&store, &expected).await.unwrap();
+    let round = job.staging().since(&before);
+    let mut adopted = report.adopted.clone();
+    adopted.sort();
+    let mut want: Vec<CheckpointId> = (1_000..1_005).map(|n| CheckpointId::for_key(&input(n))).collect();
+    want.push(parts.clone());
+    want.sort();
+    assert_eq!(adopted, want, "{report:?}");
+    // Reads: the 5 new seals, the claim not made yet, the inbox group's claim; the adopted three are not read.
+    // One listing, the inbox's (its two entries), none of the claims.
+    assert_eq!((round.gets, round.lists, round.entries_listed), (5 + 1 + 1, 1, 2), "{round:?}");
+    assert_eq!(report.requests, 7 + 1 + 2, "7 reads, 1 listing, 2 entries deleted: {report:?}");
+
+    // The missing seal arrives; the next round of the same ids reads only its claim.
+    job.seal_input(2_000).await;
+    let before = job.staging();
+    let next = inbox.adopt_expected(&store, &expected).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!((next.adopted.clone(), round.gets, round.lists), (vec![expected[8].clone()], 1, 1), "{round:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    let rows = job.table.rows().await.unwrap();
+    for n in (0..1_007).chain([2_000]) {
+        assert_eq!(rows.iter().filter(|r| **r == format!("row-{n}")).count(), 1, "input {n}");
+    }
+
+    // More ids than a round takes is refused before anything is read.
+    expected.resize(sinkpoint::limits::ADOPT_EXPECTED_IDS_MAX + 1, CheckpointId::for_key(b"x"));
+    let before = job.staging();
+    let err = inbox.adopt_expected(&store, &expected).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("split them into rounds"), "{err}");
+    assert_eq!(job.staging().since(&before).gets, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_expected_ids_releases_a_force_aborted_checkpoint_and_adopts_its_rerun() {
+    let job = Job::new();
+    let store = job.committer().await;
+    let id = CheckpointId::for_key(&input(1));
+    let (bad, good) = (job.write(1, "bad").await, job.write(1, "good").await);
+    job.worker("w1").stage_and_seal(&id, vec![input(1)], vec![bad.clone()]).await.unwrap();
+    let inbox = Inbox::new(job.shared.clone());
+    assert_eq!(inbox.adopt_expected(&store, std::slice::from_ref(&id)).await.unwrap().adopted, vec![id.clone()]);
+    store.operator().force_abort(std::slice::from_ref(&id), "a bad input file").await.unwrap();
+    // The expected id is Aborted in the store: its claim is read and released, so the input reads unprocessed.
+    let released = inbox.adopt_expected(&store, std::slice::from_ref(&id)).await.unwrap();
+    assert_eq!((released.released.clone(), released.cleanup.clone()), (vec![id.clone()], vec![bad]), "{released:?}");
+    let rerun = job.worker("w2");
+    assert!(!rerun.is_processed(&input(1)).await.unwrap());
+    rerun.stage_and_seal(&id, vec![input(1)], vec![good]).await.unwrap();
+    let adopted = inbox.adopt_expected(&store, std::slice::from_ref(&id)).await.unwrap();
+    assert_eq!(adopted.adopted, vec![id], "{adopted:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    assert_eq!(files_of(&job, 1).await, vec!["in-1-good".to_owned()]);
+}
+
 /// The committed data files of input `n` (named `in-<n>-<attempt>`), in commit order.
 async fn files_of(job: &Job, n: u32) -> Vec<String> {
     let prefix = format!("in-{n}-");

@@ -169,13 +169,15 @@ impl Case {
         self.paused_on
     }
 
-    /// One committer round; any failure (an injected one) is a committer crash: it reopens next round.
-    async fn commit_round(&mut self) {
+    /// One committer round; any failure (an injected one) is a committer crash: it reopens next round. The round
+    /// lists the claims, or reads those of the job's inputs (`adopt_expected`, as a runner that knows its inputs).
+    async fn commit_round(&mut self, inputs: u32) {
         let inbox = Inbox::new(self.shared.clone());
         let table = self.table.clone();
+        let expected = self.expected(inputs);
         let store = self.store().await;
         let outcome = async {
-            let report = inbox.adopt(store).await?;
+            let report = adopt(&inbox, store, expected.as_deref()).await?;
             Committer::new(store, &table).commit_pending().await?;
             Ok::<_, sinkpoint::Error>(report)
         }
@@ -229,7 +231,7 @@ impl Case {
                 self.log.push(format!("{} died", dead.file));
                 self.losers.push(dead.file);
             }
-            7 => self.commit_round().await,
+            7 => self.commit_round(inputs).await,
             8 => {
                 let lose_disk = self.rng.below(2) == 0;
                 self.restart_committer(lose_disk).await;
@@ -271,9 +273,10 @@ impl Case {
         for round in 0.. {
             assert!(round < 10, "the committer did not finish in 10 rounds\n{}", self.log.join("\n"));
             let (table, inbox) = (self.table.clone(), Inbox::new(self.shared.clone()));
+            let expected = self.expected(inputs);
             let store = self.store().await;
             let done = async {
-                inbox.adopt(store).await?;
+                adopt(&inbox, store, expected.as_deref()).await?;
                 Committer::new(store, &table).finish().await
             }
             .await;
@@ -298,6 +301,27 @@ impl Case {
         for loser in &self.losers {
             assert!(!files.contains(&loser), "{loser} lost its seal or died, and was committed");
         }
+    }
+}
+
+impl Case {
+    /// The ids a committer round expects: every input's (half the rounds), or none (the round lists the claims).
+    fn expected(&mut self, inputs: u32) -> Option<Vec<CheckpointId>> {
+        let read_each = self.rng.below(2) == 0;
+        self.log.push(format!("round {}", if read_each { "reads the inputs' claims" } else { "lists the claims" }));
+        read_each.then(|| (0..inputs).map(|i| CheckpointId::for_key(&key(i))).collect())
+    }
+}
+
+/// One adoption round: `adopt_expected` of `expected` when given, else `adopt`.
+async fn adopt(
+    inbox: &Inbox,
+    store: &Store,
+    expected: Option<&[CheckpointId]>,
+) -> sinkpoint::Result<sinkpoint::shared::AdoptReport> {
+    match expected {
+        Some(ids) => inbox.adopt_expected(store, ids).await,
+        None => inbox.adopt(store).await,
     }
 }
 
