@@ -1,0 +1,8 @@
+//! The adapter's limits, checked where they apply.
+
+/// How many times one commit re-reads the table after a foreign commit took version V + 1 before it gives up
+/// (and answers NotLanded: every attempt was refused before anything of ours was written).
+pub const FOREIGN_COMMIT_RETRIES_MAX: u32 = 32;
+
+/// How many staged data files one commit checks for existence at a time, before it lands.
+pub const STAGED_FILE_CHECKS_IN_FLIGHT_MAX: usize = 16;
