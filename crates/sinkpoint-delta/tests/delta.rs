@@ -627,3 +627,142 @@ mod write_results {
         assert_eq!(sorted_rows(&target).await, [5, 6, 7]);
     }
 }
+
+/// The orphan data-file collector (`sinkpoint::gc::collect_data_files`) over a Delta table: [`DeltaDataFiles`]
+/// names a result's file, reads the latest snapshot's files and tombstones for what is referenced, and the
+/// collector deletes exactly the files of the job's dropped attempts.
+mod collect {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use sinkpoint::gc::{CollectReport, CollectSettings, DataFiles, Verdict, collect_data_files};
+    use sinkpoint::testkit::CrashBackend;
+    use sinkpoint::{Committer, ErrorKind, Format, Store, SystemClock, TargetIdentity};
+    use sinkpoint_delta::DeltaDataFiles;
+
+    use super::*;
+
+    const HOUR_MS: u64 = 3_600_000;
+
+    /// The Parquet files in the table's root directory.
+    fn files_on_disk(target: &DeltaTarget) -> BTreeSet<String> {
+        std::fs::read_dir(target.uri())
+            .unwrap_or_else(|e| panic!("listing {}: {e}", target.uri()))
+            .map(|e| e.unwrap_or_else(|e| panic!("{e}")).file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".parquet"))
+            .collect()
+    }
+
+    fn names(files: &DeltaDataFiles, results: &[WriteResult]) -> BTreeSet<String> {
+        results.iter().flat_map(|r| files.files_of(r).unwrap_or_else(|e| panic!("files_of: {e}"))).collect()
+    }
+
+    fn verdicts(report: &CollectReport) -> BTreeMap<String, Verdict> {
+        report.files.iter().map(|f| (f.file.clone(), f.verdict)).collect()
+    }
+
+    /// Writes one data file of `rows` and stages it as the one part of `attempt` of checkpoint `name`.
+    async fn stage(store: &Store, target: &DeltaTarget, name: &str, attempt: u32, rows: &[i64]) -> Vec<WriteResult> {
+        let results = vec![write(target, rows).await];
+        let part = StagePart::new(Attempt::new(attempt), Part::FIRST)
+            .keys(vec![name.as_bytes().to_vec()])
+            .results(results.clone());
+        store.stage(&id(name), part).await.unwrap_or_else(|e| panic!("stage {name}: {e}"));
+        results
+    }
+
+    /// A restarted attempt (A's first) and an aborted checkpoint (B) leave their files in the ledger; a ledger
+    /// entry naming a committed file (a discard of A's committed result) is kept because the table references
+    /// it. Inside the grace period everything is kept; past it exactly the dropped attempts' files are deleted
+    /// and the table reads every committed row once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_files_of_dropped_attempts_are_collected_and_no_committed_file_is() {
+        let (_dir, target) = fresh("collect").await;
+        let files = target.data_files();
+        let identity = TargetIdentity::new(target.uri()).unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::builder(job("collect"), identity)
+            .backend(CrashBackend::new())
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open store: {e}"));
+        let a0 = stage(&store, &target, "a", 0, &[100]).await;
+        assert_eq!(store.restart(&id("a")).await.unwrap_or_else(|e| panic!("restart: {e}")), a0);
+        let a1 = stage(&store, &target, "a", 1, &[1, 2]).await;
+        store.seal(&id("a"), 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+        let b0 = stage(&store, &target, "b", 0, &[200]).await;
+        assert_eq!(store.abort(&id("b")).await.unwrap_or_else(|e| panic!("abort: {e}")), b0);
+        let c0 = stage(&store, &target, "c", 0, &[3]).await;
+        store.seal(&id("c"), 1).await.unwrap_or_else(|e| panic!("seal: {e}"));
+        Committer::new(&store, &target).finish().await.unwrap_or_else(|e| panic!("finish: {e}"));
+        store.discard(&id("a"), Attempt::new(9), a1.clone()).await.unwrap_or_else(|e| panic!("discard: {e}"));
+
+        let dropped: BTreeSet<String> = names(&files, &a0).union(&names(&files, &b0)).cloned().collect();
+        let committed: BTreeSet<String> = names(&files, &a1).union(&names(&files, &c0)).cloned().collect();
+        assert_eq!(files_on_disk(&target), dropped.union(&committed).cloned().collect());
+        assert_eq!(files.referenced().await.unwrap_or_else(|e| panic!("referenced: {e}")), committed);
+        let collect = |grace_ms: u64| {
+            let (store, files) = (&store, &files);
+            async move {
+                collect_data_files(store, files, &SystemClock, &CollectSettings { grace_ms, apply: true })
+                    .await
+                    .unwrap_or_else(|e| panic!("collect (grace {grace_ms} ms): {e}"))
+            }
+        };
+        let young = collect(HOUR_MS).await;
+        assert!(
+            verdicts(&young)
+                .iter()
+                .all(|(f, v)| *v == if dropped.contains(f) { Verdict::Young } else { Verdict::Referenced }),
+            "{young:?}"
+        );
+        assert_eq!(files_on_disk(&target), dropped.union(&committed).cloned().collect(), "a young file went");
+        let done = collect(0).await;
+        let deleted: BTreeMap<String, Verdict> = dropped.iter().map(|f| (f.clone(), Verdict::Deleted)).collect();
+        assert_eq!(verdicts(&done), deleted, "{done:?}");
+        assert_eq!(files_on_disk(&target), committed, "exactly the dropped attempts' files were deleted");
+        assert_eq!(sorted_rows(&target).await, [1, 2, 3]);
+        assert_eq!(collect(0).await, CollectReport::default(), "a second collection finds nothing");
+        for file in &dropped {
+            assert_eq!(files.stat(file).await.unwrap_or_else(|e| panic!("stat: {e}")), None, "{file}");
+            files.delete(file).await.unwrap_or_else(|e| panic!("deleting {file} again: {e}"));
+        }
+    }
+
+    /// A removed file stays referenced while the table keeps its tombstone: a reader of an older version may open
+    /// it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_file_is_referenced_while_its_tombstone_is_kept() {
+        let (_dir, target) = fresh("tombstone").await;
+        let results = vec![write(&target, &[1]).await];
+        assert_eq!(commit_key(&target, &job("tombstone"), 0, 1, &results).await, CommitOutcome::Committed);
+        let files = target.data_files();
+        let file = names(&files, &results);
+        // An overwrite through delta-rs (the create builder's Overwrite mode) removes every file.
+        let table = target.open().await.unwrap_or_else(|e| panic!("{e}"));
+        table
+            .create()
+            .with_columns([StructField::new("row", DataType::LONG, false)])
+            .with_save_mode(deltalake::protocol::SaveMode::Overwrite)
+            .await
+            .unwrap_or_else(|e| panic!("overwrite: {e}"));
+        assert!(sorted_rows(&target).await.is_empty(), "the overwrite removed the file");
+        assert_eq!(files.referenced().await.unwrap_or_else(|e| panic!("{e}")), file);
+    }
+
+    /// The collector's inputs it cannot have written are refused, each with the kind that says what to do.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn foreign_results_and_names_outside_the_table_are_refused() {
+        let (_dir, target) = fresh("refuse").await;
+        let files = target.data_files();
+        let lance = WriteResult::new(Format::Lance, b"x".to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(files.files_of(&lance).map_err(|e| e.kind()), Err(ErrorKind::InvalidInput));
+        let damaged = WriteResult::new(Format::Delta, b"{\"v\":1".to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(files.files_of(&damaged).map_err(|e| e.kind()), Err(ErrorKind::Corrupt));
+        for name in ["../escape.parquet", "/abs.parquet", "_delta_log/../x"] {
+            assert_eq!(files.stat(name).await.map_err(|e| e.kind()), Err(ErrorKind::InvalidInput), "{name}");
+            assert_eq!(files.delete(name).await.map_err(|e| e.kind()), Err(ErrorKind::InvalidInput), "{name}");
+        }
+        let missing = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let nothing = DeltaTarget::new(missing.path().to_string_lossy()).data_files();
+        assert!(nothing.referenced().await.unwrap_or_else(|e| panic!("{e}")).is_empty(), "no table, no references");
+    }
+}
