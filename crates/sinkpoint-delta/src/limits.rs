@@ -6,3 +6,8 @@ pub const FOREIGN_COMMIT_RETRIES_MAX: u32 = 32;
 
 /// How many staged data files one commit checks for existence at a time, before it lands.
 pub const STAGED_FILE_CHECKS_IN_FLIGHT_MAX: usize = 16;
+
+/// How many commit files after a key's intent a probe reads to find the checkpoint ids the key landed with. Past
+/// it (or once log cleanup removed one of them) the probe answers without ids: the job's `txn` alone says the key
+/// landed.
+pub const PROBE_COMMITS_READ_MAX: u64 = 64;

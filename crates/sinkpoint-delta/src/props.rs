@@ -31,3 +31,37 @@ pub(crate) fn encode(commit: &TargetCommit<'_>) -> HashMap<String, Value> {
         (FINAL.to_owned(), Value::from(commit.final_commit)),
     ])
 }
+
+/// What one commit file (`_delta_log/<version>.json`, its JSON lines) says of key `n` of the job whose app id
+/// is `app`: `Ok(Some(ids))` when it holds the job's `txn` for `n` and the checkpoint ids sinkpoint recorded with
+/// it, `Ok(None)` when it holds no `txn` of the job for `n`, `Err` when it holds that `txn` but no readable ids
+/// (another writer used the job's app id, or the `commitInfo` is damaged).
+pub(crate) fn ids_of_key(commit: &[u8], app: &str, job: &str, n: u64) -> Result<Option<Vec<CheckpointId>>, String> {
+    let mut holds_key = false;
+    let mut info = None;
+    for line in commit.split(|b| *b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
+        let action: Value = serde_json::from_slice(line).map_err(|e| format!("a log line does not parse: {e}"))?;
+        if let Some(txn) = action.get("txn") {
+            holds_key |= txn.get("appId").and_then(Value::as_str) == Some(app)
+                && txn.get("version").and_then(Value::as_u64) == Some(n);
+        } else if let Some(commit_info) = action.get("commitInfo") {
+            info = Some(commit_info.clone());
+        }
+    }
+    if !holds_key {
+        return Ok(None);
+    }
+    let info = info.ok_or("the commit holds the job's txn but no commitInfo")?;
+    if info.get(JOB).and_then(Value::as_str) != Some(job) || info.get(KEY).and_then(Value::as_u64) != Some(n) {
+        return Err(format!("the commit holds the job's txn but its commitInfo names another {JOB} or {KEY}"));
+    }
+    let ids = info.get(IDS).and_then(Value::as_array).ok_or(format!("{IDS} is missing"))?;
+    ids.iter()
+        .map(|id| {
+            id.as_str()
+                .ok_or(format!("{IDS} holds a non-string"))
+                .and_then(|s| CheckpointId::new(s).map_err(|e| e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}

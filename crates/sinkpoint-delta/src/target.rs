@@ -17,7 +17,7 @@ use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, ProbeOutcome, Target, Ta
 
 use crate::DeltaDataFiles;
 use crate::fence::{self, CONDITIONAL_LOG_STORE, KeyCheck, NextVersionOnly, Reached};
-use crate::limits::{FOREIGN_COMMIT_RETRIES_MAX, STAGED_FILE_CHECKS_IN_FLIGHT_MAX};
+use crate::limits::{FOREIGN_COMMIT_RETRIES_MAX, PROBE_COMMITS_READ_MAX, STAGED_FILE_CHECKS_IN_FLIGHT_MAX};
 use crate::props;
 use crate::results::decode_add;
 
@@ -270,6 +270,33 @@ async fn check_staged_files(store: Arc<dyn ObjectStore>, adds: &[Add], ids: &[Ch
     ))
 }
 
+/// The checkpoint ids key `key` landed with, read from the commit files after `prepared_version` (the version
+/// its intent recorded), oldest first, at most [`PROBE_COMMITS_READ_MAX`] of them. `None` when there is no intent
+/// to start from, the commit is not among them, one of them is gone (log cleanup) or cannot be read, or the
+/// commit holding the job's txn records no ids: the txn alone then says the key landed.
+async fn landed_ids(
+    table: &DeltaTable,
+    app: &str,
+    key: &CommitKey,
+    prepared_version: Option<u64>,
+) -> Option<Vec<CheckpointId>> {
+    let latest = table.version()?;
+    let first = prepared_version?.checked_add(1)?;
+    let log_store = table.log_store();
+    for version in first..=latest.min(first.saturating_add(PROBE_COMMITS_READ_MAX - 1)) {
+        let commit = log_store.read_commit_entry(version).await.ok()??;
+        match props::ids_of_key(&commit, app, key.job.as_str(), key.n) {
+            Ok(Some(ids)) => return Some(ids),
+            Ok(None) => {}
+            Err(reason) => {
+                tracing::warn!(version, %reason, "the commit of the job's key records no readable checkpoint ids");
+                return None;
+            }
+        }
+    }
+    None
+}
+
 #[async_trait]
 impl Target for DeltaTarget {
     async fn version(&self) -> sinkpoint::Result<Option<u64>> {
@@ -290,7 +317,7 @@ impl Target for DeltaTarget {
         }
     }
 
-    async fn probe(&self, key: &CommitKey, _prepared_version: Option<u64>) -> ProbeOutcome {
+    async fn probe(&self, key: &CommitKey, prepared_version: Option<u64>) -> ProbeOutcome {
         let table = match self.open().await {
             Ok(t) => t,
             Err(e) => return ProbeOutcome::Unknown { reason: format!("opening the Delta table at {}: {e}", self.uri) },
@@ -305,8 +332,9 @@ impl Target for DeltaTarget {
             Err(e) => return ProbeOutcome::Unknown { reason: format!("reading the job's txn ({app}): {e}") },
         };
         match fence::probe_landed(latest, key.n) {
-            // The txn is a watermark: keys land in order, so it names no checkpoint ids.
-            Ok(true) => ProbeOutcome::Committed { ids: None },
+            // The txn is a watermark (keys land in order): the ids come from the key's own commit file, when it
+            // is among the few since the intent and still there.
+            Ok(true) => ProbeOutcome::Committed { ids: landed_ids(&table, &app, key, prepared_version).await },
             // A late attempt of key n could only land at a version after the one read here, on a snapshot whose
             // txn is n - 1; the next commit of key n then finds it, and is refused.
             Ok(false) => ProbeOutcome::NotCommitted,

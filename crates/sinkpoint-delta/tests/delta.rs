@@ -525,6 +525,17 @@ mod probe {
         // A foreign job's commit after ours, then a checkpoint and a cleanup of every commit file before it.
         let results = vec![write(&target, &[99]).await];
         assert_eq!(commit_key(&target, &job("other"), 0, 1, &results).await, CommitOutcome::Committed);
+        // With the intent's version, the probe reads the key's own commit file for its ids (version 0 is the
+        // table's creation, key n landed at n + 1).
+        let target_ref = &target;
+        let ids_of = |n: u64| async move {
+            match target_ref.probe(&CommitKey { job: job("cleaned"), n }, Some(n)).await {
+                ProbeOutcome::Committed { ids } => ids,
+                other => panic!("key {n}: {other:?}"),
+            }
+        };
+        assert_eq!(ids_of(1).await, Some(vec![id("cp-1-1")]));
+        assert_eq!(ids_of(0).await, Some(vec![id("cp-0-1")]));
         let table = target.open().await.unwrap_or_else(|e| panic!("{e}"));
         create_checkpoint(&table, None).await.unwrap_or_else(|e| panic!("checkpoint: {e}"));
         let latest = table.version().unwrap_or_else(|| panic!("a loaded table has a version"));
@@ -536,6 +547,7 @@ mod probe {
         for n in 0..3 {
             let probe = target.probe(&CommitKey { job: ours.clone(), n }, None).await;
             assert_eq!(probe, ProbeOutcome::Committed { ids: None }, "key {n}");
+            assert_eq!(ids_of(n).await, None, "key {n}: its commit file was cleaned, the txn still says it landed");
         }
         let next = target.probe(&CommitKey { job: ours.clone(), n: 3 }, None).await;
         assert_eq!(next, ProbeOutcome::NotCommitted);
