@@ -4,8 +4,8 @@
 //! read-back line shows 0 duplicates, 0 missing:
 //!
 //! ```text
-//! cargo run -p sinkpoint-delta --example delta_job -- --dir /tmp/delta-job --fresh --crash-at after-target-commit-before-mark
-//! cargo run -p sinkpoint-delta --example delta_job -- --dir /tmp/delta-job     # the rerun recovers (F1)
+//! cargo run -p sinkpoint-delta --example delta_job -- --fresh --crash-at after-target-commit-before-mark
+//! cargo run -p sinkpoint-delta --example delta_job                # the rerun recovers (F1)
 //! ```
 //!
 //! With `--maintenance` the job commits after each input and then maintains the table's log as an operator

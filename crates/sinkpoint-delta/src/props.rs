@@ -6,8 +6,9 @@
 
 use std::collections::HashMap;
 
+use deltalake::kernel::Add;
 use serde_json::Value;
-use sinkpoint::{CheckpointId, TargetCommit};
+use sinkpoint::{CheckpointId, Epoch, TargetCommit};
 
 /// The job id.
 pub(crate) const JOB: &str = "sinkpoint.job";
@@ -32,13 +33,24 @@ pub(crate) fn encode(commit: &TargetCommit<'_>) -> HashMap<String, Value> {
     ])
 }
 
-/// What one commit file (`_delta_log/<version>.json`, its JSON lines) says of key `n` of the job whose app id
-/// is `app`: `Ok(Some(ids))` when it holds the job's `txn` for `n` and the checkpoint ids sinkpoint recorded with
-/// it, `Ok(None)` when it holds no `txn` of the job for `n`, `Err` when it holds that `txn` but no readable ids
-/// (another writer used the job's app id, or the `commitInfo` is damaged).
-pub(crate) fn ids_of_key(commit: &[u8], app: &str, job: &str, n: u64) -> Result<Option<Vec<CheckpointId>>, String> {
+/// A sinkpoint commit of one key as its commit file records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Landed {
+    /// The epoch of the writer that sent it.
+    pub(crate) epoch: Epoch,
+    /// The checkpoint ids it covers.
+    pub(crate) ids: Vec<CheckpointId>,
+    /// The data files it added, sorted.
+    pub(crate) files: Vec<String>,
+}
+
+/// What one commit file (`_delta_log/<version>.json`, its JSON lines) says of key `n` of `job`, whose app id is
+/// `app`: `Ok(Some(_))` when it holds the job's `txn` for `n` and what sinkpoint recorded with it, `Ok(None)` when
+/// it holds no `txn` of the job for `n`, `Err` when it holds that `txn` but not a readable record (another writer
+/// used the job's app id, or the `commitInfo` is damaged).
+pub(crate) fn landed_key(commit: &[u8], app: &str, job: &str, n: u64) -> Result<Option<Landed>, String> {
     let mut holds_key = false;
-    let mut info = None;
+    let (mut info, mut files) = (None, Vec::new());
     for line in commit.split(|b| *b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
         let action: Value = serde_json::from_slice(line).map_err(|e| format!("a log line does not parse: {e}"))?;
         if let Some(txn) = action.get("txn") {
@@ -46,6 +58,10 @@ pub(crate) fn ids_of_key(commit: &[u8], app: &str, job: &str, n: u64) -> Result<
                 && txn.get("version").and_then(Value::as_u64) == Some(n);
         } else if let Some(commit_info) = action.get("commitInfo") {
             info = Some(commit_info.clone());
+        } else if let Some(add) = action.get("add") {
+            // Through delta-rs's own type: it percent-decodes the path as the write result holds it.
+            let add: Add = serde_json::from_value(add.clone()).map_err(|e| format!("an add does not parse: {e}"))?;
+            files.push(add.path);
         }
     }
     if !holds_key {
@@ -55,13 +71,13 @@ pub(crate) fn ids_of_key(commit: &[u8], app: &str, job: &str, n: u64) -> Result<
     if info.get(JOB).and_then(Value::as_str) != Some(job) || info.get(KEY).and_then(Value::as_u64) != Some(n) {
         return Err(format!("the commit holds the job's txn but its commitInfo names another {JOB} or {KEY}"));
     }
+    let epoch = info.get(EPOCH).and_then(Value::as_u64).ok_or(format!("{EPOCH} is missing"))?;
     let ids = info.get(IDS).and_then(Value::as_array).ok_or(format!("{IDS} is missing"))?;
-    ids.iter()
-        .map(|id| {
-            id.as_str()
-                .ok_or(format!("{IDS} holds a non-string"))
-                .and_then(|s| CheckpointId::new(s).map_err(|e| e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+    let ids = ids
+        .iter()
+        .map(|id| id.as_str().ok_or(format!("{IDS} holds a non-string")))
+        .map(|id| id.and_then(|id| CheckpointId::new(id).map_err(|e| format!("{IDS}: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    files.sort_unstable();
+    Ok(Some(Landed { epoch, ids, files }))
 }

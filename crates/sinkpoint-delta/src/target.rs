@@ -18,7 +18,7 @@ use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, ProbeOutcome, Target, Ta
 use crate::DeltaDataFiles;
 use crate::fence::{self, CONDITIONAL_LOG_STORE, KeyCheck, NextVersionOnly, Reached};
 use crate::limits::{FOREIGN_COMMIT_RETRIES_MAX, PROBE_COMMITS_READ_MAX, STAGED_FILE_CHECKS_IN_FLIGHT_MAX};
-use crate::props;
+use crate::props::{self, Landed};
 use crate::results::decode_add;
 
 /// Wraps the table's log store beneath the fence: how tests inject a lost acknowledgement.
@@ -141,6 +141,12 @@ impl DeltaTarget {
         let n = match fence::key_check(latest, commit.key.n) {
             // The key check passed: n fits an i64.
             KeyCheck::Commit => i64::try_from(commit.key.n).unwrap_or(i64::MAX),
+            // Key n itself may be this very commit: then it is committed, not refused.
+            KeyCheck::Refused(_)
+                if latest == i64::try_from(commit.key.n).ok() && is_ours(&table, &app, commit, &adds).await =>
+            {
+                return Attempt::Done(CommitOutcome::Committed);
+            }
             KeyCheck::Refused(reason) => return not_landed(reason),
         };
         if let Err(reason) = check_staged_files(log_store.object_store(None), &adds, commit.ids).await {
@@ -270,31 +276,44 @@ async fn check_staged_files(store: Arc<dyn ObjectStore>, adds: &[Add], ids: &[Ch
     ))
 }
 
-/// The checkpoint ids key `key` landed with, read from the commit files after `prepared_version` (the version
-/// its intent recorded), oldest first, at most [`PROBE_COMMITS_READ_MAX`] of them. `None` when there is no intent
-/// to start from, the commit is not among them, one of them is gone (log cleanup) or cannot be read, or the
-/// commit holding the job's txn records no ids: the txn alone then says the key landed.
-async fn landed_ids(
+/// Key `key` as its own commit file records it, found among the commit files after `prepared_version` (the
+/// version its intent recorded), oldest first, at most [`PROBE_COMMITS_READ_MAX`] of them. `None` when there is
+/// no intent to start from, the commit is not among them, one of them is gone (log cleanup) or cannot be read,
+/// or the commit holding the job's txn has no readable record: the txn alone then says the key landed.
+async fn landed_commit(
     table: &DeltaTable,
     app: &str,
     key: &CommitKey,
     prepared_version: Option<u64>,
-) -> Option<Vec<CheckpointId>> {
+) -> Option<Landed> {
     let latest = table.version()?;
     let first = prepared_version?.checked_add(1)?;
     let log_store = table.log_store();
     for version in first..=latest.min(first.saturating_add(PROBE_COMMITS_READ_MAX - 1)) {
         let commit = log_store.read_commit_entry(version).await.ok()??;
-        match props::ids_of_key(&commit, app, key.job.as_str(), key.n) {
-            Ok(Some(ids)) => return Some(ids),
+        match props::landed_key(&commit, app, key.job.as_str(), key.n) {
+            Ok(Some(landed)) => return Some(landed),
             Ok(None) => {}
             Err(reason) => {
-                tracing::warn!(version, %reason, "the commit of the job's key records no readable checkpoint ids");
+                tracing::warn!(version, %reason, "the commit of the job's key has no readable sinkpoint record");
                 return None;
             }
         }
     }
     None
+}
+
+/// Whether the commit of `commit.key` in the table is this very commit (same epoch, checkpoints and data files):
+/// an earlier send of it landed and its answer was lost, or the log store's own retry met its own write.
+async fn is_ours(table: &DeltaTable, app: &str, commit: &TargetCommit<'_>, adds: &[Add]) -> bool {
+    let Some(landed) = landed_commit(table, app, commit.key, commit.prepared_version).await else { return false };
+    let mut ids = commit.ids.to_vec();
+    ids.sort_unstable();
+    let mut landed_ids = landed.ids;
+    landed_ids.sort_unstable();
+    let mut files: Vec<&str> = adds.iter().map(|a| a.path.as_str()).collect();
+    files.sort_unstable();
+    landed.epoch == commit.epoch && landed_ids == ids && landed.files == files
 }
 
 #[async_trait]
@@ -334,7 +353,9 @@ impl Target for DeltaTarget {
         match fence::probe_landed(latest, key.n) {
             // The txn is a watermark (keys land in order): the ids come from the key's own commit file, when it
             // is among the few since the intent and still there.
-            Ok(true) => ProbeOutcome::Committed { ids: landed_ids(&table, &app, key, prepared_version).await },
+            Ok(true) => {
+                ProbeOutcome::Committed { ids: landed_commit(&table, &app, key, prepared_version).await.map(|l| l.ids) }
+            }
             // A late attempt of key n could only land at a version after the one read here, on a snapshot whose
             // txn is n - 1; the next commit of key n then finds it, and is refused.
             Ok(false) => ProbeOutcome::NotCommitted,

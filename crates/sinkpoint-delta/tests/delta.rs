@@ -240,22 +240,38 @@ mod racing {
         }
     }
 
-    /// A re-send of the very same commit after its answer was lost: the fence refuses it and writes nothing; a
-    /// plain `txn` commit writes a second commit of the key (log replay keeps one `add` per path, so the rows do
-    /// not double here, but the key landed twice).
+    /// A re-send of the very same commit after its answer was lost: the fence finds it landed (same epoch,
+    /// checkpoints and files, in the key's commit file since the intent) and writes nothing; a plain `txn` commit
+    /// writes a second commit of the key (log replay keeps one `add` per path, so the rows do not double here, but
+    /// the key landed twice). The same files under another epoch are another writer's send: refused.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_resent_commit_writes_no_second_version_fenced() {
+    async fn a_resent_commit_is_known_as_landed_and_writes_no_second_version_fenced() {
         for fenced in [true, false] {
             let (_dir, target) = fresh("resend").await;
             let target = if fenced { target } else { target.unfenced() };
             let results = vec![write(&target, &[7]).await];
-            assert_eq!(commit_key(&target, &job("resend"), 0, 1, &results).await, CommitOutcome::Committed);
+            let key = CommitKey { job: job("resend"), n: 0 };
+            let ids = vec![id("cp-0")];
+            let prepared_version = target.version().await.unwrap_or_else(|e| panic!("{e}"));
+            let commit = TargetCommit {
+                key: &key,
+                ids: &ids,
+                epoch: 1,
+                results: &results,
+                final_commit: false,
+                prepared_version,
+            };
+            assert_eq!(target.commit(&commit).await, CommitOutcome::Committed);
             let before = target.version().await.unwrap_or_else(|e| panic!("{e}"));
-            let again = commit_key(&target, &job("resend"), 0, 1, &results).await;
+            let again = target.commit(&commit).await;
             let after = target.version().await.unwrap_or_else(|e| panic!("{e}"));
             println!("fenced {fenced}: the re-send {again:?}, version {before:?} -> {after:?}");
-            assert_eq!(matches!(again, CommitOutcome::NotLanded { .. }), fenced, "{again:?}");
+            assert_eq!(again, CommitOutcome::Committed, "fenced {fenced}");
             assert_eq!(before == after, fenced, "fenced {fenced}: {before:?} -> {after:?}");
+            if fenced {
+                let other = target.commit(&TargetCommit { epoch: 2, ..commit.clone() }).await;
+                assert!(matches!(other, CommitOutcome::NotLanded { .. }), "another epoch's send: {other:?}");
+            }
             assert_eq!(sorted_rows(&target).await, [7]);
         }
     }
@@ -292,6 +308,8 @@ const FAIL_WITHOUT_LANDING: u8 = 2;
 const FOREIGN_FIRST: u8 = 3;
 /// A foreign writer takes the version first, every time.
 const ALWAYS_TAKEN: u8 = 4;
+/// The commit is written, and the answer says the version was taken (a storage client's retry met its own write).
+const LAND_THEN_REPORT_TAKEN: u8 = 5;
 
 fn no_answer() -> TransactionError {
     TransactionError::LogStoreError { msg: "no answer".into(), source: Box::new(std::io::Error::other("timeout")) }
@@ -324,6 +342,10 @@ impl LogStore for FaultyLogStore {
                 Err(no_answer())
             }
             FAIL_WITHOUT_LANDING => Err(no_answer()),
+            LAND_THEN_REPORT_TAKEN => {
+                self.inner.write_commit_entry(version, commit, operation_id).await?;
+                Err(TransactionError::VersionAlreadyExists(version))
+            }
             FOREIGN_FIRST => {
                 let foreign = bytes::Bytes::from(r#"{"commitInfo":{"timestamp":1,"operation":"FOREIGN"}}"#);
                 self.inner.write_commit_entry(version, CommitOrBytes::LogBytes(foreign), operation_id).await?;
@@ -416,6 +438,11 @@ mod faults {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_landed_write_reported_as_taken_commits_every_row_once() {
+        assert_eq!(job_with_fault(LAND_THEN_REPORT_TAKEN).await, [0, 1, 2]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_foreign_commit_taking_the_next_version_is_retried_over() {
         assert_eq!(job_with_fault(FOREIGN_FIRST).await, [0, 1, 2]);
     }
@@ -423,9 +450,12 @@ mod faults {
     /// The outcome a commit answers for each fault, as the committer sees it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_fault_is_answered_by_how_far_the_write_got() {
-        for (fault, expected) in
-            [(LAND_THEN_LOSE_ACK, "Unknown"), (FAIL_WITHOUT_LANDING, "Unknown"), (FOREIGN_FIRST, "Committed")]
-        {
+        for (fault, expected) in [
+            (LAND_THEN_LOSE_ACK, "Unknown"),
+            (FAIL_WITHOUT_LANDING, "Unknown"),
+            (FOREIGN_FIRST, "Committed"),
+            (LAND_THEN_REPORT_TAKEN, "Committed"),
+        ] {
             let (_dir, plain) = fresh("outcomes").await;
             let (target, armed, _) = faulty(&plain);
             let results = vec![write(&target, &[1]).await];
@@ -607,7 +637,11 @@ mod write_results {
     fn an_add_encodes_as_the_golden_vector_and_decodes_back() {
         let result = encode_add(&add("part-0.parquet")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(result.format(), &Format::Delta);
-        let golden = r#"{"v":1,"add":{"path":"part-0.parquet","partitionValues":{},"size":42,"modificationTime":1700000000000,"dataChange":true,"stats":"{\"numRecords\":2}","tags":null,"baseRowId":null,"defaultRowCommitVersion":null,"clusteringProvider":null}}"#;
+        let golden = concat!(
+            r#"{"v":1,"add":{"path":"part-0.parquet","partitionValues":{},"size":42,"#,
+            r#""modificationTime":1700000000000,"dataChange":true,"stats":"{\"numRecords\":2}","#,
+            r#""tags":null,"baseRowId":null,"defaultRowCommitVersion":null,"clusteringProvider":null}}"#
+        );
         assert_eq!(std::str::from_utf8(result.bytes()).unwrap_or_default(), golden);
         assert_eq!(decode_add(&result).map(|a| a.path), Ok("part-0.parquet".to_owned()));
         assert_eq!(ADD_FORMAT_VERSION, 1);
