@@ -539,7 +539,14 @@ mod crash_points {
 /// The probe reads the job's `txn` in the latest snapshot: exact after checkpoints and log cleanup removed every
 /// commit file the txns were written in, and a key above the largest Delta txn version is refused.
 mod probe {
+    use deltalake::Path;
     use deltalake::checkpoints::{cleanup_expired_logs_for, create_checkpoint};
+    use deltalake::logstore::object_store::local::LocalFileSystem;
+    use deltalake::logstore::object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, PutMultipartOptions, PutOptions,
+        PutPayload, PutResult, Result as OsResult,
+    };
+    use futures::stream::BoxStream;
     use sinkpoint_delta::fence::{KeyCheck, app_id, key_check, probe_landed};
 
     use super::*;
@@ -586,6 +593,119 @@ mod probe {
         let resent = commit_key(&target, &ours, 2, 1, &results).await;
         assert!(matches!(resent, CommitOutcome::NotLanded { .. }), "{resent:?}");
         assert_eq!(sorted_rows(&target).await, [0, 1, 2, 3, 99]);
+    }
+
+    /// The storage's root, counting the requests that read (GET, HEAD, LIST), and naming the commit files
+    /// (`_delta_log/<version>.json`, the table's history) read.
+    #[derive(Debug)]
+    struct CountingStore {
+        inner: Arc<dyn ObjectStore>,
+        reads: AtomicU32,
+        commits_read: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    }
+
+    impl std::fmt::Display for CountingStore {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "CountingStore({})", self.inner)
+        }
+    }
+
+    #[async_trait]
+    impl ObjectStore for CountingStore {
+        async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> OsResult<PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: PutMultipartOptions,
+        ) -> OsResult<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(&self, location: &Path, options: GetOptions) -> OsResult<GetResult> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let name = location.as_ref().rsplit_once("_delta_log/").map(|(_, name)| name);
+            if let Some(version) = name.and_then(|n| n.strip_suffix(".json")).and_then(|v| v.parse().ok()) {
+                self.commits_read.lock().unwrap_or_else(|e| e.into_inner()).insert(version);
+            }
+            self.inner.get_opts(location, options).await
+        }
+
+        fn delete_stream(&self, locations: BoxStream<'static, OsResult<Path>>) -> BoxStream<'static, OsResult<Path>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, OsResult<ObjectMeta>> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.list(prefix)
+        }
+
+        fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, OsResult<ObjectMeta>> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.list_with_offset(prefix, offset)
+        }
+
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> OsResult<ListResult> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> OsResult<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// Commits keys `from..to` of `ours`, one row each.
+    async fn commit_keys(target: &DeltaTarget, ours: &JobId, keys: std::ops::Range<u64>) {
+        for n in keys {
+            let results = vec![write(target, &[i64::try_from(n).unwrap_or_else(|e| panic!("{e}"))]).await];
+            assert_eq!(commit_key(target, ours, n, 1, &results).await, CommitOutcome::Committed, "key {n}");
+        }
+    }
+
+    /// The probe reads none of the table's history before its last checkpoint: with a checkpoint every 10
+    /// commits, probing a landed and a missing key after 25 and after 115 commits reads the commit files from the
+    /// last checkpoint on, and only those. (The checkpoint itself grows with the table's live files: delta-rs loads
+    /// them with every snapshot.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_probe_reads_only_the_commit_files_after_the_last_checkpoint() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let uri = dir.path().join("history").to_string_lossy().into_owned();
+        std::fs::create_dir_all(&uri).unwrap_or_else(|e| panic!("{e}"));
+        let url = deltalake::ensure_table_uri(&uri).unwrap_or_else(|e| panic!("{e}"));
+        let table = DeltaTable::try_from_url(url).await.unwrap_or_else(|e| panic!("{e}"));
+        let interval = deltalake::TableProperty::CheckpointInterval;
+        table
+            .create()
+            .with_columns([StructField::new("row", DataType::LONG, false)])
+            .with_configuration_property(interval, Some("10"))
+            .await
+            .unwrap_or_else(|e| panic!("create: {e}"));
+        let counting = Arc::new(CountingStore {
+            inner: Arc::new(LocalFileSystem::new()),
+            reads: AtomicU32::new(0),
+            commits_read: Default::default(),
+        });
+        let target = DeltaTarget::new(&uri);
+        let counted = DeltaTarget::new(&uri).with_root_object_store(counting.clone());
+        let ours = job("history");
+        for (from, to) in [(0, 25), (25, 115)] {
+            commit_keys(&target, &ours, from..to).await;
+            counting.reads.store(0, Ordering::SeqCst);
+            counting.commits_read.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            let landed = counted.probe(&CommitKey { job: ours.clone(), n: to - 1 }, None).await;
+            let missing = counted.probe(&CommitKey { job: ours.clone(), n: to }, None).await;
+            assert_eq!((landed, missing), (ProbeOutcome::Committed { ids: None }, ProbeOutcome::NotCommitted));
+            let read = counting.commits_read.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let all = counting.reads.load(Ordering::SeqCst);
+            println!("two probes after {to} commits: {all} objects read; commit files {read:?}");
+            // Version 0 created the table, key n landed at version n + 1, a checkpoint every 10 versions: the
+            // checkpointed version's own commit file (delta-rs reads its commitInfo) and those after it.
+            let after_checkpoint: std::collections::BTreeSet<u64> = (to - to % 10..=to).collect();
+            assert_eq!(read, after_checkpoint, "after {to} commits");
+        }
     }
 
     #[test]
