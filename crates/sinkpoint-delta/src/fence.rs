@@ -10,7 +10,8 @@
 //! The `txn` has no `lastUpdated` (it is written without one), so `delta.setTransactionRetentionDuration`,
 //! which expires only transactions that carry it, never removes it.
 //!
-//! Public for the adapter's tests only: not part of the crate's API.
+//! Public so that the decisions can be tested and read on their own; the adapter's API is
+//! [`crate::DeltaTarget`].
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

@@ -310,6 +310,13 @@ const FOREIGN_FIRST: u8 = 3;
 const ALWAYS_TAKEN: u8 = 4;
 /// The commit is written, and the answer says the version was taken (a storage client's retry met its own write).
 const LAND_THEN_REPORT_TAKEN: u8 = 5;
+/// A foreign writer's commit lands before delta-rs looks for the latest version, so it never writes ours.
+const FOREIGN_BEFORE_LOOKING: u8 = 6;
+
+/// A foreign writer's commit: only a `commitInfo`.
+fn foreign_commit() -> CommitOrBytes {
+    CommitOrBytes::LogBytes(bytes::Bytes::from(r#"{"commitInfo":{"timestamp":1,"operation":"FOREIGN"}}"#))
+}
 
 fn no_answer() -> TransactionError {
     TransactionError::LogStoreError { msg: "no answer".into(), source: Box::new(std::io::Error::other("timeout")) }
@@ -347,8 +354,7 @@ impl LogStore for FaultyLogStore {
                 Err(TransactionError::VersionAlreadyExists(version))
             }
             FOREIGN_FIRST => {
-                let foreign = bytes::Bytes::from(r#"{"commitInfo":{"timestamp":1,"operation":"FOREIGN"}}"#);
-                self.inner.write_commit_entry(version, CommitOrBytes::LogBytes(foreign), operation_id).await?;
+                self.inner.write_commit_entry(version, foreign_commit(), operation_id).await?;
                 self.inner.write_commit_entry(version, commit, operation_id).await
             }
             ALWAYS_TAKEN => Err(TransactionError::VersionAlreadyExists(version)),
@@ -366,6 +372,11 @@ impl LogStore for FaultyLogStore {
     }
 
     async fn get_latest_version(&self, start_version: Version) -> DeltaResult<Version> {
+        if self.armed.compare_exchange(FOREIGN_BEFORE_LOOKING, PASS, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            let latest = self.inner.get_latest_version(start_version).await?;
+            let written = self.inner.write_commit_entry(latest + 1, foreign_commit(), uuid::Uuid::new_v4()).await;
+            written.map_err(|e| deltalake::DeltaTableError::Generic(format!("the foreign commit: {e}")))?;
+        }
         self.inner.get_latest_version(start_version).await
     }
 
@@ -447,6 +458,11 @@ mod faults {
         assert_eq!(job_with_fault(FOREIGN_FIRST).await, [0, 1, 2]);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_foreign_commit_landing_before_delta_rs_looks_is_retried_over() {
+        assert_eq!(job_with_fault(FOREIGN_BEFORE_LOOKING).await, [0, 1, 2]);
+    }
+
     /// The outcome a commit answers for each fault, as the committer sees it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_fault_is_answered_by_how_far_the_write_got() {
@@ -455,6 +471,7 @@ mod faults {
             (FAIL_WITHOUT_LANDING, "Unknown"),
             (FOREIGN_FIRST, "Committed"),
             (LAND_THEN_REPORT_TAKEN, "Committed"),
+            (FOREIGN_BEFORE_LOOKING, "Committed"),
         ] {
             let (_dir, plain) = fresh("outcomes").await;
             let (target, armed, _) = faulty(&plain);
