@@ -8,8 +8,8 @@
 //!   `txn { appId: "sinkpoint.job.<job>", version: n }` and `commitInfo` fields naming the job, the key, the
 //!   epoch and the checkpoint ids. The commit is built on a snapshot V whose `txn` for the job is n − 1 (the key
 //!   check), with delta-rs's retries off, through [`fence::NextVersionOnly`], a log store that lets only version
-//!   V + 1 through: a lost acknowledgement's retry, a racing writer and a zombie all meet a `txn` of n and are
-//!   refused. The probe reads the job's `txn` in the latest snapshot: exact, and one snapshot load whatever the
+//!   V + 1 through: a racing writer and a zombie meet a `txn` of n and are refused; a re-send of this very commit
+//!   after its answer was lost finds it in the key's commit file and answers `Committed`, writing nothing. The probe reads the job's `txn` in the latest snapshot: exact, and one snapshot load whatever the
 //!   table's history (checkpoints and log cleanup keep it); for a key in flight it also reads the key's own
 //!   commit file, when it is among the few since the intent, for the checkpoint ids.
 //! - [`DeltaDataFiles`] ([`DeltaTarget::data_files`]) tells [`sinkpoint::gc::collect_data_files`] which file a
@@ -22,7 +22,7 @@
 //! The shape of a job (the whole of it, with crash flags, is `examples/delta_job.rs`):
 //!
 //! ```text
-//! worker:  results = write_data_file(target.object_store(), batches)   // a data file, invisible to readers
+//! worker:  result = write_data_file(target.object_store()?, &batches)   // a data file, invisible to readers
 //!          store.stage(&id, StagePart::new(attempt, part).keys(..).results(vec![result])); store.seal(&id, parts)
 //! driver:  let target = DeltaTarget::new(uri);
 //!          Committer::new(&store, &target).recover(); ...; Committer::new(&store, &target).finish()
@@ -43,4 +43,6 @@ mod target;
 
 pub use files::DeltaDataFiles;
 pub use results::{ADD_FORMAT_VERSION, decode_add, encode_add, write_data_file};
-pub use target::{DeltaTarget, LogStoreWrapper};
+pub use target::DeltaTarget;
+#[doc(hidden)]
+pub use target::LogStoreWrapper;

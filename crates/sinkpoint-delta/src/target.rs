@@ -46,8 +46,9 @@ enum Attempt {
 }
 
 impl DeltaTarget {
-    /// A target committing into the Delta table at `uri`: a local path, `file://` or `memory://` (the schemes
-    /// deltalake's default features reach; add its `s3`, `azure` or `gcs` features to reach more).
+    /// A target committing into the Delta table at `uri`: a local path or `file://`, the storage deltalake's
+    /// default features reach and the adapter is tested on. Storage reached through more of deltalake's features
+    /// is committed to only when its log store is a put-if-absent (the commit checks, and refuses the others).
     pub fn new(uri: impl Into<String>) -> Self {
         Self { uri: uri.into(), storage_options: HashMap::new(), wrapper: None, root_store: None, fenced: true }
     }
@@ -131,7 +132,8 @@ impl DeltaTarget {
         if log_store.name() != CONDITIONAL_LOG_STORE {
             return not_landed(format!(
                 "the Delta table at {} commits through delta-rs's {}, not a put-if-absent ({CONDITIONAL_LOG_STORE}): \
-                 the fence cannot keep a second commit of one key out; use a local path, file:// or memory://",
+                 the fence cannot keep a second commit of one key out; use storage whose Delta log store commits with a \
+                 put-if-absent (a local path, file://)",
                 self.uri,
                 log_store.name()
             ));
