@@ -11,3 +11,8 @@ pub const STAGED_FILE_CHECKS_IN_FLIGHT_MAX: usize = 16;
 /// it (or once log cleanup removed one of them) the probe answers without ids: the job's `txn` alone says the key
 /// landed.
 pub const PROBE_COMMITS_READ_MAX: u64 = 64;
+
+// A commit's own write lands at most FOREIGN_COMMIT_RETRIES_MAX foreign commits after its intent's version: the
+// re-check that meets it (and a probe) must read that far to know it as this commit.
+const _: () = assert!(PROBE_COMMITS_READ_MAX > FOREIGN_COMMIT_RETRIES_MAX as u64 + 1);
+const _: () = assert!(STAGED_FILE_CHECKS_IN_FLIGHT_MAX >= 1);
