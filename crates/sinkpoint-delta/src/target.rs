@@ -123,7 +123,9 @@ impl DeltaTarget {
         })
     }
 
-    async fn attempt(&self, commit: &TargetCommit<'_>) -> Attempt {
+    /// One fenced attempt. `taken` lists the versions earlier attempts of this call found taken: one of them may
+    /// be our own write, reported taken by a storage client's retry that met it.
+    async fn attempt(&self, commit: &TargetCommit<'_>, taken: &mut Vec<u64>) -> Attempt {
         let table = match self.open().await {
             Ok(t) => t,
             Err(e) => return not_landed(format!("opening the Delta table at {}: {e}", self.uri)),
@@ -159,7 +161,7 @@ impl DeltaTarget {
             KeyCheck::Commit => i64::try_from(commit.key.n).unwrap_or(i64::MAX),
             // Key n itself may be this very commit: then it is committed, not refused.
             KeyCheck::Refused(_)
-                if latest == i64::try_from(commit.key.n).ok() && is_ours(&table, &app, commit, &adds).await =>
+                if latest == i64::try_from(commit.key.n).ok() && is_ours(&table, &app, commit, &adds, taken).await =>
             {
                 return Attempt::Done(CommitOutcome::Committed);
             }
@@ -182,6 +184,9 @@ impl DeltaTarget {
             Err(e) => Err(e),
         };
         let reached = fence.reached();
+        if reached == Reached::Conflict {
+            taken.push(snapshot.version() + 1);
+        }
         match written {
             Ok(post_commit) => {
                 // Landed. The table's post-commit hooks (a checkpoint every `delta.checkpointInterval`
@@ -319,17 +324,29 @@ async fn landed_commit(
     None
 }
 
-/// Whether the commit of `commit.key` in the table is this very commit (same epoch, checkpoints and data files):
-/// an earlier send of it landed and its answer was lost, or the log store's own retry met its own write.
-async fn is_ours(table: &DeltaTable, app: &str, commit: &TargetCommit<'_>, adds: &[Add]) -> bool {
-    let Some(landed) = landed_commit(table, app, commit.key, commit.prepared_version).await else { return false };
-    let mut ids = commit.ids.to_vec();
-    ids.sort_unstable();
-    let mut landed_ids = landed.ids;
-    landed_ids.sort_unstable();
-    let mut files: Vec<&str> = adds.iter().map(|a| a.path.as_str()).collect();
-    files.sort_unstable();
-    landed.epoch == commit.epoch && landed_ids == ids && landed.files == files
+/// Whether the commit of `commit.key` in the table is this very commit (same epoch, checkpoints and data
+/// files): looked for at the versions this call's attempts found `taken`, then among the commit files since the
+/// intent. It is when an earlier send landed and its answer was lost, or a storage client's retry met its own
+/// write and reported the version taken.
+async fn is_ours(table: &DeltaTable, app: &str, commit: &TargetCommit<'_>, adds: &[Add], taken: &[u64]) -> bool {
+    let is_this = |landed: &Landed| {
+        let mut ids = commit.ids.to_vec();
+        ids.sort_unstable();
+        let mut landed_ids = landed.ids.clone();
+        landed_ids.sort_unstable();
+        let mut files: Vec<&str> = adds.iter().map(|a| a.path.as_str()).collect();
+        files.sort_unstable();
+        landed.epoch == commit.epoch && landed_ids == ids && landed.files == files
+    };
+    let log_store = table.log_store();
+    for &version in taken {
+        if let Ok(Some(bytes)) = log_store.read_commit_entry(version).await
+            && let Ok(Some(landed)) = props::landed_key(&bytes, app, commit.key.job.as_str(), commit.key.n)
+        {
+            return is_this(&landed);
+        }
+    }
+    landed_commit(table, app, commit.key, commit.prepared_version).await.is_some_and(|landed| is_this(&landed))
 }
 
 #[async_trait]
@@ -342,8 +359,9 @@ impl Target for DeltaTarget {
     }
 
     async fn commit(&self, commit: &TargetCommit<'_>) -> CommitOutcome {
+        let mut taken = Vec::new();
         for _ in 0..=FOREIGN_COMMIT_RETRIES_MAX {
-            if let Attempt::Done(outcome) = self.attempt(commit).await {
+            if let Attempt::Done(outcome) = self.attempt(commit, &mut taken).await {
                 return outcome;
             }
         }

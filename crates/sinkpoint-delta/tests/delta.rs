@@ -485,6 +485,28 @@ mod faults {
         }
     }
 
+    /// A write reported taken is looked for where it was sent, not only since the intent: without an intent's
+    /// version to search from, the commit still knows its own landed write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_landed_write_reported_as_taken_is_found_where_it_was_sent() {
+        let (_dir, plain) = fresh("taken-here").await;
+        let (target, armed, _) = faulty(&plain);
+        let results = vec![write(&target, &[1]).await];
+        let key = CommitKey { job: job("taken-here"), n: 0 };
+        let ids = vec![id("cp-0")];
+        let commit = TargetCommit {
+            key: &key,
+            ids: &ids,
+            epoch: 1,
+            results: &results,
+            final_commit: false,
+            prepared_version: None,
+        };
+        armed.store(LAND_THEN_REPORT_TAKEN, Ordering::SeqCst);
+        assert_eq!(target.commit(&commit).await, CommitOutcome::Committed);
+        assert_eq!(sorted_rows(&target).await, [1]);
+    }
+
     /// Foreign commits that take the next version every time: the commit re-reads and tries again a bounded
     /// number of times, then answers NotLanded (nothing of ours was written).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
