@@ -9,9 +9,10 @@
 //!   epoch and the checkpoint ids. The commit is built on a snapshot V whose `txn` for the job is n − 1 (the key
 //!   check), with delta-rs's retries off, through [`fence::NextVersionOnly`], a log store that lets only version
 //!   V + 1 through: a racing writer and a zombie meet a `txn` of n and are refused; a re-send of this very commit
-//!   after its answer was lost finds it in the key's commit file and answers `Committed`, writing nothing. The probe reads the job's `txn` in the latest snapshot: exact, and one snapshot load whatever the
-//!   table's history (checkpoints and log cleanup keep it); for a key in flight it also reads the key's own
-//!   commit file, when it is among the few since the intent, for the checkpoint ids.
+//!   after its answer was lost finds it in the key's commit file and answers `Committed`, writing nothing. The
+//!   probe reads the job's `txn` in the latest snapshot: exact, and one snapshot load whatever the table's
+//!   history (checkpoints and log cleanup keep it); for a key in flight it also reads the key's own commit file,
+//!   when it is among the few since the intent, for the checkpoint ids.
 //! - [`DeltaDataFiles`] ([`DeltaTarget::data_files`]) tells [`sinkpoint::gc::collect_data_files`] which file a
 //!   result names and which ones the table still references, so that the files of dropped attempts are deleted
 //!   and nothing a reader may open is.

@@ -11,6 +11,7 @@ use deltalake::logstore::LogStoreRef;
 use deltalake::logstore::object_store::{ObjectStore, ObjectStoreExt as _, path::Path};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::table::builder::parse_table_uri;
+use deltalake::table::state::DeltaTableState;
 use deltalake::{DeltaResult, DeltaTable, DeltaTableBuilder, DeltaTableError};
 use futures::{StreamExt as _, TryStreamExt as _};
 use sinkpoint::{CheckpointId, CommitKey, CommitOutcome, ProbeOutcome, Target, TargetCommit};
@@ -134,8 +135,8 @@ impl DeltaTarget {
         if log_store.name() != CONDITIONAL_LOG_STORE {
             return not_landed(format!(
                 "the Delta table at {} commits through delta-rs's {}, not a put-if-absent ({CONDITIONAL_LOG_STORE}): \
-                 the fence cannot keep a second commit of one key out; use storage whose Delta log store commits with a \
-                 put-if-absent (a local path, file://)",
+                 the fence cannot keep a second commit of one key out; use storage whose Delta log store commits \
+                 with a put-if-absent (a local path, file://)",
                 self.uri,
                 log_store.name()
             ));
@@ -170,6 +171,22 @@ impl DeltaTarget {
         if let Err(reason) = check_staged_files(log_store.object_store(None), &adds, commit.ids).await {
             return not_landed(reason);
         }
+        self.send(&table, snapshot, commit, adds, n, taken).await
+    }
+
+    /// Writes the commit (its key, `n` as a txn version, passed the key check on `snapshot`) as version V + 1 of
+    /// `snapshot` V, or nothing; a version found taken goes into `taken`.
+    async fn send(
+        &self,
+        table: &DeltaTable,
+        snapshot: &DeltaTableState,
+        commit: &TargetCommit<'_>,
+        adds: Vec<Add>,
+        n: i64,
+        taken: &mut Vec<u64>,
+    ) -> Attempt {
+        let log_store = table.log_store();
+        let app = fence::app_id(&commit.key.job);
         let inner = self.wrapper.as_ref().map_or_else(|| log_store.clone(), |wrap| wrap(log_store.clone()));
         let fence = Arc::new(NextVersionOnly::new(inner, snapshot.version() + 1));
         // No delta-rs retries: a retry rebuilt on a newer snapshot would skip the key check.
