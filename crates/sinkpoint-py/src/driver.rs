@@ -274,13 +274,21 @@ impl PyDriver {
         PyRecoveryReport::new(py, report)
     }
 
-    /// One round of adopting what workers sealed in the shared staging (needs `staging=`).
-    fn adopt(&self, py: Python<'_>) -> PyResult<PyAdoptReport> {
+    /// One round of adopting what workers sealed in the shared staging (needs `staging=`): every seal (a listing
+    /// of the job's claims), or, given `expected` checkpoint ids, the seals of those ids and of the inbox's parts
+    /// (no listing of the claims: the cost follows `expected`, not the job's history).
+    #[pyo3(signature = (expected = None))]
+    fn adopt(&self, py: Python<'_>, expected: Option<Vec<String>>) -> PyResult<PyAdoptReport> {
+        let expected = expected.map(|ids| ids.iter().map(|id| id_arg(id)).collect::<PyResult<Vec<_>>>()).transpose()?;
         let opened = self.opened(py)?;
         let Some(inbox) = &opened.inbox else {
             return Err(invalid("this driver has no shared staging: pass staging=SharedStaging(...) to adopt"));
         };
-        Ok(block_on(py, || inbox.adopt(&opened.store))?.map_err(to_py)?.into())
+        let report = match &expected {
+            Some(ids) => block_on(py, || inbox.adopt_expected(&opened.store, ids))?,
+            None => block_on(py, || inbox.adopt(&opened.store))?,
+        };
+        Ok(report.map_err(to_py)?.into())
     }
 
     /// Commits every sealed checkpoint (not final).

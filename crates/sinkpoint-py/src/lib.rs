@@ -48,6 +48,7 @@ fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SOURCE_KEY_BYTES_MAX", sinkpoint::limits::SOURCE_KEY_BYTES_MAX)?;
     m.add("WRITE_RESULT_BYTES_MAX", sinkpoint::limits::WRITE_RESULT_BYTES_MAX)?;
     m.add("WORKER_NAME_BYTES_MAX", sinkpoint::limits::WORKER_NAME_BYTES_MAX)?;
+    m.add("ADOPT_EXPECTED_IDS_MAX", sinkpoint::limits::ADOPT_EXPECTED_IDS_MAX)?;
     m.add("LANCE_FRAGMENT_JSON", values::LANCE_FRAGMENT_JSON)?;
     errors::register(m)?;
     m.add_class::<values::PyWriteResult>()?;

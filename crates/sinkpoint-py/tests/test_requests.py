@@ -10,8 +10,9 @@ before ``stage_and_seal`` stopped putting an inbox entry):
 
 - workers: 1 per input: the seal's conditional create (``stage_and_seal``: the seal holds the part, no inbox
   entry). No claim read: run() pruned just before the read (``check_processed_in_worker`` would add 1 per input).
-- driver, staging: 1 per input (adopt reads each new claim once), 2 listings per adopt (the claims, 1 request per
-  1,000; the inbox, empty) and 2 adopts (before pruning, in finalize): 4. No deletes: the inbox stays empty.
+- driver, staging: 1 per input (adopt reads each new claim once) and 3 listings: before pruning, the claims (1
+  request per 1,000) and the inbox (empty); in finalize, the inbox alone (finalize reads only the claims of the
+  run's inputs, never listing the job's). No deletes: the inbox stays empty.
 - mirror: the open of the store under a new epoch (3 listings, 1 read, 2 creates), 1 put per WAL group of the
   adoptions (the core adopts up to 16 seals at once, folded into groups: ~7 for 50), 1 listing of manifests by
   the mirror's upkeep, and 2 puts for the commit (its intent, its mark).
@@ -162,9 +163,9 @@ def test_requests_per_input_on_s3(tmp_path, endpoint):
     # Workers: the seal's create per input, nothing else (no inbox entry: stage_and_seal's seal holds the part;
     # no claim read after run()'s pruning).
     assert worker == {"PUT": n}, fresh
-    # Driver: 1 claim read per input (adopt), 2 listings per adopt (the claims, the inbox) and 2 adopts; the inbox
-    # is empty, so nothing to delete. No write.
-    assert driver.get("GET") == n and driver.get("LIST") == 4, fresh
+    # Driver: 1 claim read per input (adopt), 3 listings (the claims and the inbox before pruning, the inbox alone in
+    # finalize, which reads only the run's claims); the inbox is empty, so nothing to delete. No write.
+    assert driver.get("GET") == n and driver.get("LIST") == 3, fresh
     assert set(driver) <= {"GET", "LIST"}, fresh
     assert sum(mirror.values()) <= MIRROR_FRESH_MAX, fresh
     per_input = fresh["total"] / n

@@ -64,6 +64,7 @@ The names of sinkpoint 0.1 (``InvalidInput``, ``IllegalTransition``, ``SealLost`
 
 from ._deprecated import deprecated_names
 from ._sinkpoint import (
+    ADOPT_EXPECTED_IDS_MAX,
     CHECKPOINT_ID_BYTES_MAX,
     JOB_ID_BYTES_MAX,
     LANCE_FRAGMENT_JSON,
@@ -106,6 +107,7 @@ from ._sinkpoint import (
 )
 
 __all__ = [
+    "ADOPT_EXPECTED_IDS_MAX",
     "CHECKPOINT_ID_BYTES_MAX",
     "JOB_ID_BYTES_MAX",
     "LANCE_FRAGMENT_JSON",

@@ -20,6 +20,8 @@ JOB_ID_BYTES_MAX: int
 SOURCE_KEY_BYTES_MAX: int
 WRITE_RESULT_BYTES_MAX: int
 WORKER_NAME_BYTES_MAX: int
+#: The most checkpoint ids one ``Driver.adopt(expected=...)`` round takes (more raise InvalidInputError).
+ADOPT_EXPECTED_IDS_MAX: int
 
 #: The format tag of a pylance ``FragmentMetadata`` staged as its JSON (``json.dumps(f.to_json())``).
 LANCE_FRAGMENT_JSON: str
@@ -680,8 +682,10 @@ class Driver:
     def recover(self) -> RecoveryReport:
         """Settles what a crash left: the key in flight is probed and marked or re-committed, Sealed
         checkpoints are committed."""
-    def adopt(self) -> AdoptReport:
-        """One round of adopting the checkpoints workers sealed in shared staging."""
+    def adopt(self, expected: Sequence[str] | None = None) -> AdoptReport:
+        """One round of adopting the checkpoints workers sealed in shared staging: every seal (a listing of the
+        job's claims), or, given ``expected`` checkpoint ids (at most ``ADOPT_EXPECTED_IDS_MAX``), the seals of
+        those ids and of the inbox's parts, with no listing of the claims."""
     def commit_pending(self) -> CommitReport:
         """Commits every Sealed checkpoint (not the final commit)."""
     def finish(self) -> CommitReport:

@@ -70,10 +70,11 @@ not counted here), as :meth:`LanceSink.run` makes them (``tests/test_requests.py
   ``check_processed_in_worker``, 1 more (a read of the input's claim) before the input is written.
   Besides: 1 footer read of the input (on the inputs' store) for its row count, unless ``row_counts`` gives it.
 - Driver, per input: 1 (adopt reads each new claim once; a claim whose checkpoint the driver's store holds is not
-  read again). Per adopt, 2 listings: the claims (1 request per 1,000 claims of the job) and the inbox (empty
-  unless inputs were flushed in parts; their entries are bulk-deleted once adopted, 1 request per 1,000); a run
-  adopts twice (before pruning, in ``finalize``): 4 listings. Pruning itself is free: after the adopt every
-  sealed input is in the driver's store, which answers locally.
+  read again). Per run, 3 listings: before pruning, the claims (1 request per 1,000 claims of the job: the seals
+  of an earlier crashed run) and the inbox; in ``finalize``, the inbox alone (empty unless inputs were flushed in
+  parts; their entries are bulk-deleted once adopted, 1 request per 1,000), for ``finalize`` reads only the claims
+  of the run's inputs (``Driver.adopt(expected=...)``), whatever the job's history. Pruning itself is free: after
+  the adopt every sealed input is in the driver's store, which answers locally.
 - Mirror (``mirror_url``): the store's open under a new epoch (6 requests on a new mirror; a reopen also reads the
   WAL segments since the last snapshot), 1 put per WAL group of the adoptions (the core adopts up to 16 seals at
   once, folded into groups: about 1 group per 7 inputs), 1 listing by the mirror's upkeep, and 2 puts per commit

@@ -250,18 +250,20 @@ class _JobRunner:
             report["recovered"] = dict(prepared.recovered)
             commits = list(prepared.commits)
             earlier = [prepared.adopted]
-        adopted = driver.adopt()
+        # After run()'s listing round, finalize reads only the claims of this run's inputs (its cost follows the
+        # run, not the job's history); without run(), it lists the job's claims once, finding every seal.
+        this_run = [driver.adopt()] if prepared is None else self._adopt_expected(driver, seen)
         self._at("adopted")
-        rounds = earlier + [adopted]
+        rounds = earlier + this_run
         report["adopted"] = sum(len(a.adopted) for a in rounds)
         report["already_adopted"] = sum(a.already_adopted for a in rounds)
-        report["unsealed"] = adopted.unsealed
+        report["unsealed"] = this_run[-1].unsealed
         report["garbage"] += [f for a in rounds for f in _fragment_files(self.uri, a.cleanup)]
         missing = self._missing_inputs(driver, seen)
         if missing:
             # Zero-row inputs never reach the sink: seal them empty here, then adopt them.
             if self._seal_empty(missing):
-                adopted2 = driver.adopt()
+                adopted2 = driver.adopt(expected=[_sp().checkpoint_id_for_key(p) for p in missing])
                 report["adopted"] += len(adopted2.adopted)
                 rounds.append(adopted2)
                 missing = self._missing_inputs(driver, seen)
@@ -285,6 +287,16 @@ class _JobRunner:
         report["committed_keys"] = commits
         report["finished"] = True
         return self._result_table(driver, commits, seen)
+
+    def _adopt_expected(self, driver: Any, seen: "_Summary") -> List[Any]:
+        """Adoption rounds of the seals this run waits for, by id: the inputs of :meth:`run` and those its write
+        results name, that the driver's store does not hold processed (local reads). Lists none of the job's
+        claims. One round per ``ADOPT_EXPECTED_IDS_MAX`` ids (one when none is left: the inbox's parts)."""
+        sp = _sp()
+        named = [*seen.sealed, *seen.skipped, *seen.lost, *seen.pending, *seen.rejected, *(self._inputs or ())]
+        ids = [sp.checkpoint_id_for_key(p) for p in dict.fromkeys(named) if not driver.is_processed(p)]
+        step = sp.ADOPT_EXPECTED_IDS_MAX
+        return [driver.adopt(expected=ids[i : i + step]) for i in range(0, max(len(ids), 1), step)]
 
     def _recover(self, driver: Any, report: Dict[str, Any]) -> tuple:
         """``driver.recover()``, noted in ``report``: (the recovery report, the keys it committed). Raises when the

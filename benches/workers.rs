@@ -1,0 +1,205 @@
+//! Many worker processes through one store location: W worker processes (8, 16, 32, 64; quick mode 2 and 4) each
+//! seal their share of N one-part inputs (`stage_and_seal` of a `for_key` id, 4 in flight a process) into shared
+//! staging on the local filesystem (standing in for the object store every machine sees), and report each seal on
+//! stdout, as an engine's task results reach its driver. This process is the committer: it adopts the reported ids
+//! in rounds (`Inbox::adopt_expected`) and commits each round. Measured: seals per second over the job, the
+//! committer's lag (seals reported and not yet adopted, at its peak), and object-store requests per input (the
+//! workers' and the committer's on the staging; the mirror's apart) against a Daft-style store, whose worker puts
+//! a staged object and a seal object per input (2 requests) and whose driver then lists and reads them.
+//!
+//! `cargo bench --bench workers` (N = 20,000; `SINKPOINT_WORKERS_INPUTS` sets another); quick mode
+//! (`cargo test --bench workers`): 2 and 4 workers, 200 inputs.
+
+#![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt as _;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use sinkpoint::mirror::MirrorSettings;
+use sinkpoint::shared::{Inbox, SharedStaging, Worker};
+use sinkpoint::testkit::{Counts, FaultStore};
+use sinkpoint::{CheckpointId, Committer, DirTable, Store};
+
+use common::{Goal, Report, fmt_rate, job, key, small_result, target};
+
+const CHILD: &str = "SINKPOINT_WORKERS_CHILD";
+/// Seals one worker process has in flight at once: its tasks.
+const SEALS_IN_FLIGHT_PER_WORKER: usize = 4;
+/// The most ids one committer round adopts.
+const ROUND_IDS_MAX: usize = 10_000;
+/// A Daft-style store's requests per input: a put of the staged object and a put of the seal, by the worker.
+const DAFT_STYLE_REQUESTS_PER_INPUT: f64 = 2.0;
+
+/// Requests as an S3 bill counts them: a listing is one request per page of 1,000 objects.
+fn requests(c: Counts) -> u64 {
+    c.puts + c.gets + c.lists + c.listed / 1000 + c.deletes + c.copies
+}
+
+fn counted(dir: &std::path::Path) -> Arc<FaultStore<LocalFileSystem>> {
+    Arc::new(FaultStore::new(LocalFileSystem::new_with_prefix(dir.join("objects")).unwrap()))
+}
+
+/// Worker `k` of `w`: seals inputs `k, k + w, …` below `n`, printing each input's number as it is sealed, then
+/// "requests R".
+fn child(k: u64, w: u64, n: u64, dir: &std::path::Path) {
+    let rt = common::runtime();
+    let objects = counted(dir);
+    rt.block_on(async {
+        let shared = SharedStaging::new(objects.clone(), "staging", job()).unwrap();
+        let worker = Worker::new(shared, &format!("w{k}")).unwrap();
+        let seals = (k..n).step_by(w as usize).map(|i| {
+            let worker = &worker;
+            async move {
+                worker
+                    .stage_and_seal(&CheckpointId::for_key(&key(i)), vec![key(i)], vec![small_result(i)])
+                    .await
+                    .unwrap();
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{i}").unwrap();
+                out.flush().unwrap();
+            }
+        });
+        futures::stream::iter(seals).buffer_unordered(SEALS_IN_FLIGHT_PER_WORKER).collect::<Vec<()>>().await;
+    });
+    println!("requests {}", requests(objects.counts()));
+}
+
+/// A line from a worker process.
+enum Said {
+    Sealed(u64),
+    Requests(u64),
+}
+
+/// What one run of `w` workers measured.
+struct Run {
+    seals_per_s: f64,
+    lag_max: u64,
+    worker_requests: u64,
+    committer_requests: u64,
+}
+
+fn run(w: u64, n: u64) -> Run {
+    let dir = common::tempdir();
+    std::fs::create_dir_all(dir.path().join("objects")).unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Said>();
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for k in 0..w {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(CHILD, format!("{k} {w} {n} {}", dir.path().display()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stdout, tx) = (child.stdout.take().unwrap(), tx.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let line = line.unwrap();
+                let said = match line.strip_prefix("requests ") {
+                    Some(r) => Said::Requests(r.parse().unwrap()),
+                    None => Said::Sealed(line.parse().unwrap()),
+                };
+                if tx.send(said).is_err() {
+                    return;
+                }
+            }
+        });
+        children.push(child);
+    }
+    drop(tx);
+    let rt = common::runtime();
+    let objects = counted(dir.path());
+    let run = rt.block_on(async {
+        let store = Store::builder(job(), target())
+            .path(dir.path().join("committer.redb"))
+            .mirror(objects.clone(), Path::from("mirror"), MirrorSettings::default())
+            .open()
+            .await
+            .unwrap();
+        let table = DirTable::local(dir.path().join("table")).unwrap();
+        let inbox = Inbox::new(SharedStaging::new(objects.clone(), "staging", job()).unwrap());
+        let (mut sealed, mut adopted, mut lag_max, mut worker_requests) = (0u64, 0u64, 0u64, 0u64);
+        let mut last_seal = started.elapsed();
+        let mut round: Vec<CheckpointId> = Vec::new();
+        let staging_before = objects.counts();
+        while adopted < n {
+            let Some(first) = rx.recv().await else { panic!("the workers stopped after {adopted} of {n}") };
+            let mut next = Some(first);
+            while let Some(said) = next.take() {
+                match said {
+                    Said::Sealed(i) => {
+                        sealed += 1;
+                        last_seal = started.elapsed();
+                        round.push(CheckpointId::for_key(&key(i)));
+                    }
+                    Said::Requests(r) => worker_requests += r,
+                }
+                if round.len() < ROUND_IDS_MAX {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if round.is_empty() {
+                continue;
+            }
+            lag_max = lag_max.max(sealed - adopted);
+            let report = inbox.adopt_expected(&store, &round).await.unwrap();
+            assert_eq!(report.adopted.len(), round.len(), "{report:?}");
+            adopted += round.len() as u64;
+            round.clear();
+            Committer::new(&store, &table).commit_pending().await.unwrap();
+        }
+        let committer_requests = requests(objects.counts()) - requests(staging_before);
+        Committer::new(&store, &table).finish().await.unwrap();
+        while let Some(said) = rx.recv().await {
+            if let Said::Requests(r) = said {
+                worker_requests += r;
+            }
+        }
+        store.close_async().await;
+        Run { seals_per_s: n as f64 / last_seal.as_secs_f64(), lag_max, worker_requests, committer_requests }
+    });
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    run
+}
+
+fn main() {
+    if let Ok(arg) = std::env::var(CHILD) {
+        let parts: Vec<&str> = arg.splitn(4, ' ').collect();
+        let number = |i: usize| parts[i].parse::<u64>().unwrap();
+        child(number(0), number(1), number(2), std::path::Path::new(parts[3]));
+        return;
+    }
+    let inputs = std::env::var("SINKPOINT_WORKERS_INPUTS").ok().and_then(|v| v.parse().ok());
+    let (workers, n): (&[u64], u64) =
+        if common::quick() { (&[2, 4], 200) } else { (&[8, 16, 32, 64], inputs.unwrap_or(20_000)) };
+    let report = Report::default();
+    for &w in workers {
+        let r = run(w, n);
+        let (worker_per_input, committer_per_input) =
+            (r.worker_requests as f64 / n as f64, r.committer_requests as f64 / n as f64);
+        report.add(
+            format!("{w} worker processes, {n} inputs: requests per input (workers + committer) vs Daft-style"),
+            (worker_per_input + committer_per_input) / DAFT_STYLE_REQUESTS_PER_INPUT,
+            Goal::AtMost(0.1),
+            format!(
+                "{:.2} per input by the workers, {:.2} by the committer (its mirror included); Daft-style {:.1}; \
+                 seals at {}; committer lag at most {} seals",
+                worker_per_input,
+                committer_per_input,
+                DAFT_STYLE_REQUESTS_PER_INPUT,
+                fmt_rate(r.seals_per_s),
+                r.lag_max
+            ),
+        );
+    }
+    report.print("Many worker processes through one store location");
+}
