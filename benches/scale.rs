@@ -10,7 +10,8 @@
 //! N.
 //!
 //! `cargo bench --bench scale` runs 10,000 and 100,000; `SINKPOINT_SCALE_LARGE=1000000` sets the large N (the
-//! one-million run takes minutes: see docs/BENCHMARKS.md); quick mode (`cargo test --bench scale`): 200 and 2,000.
+//! one-million run takes minutes: see docs/BENCHMARKS.md) and `SINKPOINT_SCALE_PLACE=local` or `throttled` runs one
+//! store only; quick mode (`cargo test --bench scale`): 200 and 2,000.
 
 #![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
 
@@ -249,7 +250,12 @@ fn main() {
     let large_env = std::env::var("SINKPOINT_SCALE_LARGE").ok().and_then(|v| v.parse().ok());
     let (small, large) = if common::quick() { (200, 2_000) } else { (10_000, large_env.unwrap_or(100_000)) };
     let report = Report::default();
-    rows(&report, Place::Local, small, large);
-    rows(&report, Place::Throttled, small, large);
+    let only = std::env::var("SINKPOINT_SCALE_PLACE").unwrap_or_default();
+    if only != "throttled" {
+        rows(&report, Place::Local, small, large);
+    }
+    if only != "local" {
+        rows(&report, Place::Throttled, small, large);
+    }
     report.print("A job of many inputs through shared staging");
 }
