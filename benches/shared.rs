@@ -162,7 +162,10 @@ const EXPECTED_ROUNDS: u64 = 5;
 struct Round {
     requests: u64,
     listed: u64,
+    /// The whole round: adoption, then the commit.
     time: Duration,
+    /// Its adoption alone.
+    adopt: Duration,
 }
 
 /// Seals `ids` (one input each) through `worker`, 32 at once.
@@ -204,10 +207,12 @@ fn rounds_after(rt: &tokio::runtime::Runtime, history: u64) -> (Round, Round) {
                     Some(ids) => inbox.adopt_expected(store, &ids).await.unwrap(),
                     None => inbox.adopt(store).await.unwrap(),
                 };
+                let adopt = started.elapsed();
                 Committer::new(store, table).commit_pending().await.unwrap();
                 let (time, after) = (started.elapsed(), objects.counts());
                 assert_eq!(report.adopted.len(), 8, "{report:?}");
-                Round { requests: requests(after) - requests(before), listed: after.listed - before.listed, time }
+                let (requests, listed) = (requests(after) - requests(before), after.listed - before.listed);
+                Round { requests, listed, time, adopt }
             }
         };
         seal_all(&worker, history..history + 8).await;
@@ -231,13 +236,16 @@ fn history_rows(rt: &tokio::runtime::Runtime, report: &Report, small: u64, large
     let (list_large, exp_large) = rounds_after(rt, large);
     let figures = |s: Round, l: Round| {
         format!(
-            "after {small}: {} requests, {} objects listed, {}; after {large}: {} requests, {} listed, {}",
+            "after {small}: {} requests, {} objects listed, {} (adoption {}); after {large}: {} requests, {} listed, \
+             {} (adoption {})",
             s.requests,
             s.listed,
             fmt_dur(s.time),
+            fmt_dur(s.adopt),
             l.requests,
             l.listed,
-            fmt_dur(l.time)
+            fmt_dur(l.time),
+            fmt_dur(l.adopt)
         )
     };
     report.add(
