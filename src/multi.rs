@@ -639,7 +639,12 @@ async fn offer(
     let part = StagePart::new(attempt, Part::FIRST).keys(keys).results(results);
     match store.stage_and_seal(id, part, 1).await {
         Ok(StageOutcome::Staged | StageOutcome::AlreadyStaged) => Ok(Offered::Sealed),
-        Err(e) if matches!(e.transition(), Some(TransitionError::AlreadySealed { part_matches: Some(false) | None, .. })) => {
+        Err(e)
+            if matches!(
+                e.transition(),
+                Some(TransitionError::AlreadySealed { part_matches: Some(false) | None, .. })
+            ) =>
+        {
             Ok(Offered::Held)
         }
         Err(e) => Err(e),
