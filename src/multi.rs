@@ -522,6 +522,34 @@ impl<'a> MultiTable<'a> {
         all.into_iter().cloned().collect()
     }
 
+    /// Whether every table's job has finished ([`Store::is_finished`] in each): the fast path of a rerun. One
+    /// table finished alone says nothing about the others (a crash between the tables' `finish`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> sinkpoint::Result<()> {
+    /// use sinkpoint::{multi::MultiTable, DirTable, JobId, Store, TargetIdentity};
+    /// let dir = tempfile::tempdir()?;
+    /// let table = DirTable::local(dir.path().join("t"))?;
+    /// let store = Store::builder(JobId::new("j")?, TargetIdentity::new("file:///t")?)
+    ///     .path(dir.path().join("t.redb"))
+    ///     .open()
+    ///     .await?;
+    /// let multi = MultiTable::builder().table(&store, &table).build()?;
+    /// assert!(!multi.is_finished()?);
+    /// multi.finish().await?;
+    /// assert!(multi.is_finished()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_finished(&self) -> Result<bool> {
+        for table in &self.tables {
+            if !table.store.is_finished()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn committer(&self, table: &Table<'a>) -> Committer<'a> {
         let committer = Committer::new(table.store, table.target);
         match &self.crash {
