@@ -27,6 +27,12 @@ use crate::types::{Attempt, CheckpointId, Part, SourceKey, StagePart, TargetIden
 
 /// The named crash points between the per-table steps, in the order a checkpoint passes them. Each table's own
 /// commit passes [`crate::commit::crash_points`] as well.
+///
+/// ```
+/// use sinkpoint::multi::crash_points;
+/// assert_eq!(crash_points::ALL, [crash_points::AFTER_TABLE_SEAL, crash_points::AFTER_TABLE_COMMIT]);
+/// assert!(crash_points::ALL.iter().all(|p| !sinkpoint::commit::crash_points::ALL.contains(p)));
+/// ```
 pub mod crash_points {
     /// One table sealed the checkpoint (or found it held); the tables after it have not been offered it yet.
     pub const AFTER_TABLE_SEAL: &str = "multi-after-table-seal";
@@ -170,6 +176,11 @@ pub struct MultiPart {
 
 impl MultiPart {
     /// An input named by `keys`, not yet written into any table.
+    ///
+    /// ```
+    /// let part = sinkpoint::multi::MultiPart::new(vec![b"s3://in/1.csv".to_vec()]);
+    /// assert!(part.tables().is_empty());
+    /// ```
     pub fn new(keys: Vec<SourceKey>) -> Self {
         Self { keys, results: Vec::new() }
     }
@@ -177,12 +188,22 @@ impl MultiPart {
     /// The input's write results in table `table` (its index in [`MultiTable::builder`]). An empty list
     /// says the input writes nothing into that table: it is sealed there without results, so it still counts as
     /// processed there. Give each table once; a table given twice is refused by [`MultiTable::seal`].
+    ///
+    /// ```
+    /// let part = sinkpoint::multi::MultiPart::new(vec![b"in/1".to_vec()]).results(1, vec![]);
+    /// assert_eq!(part.tables(), [1]);
+    /// ```
     pub fn results(mut self, table: usize, results: Vec<WriteResult>) -> Self {
         self.results.push((table, results));
         self
     }
 
     /// The tables this part has results for, in the order they were given.
+    ///
+    /// ```
+    /// let part = sinkpoint::multi::MultiPart::new(vec![b"in/1".to_vec()]).results(1, vec![]).results(0, vec![]);
+    /// assert_eq!(part.tables(), [1, 0]);
+    /// ```
     pub fn tables(&self) -> Vec<usize> {
         self.results.iter().map(|(table, _)| *table).collect()
     }
