@@ -22,6 +22,7 @@ use crate::commit::{Committer, Target};
 use crate::error::{Error, Result, TransitionError};
 use crate::limits::MULTI_TABLES_MAX;
 use crate::state::CheckpointState;
+use crate::store::checks::check_stage;
 use crate::store::{StageOutcome, Store};
 use crate::types::{Attempt, CheckpointId, Part, SourceKey, StagePart, TargetIdentity, WriteResult};
 
@@ -372,9 +373,9 @@ impl<'a> MultiTable<'a> {
     /// for it are never staged, but recorded in its garbage ledger and returned in
     /// [`MultiSealReport::cleanup`], unless they are the very part it sealed (a retry after a lost answer).
     ///
-    /// Refused before anything is written (`InvalidInput`): a table index out of range or given twice, and a
-    /// table that lacks the checkpoint with no results for it (write the input into every table
-    /// [`MultiTable::lacking`] names). A crash part-way leaves the checkpoint sealed in the first tables only;
+    /// Refused before anything is written (`InvalidInput`): a table index out of range or given twice, keys or
+    /// results a store's `stage` would refuse, and a table that lacks the checkpoint with no results for it
+    /// (write the input into every table [`MultiTable::lacking`] names). A crash part-way leaves the checkpoint sealed in the first tables only;
     /// the retry calls `seal` again and finishes the rest. The acknowledgement rules of [`Store::seal`] apply to
     /// each table.
     ///
@@ -402,7 +403,7 @@ impl<'a> MultiTable<'a> {
     /// ```
     pub async fn seal(&self, id: &CheckpointId, part: MultiPart) -> Result<MultiSealReport> {
         id.check()?;
-        let offered = self.offered_results(id, part.results)?;
+        let offered = self.offered_results(id, &part.keys, part.results)?;
         let mut report = MultiSealReport::default();
         for (index, (table, results)) in self.tables.iter().zip(offered).enumerate() {
             let Some(results) = results else {
@@ -427,6 +428,7 @@ impl<'a> MultiTable<'a> {
     fn offered_results(
         &self,
         id: &CheckpointId,
+        keys: &[SourceKey],
         given: Vec<(usize, Vec<WriteResult>)>,
     ) -> Result<Vec<Option<Vec<WriteResult>>>> {
         let mut offered: Vec<Option<Vec<WriteResult>>> = vec![None; self.tables.len()];
@@ -441,6 +443,10 @@ impl<'a> MultiTable<'a> {
             if slot.replace(results).is_some() {
                 return Err(Error::invalid_input(format!("results for table {index} given twice in one part")));
             }
+        }
+        // Checked as each store's stage checks them, so that a refusal comes before any table is written.
+        for results in offered.iter().flatten() {
+            check_stage(Part::FIRST, keys, results)?;
         }
         for index in self.lacking(id)? {
             if offered.get(index).is_some_and(Option::is_none) {

@@ -344,8 +344,8 @@ fn a_crash_between_the_tables_is_finished_only_where_the_input_lacks() {
     }
 }
 
-/// A store for the first table closed and reopened alone, with the second table's store lost: the multi-table
-/// view refuses two stores of one target, and a half-sealed input can be neither skipped nor aborted.
+/// An input a stop left sealed in the first table only is not processed, is lacking in the second, cannot be
+/// aborted; a seal refused at the boundary writes nothing in any table; two stores of one target are refused.
 #[test]
 fn a_half_sealed_input_is_not_processed_and_cannot_be_aborted() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -369,6 +369,16 @@ fn a_half_sealed_input_is_not_processed_and_cannot_be_aborted() {
         assert_eq!(twice.unwrap_err().kind(), ErrorKind::InvalidInput);
         let missing = multi.seal(&input_id(0), MultiPart::new(vec![input_key(0)])).await.unwrap_err();
         assert_eq!(missing.kind(), ErrorKind::InvalidInput, "table 1 lacks it and the part has nothing for it");
+        let empty_key = MultiPart::new(vec![Vec::new()]).results(1, vec![]);
+        let past_the_end = MultiPart::new(vec![input_key(0)]).results(1, vec![]).results(2, vec![]);
+        let twice = MultiPart::new(vec![input_key(0)]).results(1, vec![]).results(1, vec![]);
+        let frames: Vec<usize> = stores.iter().map(|s| s.log_frames().unwrap().len()).collect();
+        for bad in [empty_key, past_the_end, twice] {
+            let refused = multi.seal(&input_id(0), bad.clone()).await.unwrap_err();
+            assert_eq!(refused.kind(), ErrorKind::InvalidInput, "{bad:?}: {refused}");
+        }
+        let after: Vec<usize> = stores.iter().map(|s| s.log_frames().unwrap().len()).collect();
+        assert_eq!(after, frames, "a refused seal writes nothing in any table");
         for store in stores {
             store.close_async().await;
         }
