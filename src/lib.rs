@@ -47,6 +47,7 @@
 //! | a worker on another machine | [`shared::SharedStaging`], [`shared::Worker`]; the committer adopts with [`shared::Inbox`] |
 //! | the driver that commits | [`Committer`]: `recover`, `commit_pending`, `finish` |
 //! | writing a table adapter | [`Target`] (its contract), [`DirTable`] (the reference), the conformance suite in `testkit` (feature `testkit`) |
+//! | a sink writing each input into several tables | [`multi::MultiTable`]: one checkpoint, each table its own store and keys |
 //! | running the job safely across machines | [`StoreBuilder::mirror`] and [`mirror::MirrorSettings`] |
 //! | an operator | [`inspect::Inspector`] (read-only), the `sinkpoint` CLI, and the hatches behind [`Store::operator`] ([`Operator`]) |
 //! | collecting garbage | [`gc`]: [`gc::collect_data_files`], [`gc::find_mirror_garbage`], [`gc::find_inbox_garbage`] |
@@ -71,6 +72,7 @@ pub mod gc;
 pub mod inspect;
 pub mod limits;
 pub mod mirror;
+pub mod multi;
 pub mod shared;
 mod state;
 mod store;

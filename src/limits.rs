@@ -37,6 +37,9 @@ pub const CHECKPOINT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 pub const COMMIT_CHECKPOINTS_MAX: usize = 10_000;
 /// The most write results one target commit may carry.
 pub const COMMIT_RESULTS_MAX: usize = 100_000;
+/// The most tables one multi-table checkpoint spans (`multi::MultiTable`): each is sealed and committed one
+/// after another, so a checkpoint's cost grows with its tables.
+pub const MULTI_TABLES_MAX: usize = 64;
 /// The longest operator reason (for `resolve` and `force_abort`), in bytes.
 pub const REASON_BYTES_MAX: usize = 1024;
 /// The most calls folded into one group commit (one redb write transaction, one fsync).

@@ -29,6 +29,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("dir_table", 7),
     ("shared", 7),
     ("inspect", 7),
+    ("multi", 7),
     ("gc", 8),
 ];
 

@@ -44,6 +44,7 @@ mod mirror_restore;
 mod mirror_view;
 mod mirror_zombie;
 mod model;
+mod multi_table;
 mod seal_window;
 mod shared;
 mod shared_model;

@@ -1,6 +1,7 @@
 //! The Delta target's tests, in one binary (each test binary links all of delta-rs): the conformance suite,
 //! racing writers, faults at the log store, each named crash point, the probe through checkpoints and log
-//! cleanup, the key check's decisions, the write results' encoding and the data-file collector.
+//! cleanup, the key check's decisions, the write results' encoding, the data-file collector, and one checkpoint
+//! across two Delta tables.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
@@ -969,5 +970,94 @@ mod collect {
         let missing = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let nothing = DeltaTarget::new(missing.path().to_string_lossy()).data_files();
         assert!(nothing.referenced().await.unwrap_or_else(|e| panic!("{e}")).is_empty(), "no table, no references");
+    }
+}
+
+/// One checkpoint across two Delta tables (`sinkpoint::multi::MultiTable`, a store per table): stopped at a named
+/// crash point of either table's commit or between the per-table steps, the rerun puts each input into each table
+/// exactly once, writing a half-sealed input only into the table that lacks it.
+mod multi_table {
+    use std::sync::atomic::AtomicUsize;
+
+    use sinkpoint::commit::{CrashHook, crash_points};
+    use sinkpoint::multi::{MultiPart, MultiTable, crash_points as multi_points};
+    use sinkpoint::{ErrorKind, Store, TargetIdentity};
+
+    use super::*;
+
+    const INPUTS: i64 = 3;
+
+    async fn open_store(dir: &std::path::Path, t: usize, target: &DeltaTarget) -> Store {
+        let identity = TargetIdentity::new(target.uri()).unwrap_or_else(|e| panic!("{e}"));
+        Store::builder(job("multi"), identity)
+            .path(dir.join(format!("sink-{t}.redb")))
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open store {t}: {e}"))
+    }
+
+    /// One run of the job: recover both tables, write and seal each input not processed in both (into the tables
+    /// that lack it), commit after each input, finish.
+    async fn run(dir: &std::path::Path, targets: &[DeltaTarget], hook: Option<CrashHook>) -> sinkpoint::Result<()> {
+        let stores = [open_store(dir, 0, &targets[0]).await, open_store(dir, 1, &targets[1]).await];
+        let ran: sinkpoint::Result<()> = async {
+            let mut multi =
+                MultiTable::builder().table(&stores[0], &targets[0]).table(&stores[1], &targets[1]).build()?;
+            if let Some(hook) = hook {
+                multi = multi.with_crash_hook(hook);
+            }
+            multi.recover().await?;
+            for i in 0..INPUTS {
+                let name = format!("input-{i}");
+                if multi.is_processed(name.as_bytes())? {
+                    continue;
+                }
+                let mut part = MultiPart::new(vec![name.clone().into_bytes()]);
+                for t in multi.lacking(&id(&name))? {
+                    part = part.results(t, vec![write(&targets[t], &[i]).await]);
+                }
+                multi.seal(&id(&name), part).await?;
+                multi.commit_pending().await?;
+            }
+            multi.finish().await.map(drop)
+        }
+        .await;
+        for store in stores {
+            store.close_async().await;
+        }
+        ran
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_at_each_named_point_of_either_table_then_a_rerun_lands_each_input_in_each_table_once() {
+        let points = [
+            crash_points::AFTER_BEGIN_COMMIT,
+            crash_points::AFTER_TARGET_COMMIT_BEFORE_MARK,
+            multi_points::AFTER_TABLE_SEAL,
+            multi_points::AFTER_TABLE_COMMIT,
+        ];
+        for point in points {
+            // The points alternate between the tables: an odd nth stops in table 0, an even one in table 1.
+            for nth in 1..=4 {
+                let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+                let mut targets = Vec::new();
+                for t in 0..2 {
+                    let uri = dir.path().join(format!("table-{t}")).to_string_lossy().into_owned();
+                    create_table(&uri).await;
+                    targets.push(DeltaTarget::new(uri));
+                }
+                let seen = Arc::new(AtomicUsize::new(0));
+                let counter = seen.clone();
+                let hook: CrashHook =
+                    Arc::new(move |at| at == point && counter.fetch_add(1, Ordering::SeqCst) + 1 == nth);
+                let crashed = run(dir.path(), &targets, Some(hook)).await;
+                let stopped = crashed.as_ref().map_err(sinkpoint::Error::kind);
+                assert_eq!(stopped, Err(ErrorKind::Poisoned), "{point} #{nth}: stopped there");
+                run(dir.path(), &targets, None).await.unwrap_or_else(|e| panic!("{point} #{nth}: rerun: {e}"));
+                for target in &targets {
+                    assert_eq!(sorted_rows(target).await, [0, 1, 2], "{point} #{nth}: {}", target.uri());
+                }
+            }
+        }
     }
 }
