@@ -148,7 +148,8 @@ fn run(w: u64, n: u64) -> Run {
             if round.is_empty() {
                 continue;
             }
-            lag_max = lag_max.max(sealed - adopted);
+            // Seals reported and not adopted yet: those in this round and those still queued behind it.
+            lag_max = lag_max.max(sealed + rx.len() as u64 - adopted);
             let report = inbox.adopt_expected(&store, &round).await.unwrap();
             assert_eq!(report.adopted.len(), round.len(), "{report:?}");
             adopted += round.len() as u64;
