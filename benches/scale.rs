@@ -1,13 +1,12 @@
 //! A job of many inputs through shared staging: N inputs (one small part each, `stage_and_seal` of a `for_key`
 //! id, 256 seals in flight as 64 workers with 4 tasks each would have), a committer that adopts in rounds of the ids
 //! its workers reported (`Inbox::adopt_expected`, up to 10,000 a round) and commits each round, then the job's
-//! final commit. Each N runs in a child process of its own, on two stores: an in-memory object store with 20 ms a
-//! request (`FaultStore::set_latency`) and the local filesystem (staging, mirror and table on disk). Measured:
+//! final commit. Each N runs in a child process of its own, on two stores: the local filesystem with 20 ms a
+//! request (`FaultStore::set_latency`), and without (staging, mirror and table on disk either way). Measured:
 //! wall time per input, the committer's lag (seals reported but not yet adopted, at its peak), the process's peak
-//! heap growth (the filesystem run only: the in-memory store holds every object in the same heap), then the store's
-//! open of a crash image (its file copied while the writer had it open), its restore from the mirror into an empty
-//! path (a lost disk), and a `status` read (`inspect::Inspector::summary`), each at N against the same at the small
-//! N.
+//! heap growth (the unthrottled run), then the store's open of a crash image (its file copied while the writer had
+//! it open), its restore from the mirror into an empty path (a lost disk), and a `status` read
+//! (`inspect::Inspector::summary`), each at N against the same at the small N.
 //!
 //! `cargo bench --bench scale` runs 10,000 and 100,000; `SINKPOINT_SCALE_LARGE=1000000` sets the large N (the
 //! one-million run takes minutes: see docs/BENCHMARKS.md) and `SINKPOINT_SCALE_PLACE=local` or `throttled` runs one
@@ -26,7 +25,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
-use object_store::memory::InMemory;
 use object_store::path::Path;
 use sinkpoint::inspect::Inspector;
 use sinkpoint::mirror::MirrorSettings;
@@ -66,18 +64,22 @@ struct Measured {
     status_ms: f64,
 }
 
-/// The job's object store at `place`, and the directory of a local one.
+fn local(dir: &std::path::Path) -> LocalFileSystem {
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    LocalFileSystem::new_with_prefix(dir.join("objects")).unwrap()
+}
+
+/// The job's object store at `place`, in `dir`.
 fn objects(place: Place, dir: &std::path::Path) -> Arc<dyn ObjectStore> {
     match place {
+        // On disk, throttled: an in-memory store would hold the mirror's every snapshot in this process's heap
+        // (a million-input job's mirror is gigabytes before an operator collects it).
         Place::Throttled => {
-            let store = FaultStore::new(InMemory::new());
+            let store = FaultStore::new(local(dir));
             store.set_latency(REQUEST_LATENCY);
             Arc::new(store)
         }
-        Place::Local => {
-            std::fs::create_dir_all(dir.join("objects")).unwrap();
-            Arc::new(LocalFileSystem::new_with_prefix(dir.join("objects")).unwrap())
-        }
+        Place::Local => Arc::new(local(dir)),
     }
 }
 
