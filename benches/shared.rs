@@ -21,19 +21,13 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{Inbox, SharedStaging, Worker};
-use sinkpoint::testkit::{Counts, FaultStore};
+use sinkpoint::testkit::FaultStore;
 use sinkpoint::{Attempt, CheckpointId, Committer, DirTable, Part, StagePart, Store};
 
-use common::{Goal, Report, fmt_dur, job, small_result, target};
+use common::{Goal, Report, fmt_dur, job, requests, small_result, target};
 
 /// The latency of every request in the throttled rows: a cross-region object store.
 const REQUEST_LATENCY: Duration = Duration::from_millis(20);
-
-/// Requests as an S3 bill counts them: a listing is one request per page of 1,000 objects (`lists` counts the
-/// listing calls, each at least one page; `listed / 1,000` adds the further pages, within one per call).
-fn requests(c: Counts) -> u64 {
-    c.puts + c.gets + c.lists + c.listed / 1000 + c.deletes + c.copies
-}
 
 fn input(i: u64) -> Vec<u8> {
     format!("s3://in/{i:07}.parquet").into_bytes()

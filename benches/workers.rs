@@ -25,10 +25,10 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{Inbox, SharedStaging, Worker};
-use sinkpoint::testkit::{Counts, FaultStore};
+use sinkpoint::testkit::FaultStore;
 use sinkpoint::{CheckpointId, Committer, DirTable, Store};
 
-use common::{Goal, Report, fmt_rate, job, key, small_result, target};
+use common::{Goal, Report, fmt_rate, job, key, requests, small_result, target};
 
 const CHILD: &str = "SINKPOINT_WORKERS_CHILD";
 /// Seals one worker process has in flight at once: its tasks.
@@ -37,11 +37,6 @@ const SEALS_IN_FLIGHT_PER_WORKER: usize = 4;
 const ROUND_IDS_MAX: usize = 10_000;
 /// A Daft-style store's requests per input: a put of the staged object and a put of the seal, by the worker.
 const DAFT_STYLE_REQUESTS_PER_INPUT: f64 = 2.0;
-
-/// Requests as an S3 bill counts them: a listing is one request per page of 1,000 objects.
-fn requests(c: Counts) -> u64 {
-    c.puts + c.gets + c.lists + c.listed / 1000 + c.deletes + c.copies
-}
 
 fn counted(dir: &std::path::Path) -> Arc<FaultStore<LocalFileSystem>> {
     Arc::new(FaultStore::new(LocalFileSystem::new_with_prefix(dir.join("objects")).unwrap()))

@@ -299,3 +299,9 @@ pub fn runtime() -> tokio::runtime::Runtime {
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("sinkpoint-bench-").tempdir_in("/tmp").expect("a temporary directory")
 }
+
+/// Requests as an S3 bill counts them: a listing is one request per page of 1,000 objects (`lists` counts the
+/// listing calls, each at least one page; `listed / 1,000` adds the further pages, within one per call).
+pub fn requests(c: sinkpoint::testkit::Counts) -> u64 {
+    c.puts + c.gets + c.lists + c.listed / 1000 + c.deletes + c.copies
+}
