@@ -88,7 +88,7 @@ const SNAPSHOT_RECORDS: u64 = 256;
 enum Mode {
     Sync,
     Async,
-    /// Synchronous, with a snapshot every `SNAPSHOT_RECORDS` records instead of the default 10,000.
+    /// Synchronous, with a snapshot every `SNAPSHOT_RECORDS` records, fixed, instead of the default schedule.
     SyncSnapshots,
 }
 
@@ -101,7 +101,12 @@ impl Mode {
                 mode: MirrorMode::Asynchronous { lag_batches_max: ASYNC_LAG_BATCHES, lag_ms_max: ASYNC_LAG_MS },
                 ..defaults
             },
-            Mode::SyncSnapshots => MirrorSettings { snapshot_interval_records: SNAPSHOT_RECORDS, ..defaults },
+            // Fixed intervals, so the snapshots' cost shows at every size of the job.
+            Mode::SyncSnapshots => MirrorSettings {
+                snapshot_interval_records: SNAPSHOT_RECORDS,
+                snapshot_log_ratio_percent: 0,
+                ..defaults
+            },
         }
     }
 

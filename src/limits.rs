@@ -203,6 +203,13 @@ pub(crate) const MIRROR_READ_WINDOW_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// The default of `MirrorSettings::snapshot_interval_bytes`: a snapshot after this many bytes of frames shipped
 /// since the last one, so that what a restore replays stays about one read window long.
 pub const MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
+/// The default of `MirrorSettings::snapshot_log_ratio_percent`: the next snapshot once the log since the last one
+/// is as long as that snapshot (in records against its entries, or in bytes), so the snapshots written over a job
+/// come to at most about the log's own size, and a restore replays at most about one snapshot's worth of log.
+pub const MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_DEFAULT: u32 = 100;
+/// The largest `MirrorSettings::snapshot_log_ratio_percent`: a log up to 100 times the state would make a
+/// restore replay far more than it loads.
+pub const MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX: u64 = 10_000;
 /// The largest object of a snapshot the writer puts, in bytes: a larger snapshot is put in several chunks, so the
 /// writer holds one chunk at a time and never puts an object a reader refuses.
 pub(crate) const MIRROR_SNAPSHOT_CHUNK_BYTES_MAX: u64 = 256 * 1024 * 1024;

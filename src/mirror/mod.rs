@@ -55,7 +55,10 @@ pub(crate) use layout::Layout;
 
 use crate::clock::Clock;
 use crate::error::{Error, InvalidInput, Result};
-use crate::limits::{MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT};
+use crate::limits::{
+    MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT, MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_DEFAULT,
+    MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX,
+};
 use crate::wal::record::{decode_value, encode_value};
 
 /// When a call is acked relative to the mirror.
@@ -95,6 +98,15 @@ pub struct MirrorSettings {
     /// first: a few large records bound a restore no less than many small ones (at least 1; 0 is refused at
     /// open with [`crate::ErrorKind::InvalidInput`]).
     pub snapshot_interval_bytes: u64,
+    /// How long the log since the last snapshot grows, relative to that snapshot, before the next one is due, in
+    /// percent of its entries (against records) and of its bytes (against frame bytes): the intervals above are
+    /// floors, and a store of n entries is snapshotted every `n * snapshot_log_ratio_percent / 100` records or so.
+    /// A snapshot writes the whole live state, so fixed intervals would cost O(n) per interval and O(n²) over a
+    /// job's life; a growing one keeps the snapshot bytes a record costs constant (about 100 /
+    /// `snapshot_log_ratio_percent` entries each), at the price of a log up to that share of the state for a
+    /// restore to replay and the local file to keep. 0 keeps the intervals fixed (tests that want many
+    /// snapshots). At most [`MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX`].
+    pub snapshot_log_ratio_percent: u32,
     /// Objects the newest manifest stopped referencing are deleted only this long after it was written, in
     /// milliseconds on the store's clock: a reader that began before then has that long to finish.
     pub gc_age_ms_min: u64,
@@ -115,6 +127,7 @@ impl Default for MirrorSettings {
             mode: MirrorMode::Synchronous,
             snapshot_interval_records: 10_000,
             snapshot_interval_bytes: MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT,
+            snapshot_log_ratio_percent: MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_DEFAULT,
             gc_age_ms_min: 10 * 60 * 1000,
             request_timeout_ms: 30_000,
             puts_in_flight_max: MIRROR_SLOTS_IN_FLIGHT_MAX as u32,
@@ -127,6 +140,11 @@ impl MirrorSettings {
     pub(crate) fn check(&self) -> Result<()> {
         if self.snapshot_interval_bytes == 0 {
             return Err(InvalidInput::Range { what: "snapshot_interval_bytes", value: 0, min: 1, max: u64::MAX }.into());
+        }
+        let ratio = u64::from(self.snapshot_log_ratio_percent);
+        if ratio > MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX {
+            let max = MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX;
+            return Err(InvalidInput::Range { what: "snapshot_log_ratio_percent", value: ratio, min: 0, max }.into());
         }
         let puts = u64::from(self.puts_in_flight_max);
         if !(1..=MIRROR_SLOTS_IN_FLIGHT_MAX).contains(&puts) {

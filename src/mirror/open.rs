@@ -24,7 +24,7 @@ use crate::mirror::read::{
     EpochFloor, for_each_segment, list_manifest_names, opens_in, read_manifests, read_newest, read_snapshot,
 };
 use crate::mirror::remote::Remote;
-use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart};
+use crate::mirror::ship::{MirrorShipper, Progress, ShipperStart, SnapshotSize};
 use crate::mirror::{Mark, MirrorConfig, read_mark, snapshot, write_mark};
 use crate::types::Epoch;
 use crate::wal::apply::Tables;
@@ -110,6 +110,8 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
         bytes_since_snapshot: frame_bytes + local_tail.iter().map(|f| f.len() as u64).sum::<u64>(),
         claim,
         keep_from: if has_snapshot { start_seq } else { 0 },
+        // The bytes are not known before this writer's first snapshot: until then the byte interval is the floor.
+        state_size: SnapshotSize { entries: crate::mirror::snapshot::entries_about(&redb::ReadableDatabase::begin_read(&**db)?)?, bytes: 0 },
     })?;
     Ok(Opened { meta, created, shipper, progress })
 }

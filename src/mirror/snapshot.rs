@@ -14,13 +14,14 @@ use crate::wal::tables::{
 
 /// Writes out the state seen by `txn`, whose meta must say `header.next_seq`, in chunks of at most
 /// `object_bytes_max` bytes: each full chunk (1, 2…) goes to `put` as soon as it is full, so one chunk at a time
-/// is held, and chunk 0 (the last entries and the chunk count) is returned, for the caller to put last.
+/// is held, and chunk 0 (the last entries and the chunk count) is returned, for the caller to put last, with how
+/// many entries the snapshot holds.
 pub(crate) fn build(
     txn: &ReadTransaction,
     header: &SnapshotHeader,
     object_bytes_max: u64,
     put: &mut dyn FnMut(u32, Vec<u8>) -> Result<()>,
-) -> Result<Vec<u8>> {
+) -> Result<(Vec<u8>, u64)> {
     // The meta as it stands (its stored next seq may lag the log's: `tables::read_meta`).
     let meta = read_meta(&txn.open_table(META)?, &txn.open_table(LOG)?)?
         .ok_or_else(|| Error::corrupt("table meta is empty"))?;
@@ -30,7 +31,7 @@ pub(crate) fn build(
             header.next_seq, meta.next_seq
         )));
     }
-    let mut out = Chunked { writer: SnapshotWriter::new(header, object_bytes_max), put };
+    let mut out = Chunked { writer: SnapshotWriter::new(header, object_bytes_max), put, entries: 0 };
     out.push(&SnapshotEntry::Meta(encode_meta(&meta)?))?;
     for entry in txn.open_table(CHECKPOINTS)?.iter()? {
         let (k, v) = entry?;
@@ -64,17 +65,31 @@ pub(crate) fn build(
         let (seq, index) = k.value();
         out.push(&SnapshotEntry::Garbage(seq, index, v.value().to_vec()))?;
     }
-    out.writer.finish()
+    Ok((out.writer.finish()?, out.entries))
+}
+
+/// How many entries a snapshot of `txn` would hold, about (the fresh parts still in the log are not counted),
+/// from the tables' stored lengths: no table is read.
+pub(crate) fn entries_about(txn: &ReadTransaction) -> Result<u64> {
+    use redb::ReadableTableMetadata as _;
+    Ok(1 + txn.open_table(CHECKPOINTS)?.len()?
+        + txn.open_table(PARTS)?.len()?
+        + txn.open_table(KEYS)?.len()?
+        + txn.open_table(STATES)?.len()?
+        + txn.open_table(COMMITS)?.len()?
+        + txn.open_table(GARBAGE)?.len()?)
 }
 
 /// A snapshot writer that puts each chunk it closes.
 struct Chunked<'a> {
     writer: SnapshotWriter,
     put: &'a mut dyn FnMut(u32, Vec<u8>) -> Result<()>,
+    entries: u64,
 }
 
 impl Chunked<'_> {
     fn push(&mut self, entry: &SnapshotEntry) -> Result<()> {
+        self.entries += 1;
         match self.writer.push(entry)? {
             Some((chunk, bytes)) => (self.put)(chunk, bytes),
             None => Ok(()),
@@ -230,7 +245,7 @@ mod tests {
             assert!(matches!(landed, Created::Ours));
             Ok(())
         };
-        let first = build(&db.begin_read().unwrap(), &header, limit, &mut put).unwrap();
+        let (first, written) = build(&db.begin_read().unwrap(), &header, limit, &mut put).unwrap();
         sizes.push(first.len() as u64);
         assert!(matches!(remote.put_settled(&remote.layout.snapshot(7), &Bytes::from(first)), Ok(Created::Ours)));
         assert!(sizes.len() > 5, "{} chunks: the state should not fit a few objects of {limit} bytes", sizes.len());
@@ -238,6 +253,7 @@ mod tests {
 
         let (read_header, entries, place) = read_snapshot(&remote, 7).unwrap();
         assert_eq!(read_header, header);
+        assert_eq!(written, entries.len() as u64, "the entries build counts are the entries a reader finds");
         let restored = redb::Builder::new().create_with_backend(redb::backends::InMemoryBackend::new()).unwrap();
         let txn = restored.begin_write().unwrap();
         create_all(&txn).unwrap();

@@ -1,5 +1,7 @@
 //! Proves the mirror's size bounds: snapshots are paced by the bytes shipped as well as by records, so a log of
-//! few but large records is still truncated; a zero byte interval is refused at open.
+//! few but large records is still truncated; the intervals grow with the state (the log ratio), so the snapshots of a
+//! growing store cost a few times its log, not its square; a zero byte interval and a ratio over the limit are
+//! refused at open.
 //!
 //! Backends: InMemory and a local directory (`mirror_support::kinds`): nothing here depends on how S3 answers.
 
@@ -75,5 +77,61 @@ async fn a_zero_snapshot_interval_in_bytes_is_refused_at_open() {
     let settings = MirrorSettings { snapshot_interval_bytes: 0, ..sync_settings() };
     let err = builder(&bucket, &dir.path().join("a.redb"), settings, &ManualClock::new(0)).open().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(bucket.keys().await.is_empty(), "a refused open wrote {:?}", bucket.keys().await);
+}
+
+/// The bytes of every object under `prefix` (`wal/`, `snapshot/`) in the bucket.
+async fn bytes_under(bucket: &Bucket, prefix: &str) -> u64 {
+    let mut total = 0;
+    for key in bucket.keys().await.into_iter().filter(|k| k.starts_with(prefix)) {
+        total += bucket.read(&key).await.len() as u64;
+    }
+    total
+}
+
+/// Seals `checkpoints` checkpoints under `settings` (nothing collected), and returns the bytes of every snapshot
+/// and of every log segment the mirror received, after checking that a restore holds what the store held.
+async fn snapshot_and_log_bytes(test: &str, checkpoints: u32, settings: MirrorSettings) -> (u64, u64) {
+    let bucket = Bucket::new(Kind::Memory, test);
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let settings = MirrorSettings { gc_age_ms_min: u64::MAX, ..settings };
+    let store = builder(&bucket, &dir.path().join("a.redb"), settings.clone(), &clock).open().await.unwrap();
+    for n in 0..checkpoints {
+        seal(&store, n).await;
+    }
+    store.flush().await.unwrap();
+    let held = digest(&store);
+    store.close();
+    let restored = builder(&bucket, &dir.path().join("b.redb"), settings, &clock).open().await.unwrap();
+    assert_eq!(digest(&restored), held, "{test}: the restore differs from the store");
+    restored.close();
+    (bytes_under(&bucket, "snapshot/").await, bytes_under(&bucket, "wal/").await)
+}
+
+#[tokio::test]
+async fn snapshots_written_over_a_growing_store_stay_within_a_few_times_its_log() {
+    // Every 10 records, fixed, a snapshot of the whole state: bytes quadratic in the job's length.
+    let every_10 = MirrorSettings { snapshot_interval_records: 10, ..sync_settings() };
+    let fixed = MirrorSettings { snapshot_log_ratio_percent: 0, ..every_10.clone() };
+    let (fixed_snapshots, fixed_log) = snapshot_and_log_bytes("bounds-ratio-fixed", 400, fixed).await;
+    // The default ratio: the next snapshot once the log since the last one is as long as that snapshot.
+    let growing = MirrorSettings { snapshot_log_ratio_percent: 100, ..every_10 };
+    let (snapshots, log) = snapshot_and_log_bytes("bounds-ratio-growing", 400, growing).await;
+    eprintln!("400 checkpoints: fixed {fixed_snapshots} snapshot bytes / {fixed_log} log; growing {snapshots} / {log}");
+    assert!(fixed_snapshots > 10 * fixed_log, "the fixed schedule should cost many times its log here");
+    assert!(snapshots <= 3 * log, "{snapshots} bytes of snapshots for {log} bytes of log");
+    assert!(snapshots > 0, "the growing schedule still takes snapshots");
+}
+
+#[tokio::test]
+async fn a_snapshot_log_ratio_above_the_limit_is_refused_at_open() {
+    let bucket = Bucket::new(Kind::Memory, "bounds-ratio-limit");
+    let dir = tempfile::tempdir().unwrap();
+    let max = sinkpoint::limits::MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX as u32;
+    let settings = MirrorSettings { snapshot_log_ratio_percent: max + 1, ..sync_settings() };
+    let err = builder(&bucket, &dir.path().join("a.redb"), settings, &ManualClock::new(0)).open().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("snapshot_log_ratio_percent"), "{err}");
     assert!(bucket.keys().await.is_empty(), "a refused open wrote {:?}", bucket.keys().await);
 }

@@ -84,6 +84,7 @@ impl Case {
         let settings = MirrorSettings {
             // Frequent snapshots, so bases move and leave superseded segments and snapshots behind.
             snapshot_interval_records: rng.below(6) + 2,
+            snapshot_log_ratio_percent: 0,
             // Sometimes the writer collects after its clock moved on, sometimes never (it "died first").
             gc_age_ms_min: if rng.below(2) == 0 { 1_000 } else { u64::MAX },
             request_timeout_ms: 10_000,

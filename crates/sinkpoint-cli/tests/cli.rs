@@ -783,7 +783,12 @@ async fn gc_deletes_exactly_the_mirror_objects_no_restore_needs_and_the_mirror_s
     let job = Job::new();
     // A job that snapshots often and never collects itself: a writer that died before its collection was due.
     let settings =
-        MirrorSettings { snapshot_interval_records: 3, gc_age_ms_min: u64::MAX, ..MirrorSettings::default() };
+        MirrorSettings {
+            snapshot_interval_records: 3,
+            snapshot_log_ratio_percent: 0,
+            gc_age_ms_min: u64::MAX,
+            ..MirrorSettings::default()
+        };
     let store = job.open_with(settings).await;
     job.seal_commit_seal_and_close(store).await;
     let root = job.dir.path().join("mirror/job");
@@ -1010,7 +1015,12 @@ async fn gc_on_an_s3_mirror_deletes_exactly_its_garbage_and_the_mirror_still_res
     let (bucket, s3) = moto_bucket(&endpoint, "gc");
     let job = Job::new();
     let settings =
-        MirrorSettings { snapshot_interval_records: 3, gc_age_ms_min: u64::MAX, ..MirrorSettings::default() };
+        MirrorSettings {
+            snapshot_interval_records: 3,
+            snapshot_log_ratio_percent: 0,
+            gc_age_ms_min: u64::MAX,
+            ..MirrorSettings::default()
+        };
     let store = Store::builder(
         JobId::new("cli-s3-gc").unwrap_or_else(|e| panic!("{e}")),
         TargetIdentity::new("file://table").unwrap_or_else(|e| panic!("{e}")),

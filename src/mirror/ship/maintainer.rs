@@ -18,6 +18,7 @@ use crate::mirror::remote::Remote;
 use crate::mirror::snapshot;
 use crate::types::{Epoch, JobId, TargetIdentity};
 
+use super::SnapshotSize;
 use super::progress::{Failure, Progress};
 
 pub(super) enum Maintenance {
@@ -60,11 +61,18 @@ pub(super) struct Maintainer {
 
 impl Maintainer {
     pub(super) fn run(&mut self, job: Maintenance) {
-        if let Maintenance::Snapshot { ticket, next_seq, txn } = job
-            && let Err(e) = self.snapshot(ticket, next_seq, &txn)
-        {
-            // A failed snapshot only delays truncation; the next interval tries again.
-            tracing::warn!(ticket, error = %e, "sinkpoint mirror snapshot failed");
+        if let Maintenance::Snapshot { ticket, next_seq, txn } = job {
+            let written = self.snapshot(ticket, next_seq, &txn);
+            // The read transaction is let go before the writer may ask for the next snapshot.
+            drop(txn);
+            match written {
+                Ok(size) => self.progress.snapshot_done(Some(size)),
+                Err(e) => {
+                    // A failed snapshot only delays truncation; the next interval tries again.
+                    tracing::warn!(ticket, error = %e, "sinkpoint mirror snapshot failed");
+                    self.progress.snapshot_done(None);
+                }
+            }
         }
         if let Err(e) = self.collect_due() {
             tracing::warn!(error = %e, "sinkpoint mirror collection failed");
@@ -112,25 +120,30 @@ impl Maintainer {
         Ok(())
     }
 
-    pub(super) fn snapshot(&mut self, ticket: u64, next_seq: u64, txn: &ReadTransaction) -> Result<()> {
+    /// Writes the snapshot of `txn` and the manifest update naming it; returns its size.
+    pub(super) fn snapshot(&mut self, ticket: u64, next_seq: u64, txn: &ReadTransaction) -> Result<SnapshotSize> {
         // Only a snapshot whose every earlier slot is in the mirror describes the mirror's history; the segment
         // that holds the cut group ends with it, so the snapshot stands for the state before the next slot.
         let slot = self.progress.wait_cut(ticket)? + 1;
         let header = SnapshotHeader { slot, next_seq, epoch: self.epoch, writer_tag: self.writer_tag };
         let remote = &self.remote;
+        let mut bytes_put = 0u64;
         // Chunks 1… are put as they fill, chunk 0 last: no chunk over what a reader accepts is ever put, and
         // the manifest below references the snapshot only once all of it is there.
-        let mut put_chunk = |chunk: u32, bytes: Vec<u8>| match remote
-            .put_settled(&remote.layout.snapshot_chunk(slot, chunk), &Bytes::from(bytes))?
-        {
-            Created::Ours => Ok(()),
-            // Another writer began a snapshot of this slot; mixing its chunks with ours is not sound.
-            Created::Taken(_) => Err(Error::from(std::io::Error::other(format!(
-                "{} was put by another writer; this snapshot is abandoned",
-                remote.describe(&remote.layout.snapshot_chunk(slot, chunk))
-            )))),
+        let mut put_chunk = |chunk: u32, bytes: Vec<u8>| {
+            bytes_put += bytes.len() as u64;
+            match remote.put_settled(&remote.layout.snapshot_chunk(slot, chunk), &Bytes::from(bytes))? {
+                Created::Ours => Ok(()),
+                // Another writer began a snapshot of this slot; mixing its chunks with ours is not sound.
+                Created::Taken(_) => Err(Error::from(std::io::Error::other(format!(
+                    "{} was put by another writer; this snapshot is abandoned",
+                    remote.describe(&remote.layout.snapshot_chunk(slot, chunk))
+                )))),
+            }
         };
-        let bytes = Bytes::from(snapshot::build(txn, &header, self.object_bytes_max, &mut put_chunk)?);
+        let (first, entries) = snapshot::build(txn, &header, self.object_bytes_max, &mut put_chunk)?;
+        let size = SnapshotSize { entries, bytes: bytes_put + first.len() as u64 };
+        let bytes = Bytes::from(first);
         let path = self.remote.layout.snapshot(slot);
         if let Created::Taken(found) = self.remote.put_settled(&path, &bytes)? {
             // Another writer's snapshot of the same slot is the same history, and its chunks were all put before
@@ -161,8 +174,8 @@ impl Maintainer {
         }
         self.progress.set_keep_from(next_seq);
         self.pending.push_back(Collect { created_ms, first_slot: slot, name });
-        tracing::debug!(slot, next_seq, "sinkpoint mirror snapshot written");
-        Ok(())
+        tracing::debug!(slot, next_seq, entries = size.entries, bytes = size.bytes, "sinkpoint mirror snapshot written");
+        Ok(size)
     }
 
     /// Deletes what the newest due manifest no longer references, once it is old enough, and only while this

@@ -62,18 +62,67 @@ pub(crate) struct ShipperStart {
     pub claim: ManifestBody,
     /// The lowest sequence number the local log must keep now.
     pub keep_from: u64,
+    /// How large the state is, as far as the open can tell cheaply: until this writer's first snapshot, it
+    /// stands for the newest snapshot in the schedule.
+    pub state_size: SnapshotSize,
+}
+
+/// The size of a snapshot: its entries (table rows) and its bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SnapshotSize {
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
+}
+
+/// The log shipped since the last snapshot was asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Since {
+    pub(super) records: u64,
+    pub(super) bytes: u64,
+}
+
+/// When a snapshot is due (`MirrorSettings`' intervals and log ratio).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Schedule {
+    records_min: u64,
+    bytes_min: u64,
+    ratio_percent: u64,
+}
+
+impl Schedule {
+    fn new(settings: &MirrorSettings) -> Self {
+        Self {
+            records_min: settings.snapshot_interval_records.max(1),
+            bytes_min: settings.snapshot_interval_bytes.max(1),
+            ratio_percent: u64::from(settings.snapshot_log_ratio_percent),
+        }
+    }
+
+    /// Whether the log `since` the last snapshot (of size `last`) is long enough for the next one. With a
+    /// ratio, the log must reach that share of the last snapshot too, and no snapshot is asked for while one is
+    /// `in_flight` (a queued one would hold a read transaction and redo the same work); with none, every interval
+    /// is taken, as the settings say.
+    pub(super) fn due(&self, since: Since, last: SnapshotSize, in_flight: bool) -> bool {
+        if self.ratio_percent == 0 {
+            return since.records >= self.records_min || since.bytes >= self.bytes_min;
+        }
+        if in_flight {
+            return false;
+        }
+        let share = |size: u64| u64::try_from(u128::from(size) * u128::from(self.ratio_percent) / 100);
+        let grown = |size: u64, floor: u64| floor.max(share(size).unwrap_or(u64::MAX));
+        since.records >= grown(last.entries, self.records_min) || since.bytes >= grown(last.bytes, self.bytes_min)
+    }
 }
 
 /// The writer thread's mirror.
 pub(crate) struct MirrorShipper {
     db: Arc<Database>,
     mode: MirrorMode,
-    snapshot_interval_records: u64,
-    snapshot_interval_bytes: u64,
+    schedule: Schedule,
     /// The next group's ticket: tickets count this writer's groups from 1.
     next_ticket: u64,
-    records_since_snapshot: u64,
-    bytes_since_snapshot: u64,
+    since_snapshot: Since,
     progress: Arc<Progress>,
     uploads: Option<mpsc::Sender<Group>>,
     maintenance: Option<mpsc::Sender<Maintenance>>,
@@ -136,11 +185,9 @@ impl MirrorShipper {
         let shipper = Self {
             db: start.db,
             mode: start.settings.mode,
-            snapshot_interval_records: start.settings.snapshot_interval_records.max(1),
+            schedule: Schedule::new(&start.settings),
             next_ticket: 1,
-            records_since_snapshot: start.records_since_snapshot,
-            snapshot_interval_bytes: start.settings.snapshot_interval_bytes.max(1),
-            bytes_since_snapshot: start.bytes_since_snapshot,
+            since_snapshot: Since { records: start.records_since_snapshot, bytes: start.bytes_since_snapshot },
             progress: progress.clone(),
             uploads: Some(upload_tx),
             maintenance: Some(maint_tx),
@@ -162,11 +209,10 @@ impl Shipper for MirrorShipper {
         Progress::check(&self.progress.lock())?;
         let ticket = self.next_ticket;
         let records = frames.len() as u64;
-        self.records_since_snapshot += records;
-        self.bytes_since_snapshot += frames.iter().map(|f| f.len() as u64).sum::<u64>();
-        let snapshot_due = self.maintenance.is_some()
-            && (self.records_since_snapshot >= self.snapshot_interval_records
-                || self.bytes_since_snapshot >= self.snapshot_interval_bytes);
+        self.since_snapshot.records += records;
+        self.since_snapshot.bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();
+        let snapshot_due =
+            self.maintenance.is_some() && self.progress.take_snapshot_due(&self.schedule, self.since_snapshot);
         self.progress.wait_room(self.mode)?;
         self.progress.push(ticket, records);
         let first_seq = meta.next_seq - records;
@@ -179,8 +225,7 @@ impl Shipper for MirrorShipper {
         self.next_ticket += 1;
         if let Some(tx) = &self.maintenance {
             let job = if snapshot_due {
-                self.records_since_snapshot = 0;
-                self.bytes_since_snapshot = 0;
+                self.since_snapshot = Since::default();
                 // Begun right after this group's commit, before the next one: the state its cut stands for.
                 let txn = Box::new(self.db.begin_read()?);
                 Maintenance::Snapshot { ticket, next_seq: meta.next_seq, txn }
@@ -216,5 +261,59 @@ impl Drop for MirrorShipper {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(records_min: u64, bytes_min: u64, ratio_percent: u64) -> Schedule {
+        Schedule { records_min, bytes_min, ratio_percent }
+    }
+
+    fn since(records: u64, bytes: u64) -> Since {
+        Since { records, bytes }
+    }
+
+    #[test]
+    fn without_a_ratio_every_interval_is_taken_whatever_the_state_and_the_snapshot_in_flight() {
+        let fixed = schedule(10, 1_000, 0);
+        let large = SnapshotSize { entries: 1_000_000, bytes: 1 << 30 };
+        assert!(!fixed.due(since(9, 999), large, false));
+        assert!(fixed.due(since(10, 0), large, true), "the record interval");
+        assert!(fixed.due(since(0, 1_000), large, true), "the byte interval");
+    }
+
+    #[test]
+    fn with_a_ratio_the_log_must_also_reach_that_share_of_the_last_snapshot() {
+        let growing = schedule(10, 1_000, 100);
+        let last = SnapshotSize { entries: 500, bytes: 50_000 };
+        assert!(!growing.due(since(499, 49_999), last, false), "past both floors, short of the snapshot");
+        assert!(growing.due(since(500, 0), last, false), "as many records as the snapshot's entries");
+        assert!(growing.due(since(0, 50_000), last, false), "as many bytes as the snapshot's");
+        let half = schedule(10, 1_000, 50);
+        assert!(half.due(since(250, 0), last, false), "half the entries at 50 percent");
+        assert!(!half.due(since(249, 0), last, false));
+        // A small state: the floors.
+        let small = SnapshotSize { entries: 3, bytes: 100 };
+        assert!(!growing.due(since(9, 999), small, false));
+        assert!(growing.due(since(10, 0), small, false));
+    }
+
+    #[test]
+    fn with_a_ratio_no_snapshot_is_asked_for_while_one_is_in_flight() {
+        let growing = schedule(10, 1_000, 100);
+        let last = SnapshotSize { entries: 5, bytes: 5 };
+        assert!(growing.due(since(u64::MAX, u64::MAX), last, false));
+        assert!(!growing.due(since(u64::MAX, u64::MAX), last, true));
+    }
+
+    #[test]
+    fn a_huge_snapshot_does_not_overflow_the_threshold() {
+        let growing = schedule(10, 1_000, 10_000);
+        let last = SnapshotSize { entries: u64::MAX / 2, bytes: u64::MAX / 2 };
+        assert!(!growing.due(since(u64::MAX - 1, u64::MAX - 1), last, false));
+        assert!(growing.due(since(u64::MAX, 0), last, false));
     }
 }

@@ -14,7 +14,7 @@ use crate::mirror::{MirrorLag, MirrorMode};
 use crate::types::Epoch;
 use crate::wal::writer::{Mirrored, Shared};
 
-use super::ShipperStart;
+use super::{Schedule, Since, ShipperStart, SnapshotSize};
 
 /// Why the mirror stopped taking segments.
 #[derive(Clone, Debug)]
@@ -79,6 +79,10 @@ pub(super) struct ProgressState {
     /// A durable barrier waits for every group up to this ticket, unsynced ones included: until they are in the
     /// mirror, the uploader does not linger on them.
     pub(super) hurry_until: u64,
+    /// The newest snapshot this writer wrote (or, before its first, the estimate the open made of the state).
+    pub(super) snapshot: SnapshotSize,
+    /// A snapshot was asked of the maintenance thread and is not written (or abandoned) yet.
+    pub(super) snapshot_in_flight: bool,
 }
 
 /// A segment that landed: the last group it holds, and whether that group was cut.
@@ -122,8 +126,12 @@ impl Drop for Waiting<'_> {
 
 impl Progress {
     pub(super) fn new(start: &ShipperStart) -> Self {
-        let state =
-            ProgressState { keep_from: start.keep_from, ack_slot: start.fence_slot + 1, ..ProgressState::default() };
+        let state = ProgressState {
+            keep_from: start.keep_from,
+            ack_slot: start.fence_slot + 1,
+            snapshot: start.state_size,
+            ..ProgressState::default()
+        };
         Self {
             state: Mutex::new(state),
             changed: Condvar::new(),
@@ -359,6 +367,24 @@ impl Progress {
 
     pub(super) fn failed(&self) -> bool {
         self.lock().failure.is_some()
+    }
+
+    /// The maintenance thread is done with the snapshot it was asked for: `written` is its size, or `None` when
+    /// it was abandoned.
+    pub(super) fn snapshot_done(&self, written: Option<SnapshotSize>) {
+        let mut state = self.lock();
+        state.snapshot_in_flight = false;
+        if let Some(size) = written {
+            state.snapshot = size;
+        }
+    }
+
+    /// Whether a snapshot is due after the log `since` the last one; if it is, it is in flight from now on.
+    pub(super) fn take_snapshot_due(&self, schedule: &Schedule, since: Since) -> bool {
+        let mut state = self.lock();
+        let due = schedule.due(since, state.snapshot, state.snapshot_in_flight);
+        state.snapshot_in_flight |= due;
+        due
     }
 
     pub(super) fn set_keep_from(&self, seq: u64) {

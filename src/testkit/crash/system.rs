@@ -78,8 +78,9 @@ impl System {
             gc_age_ms_min: u64::MAX,
             request_timeout_ms: 30_000,
             puts_in_flight_max: crate::limits::MIRROR_SLOTS_IN_FLIGHT_MAX as u32,
-            // Paced by records only, as the workloads' crash points were counted.
+            // Paced by records only, at fixed intervals, as the workloads' crash points were counted.
             snapshot_interval_bytes: u64::MAX,
+            snapshot_log_ratio_percent: 0,
         };
         Self { mirror: Some(settings), ..Self::target() }
     }

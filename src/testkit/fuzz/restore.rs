@@ -85,7 +85,9 @@ fn fail(e: impl std::fmt::Display) -> String {
 fn settings() -> MirrorSettings {
     MirrorSettings {
         mode: MirrorMode::Synchronous,
+        // Fixed intervals: many snapshots for the restores to start from.
         snapshot_interval_records: 8,
+        snapshot_log_ratio_percent: 0,
         gc_age_ms_min: 1000,
         request_timeout_ms: 30_000,
         ..MirrorSettings::default()
