@@ -111,7 +111,10 @@ pub(crate) fn open(db: &Arc<Database>, identity: &Identity, writer_tag: u128, co
         claim,
         keep_from: if has_snapshot { start_seq } else { 0 },
         // The bytes are not known before this writer's first snapshot: until then the byte interval is the floor.
-        state_size: SnapshotSize { entries: crate::mirror::snapshot::entries_about(&redb::ReadableDatabase::begin_read(&**db)?)?, bytes: 0 },
+        state_size: SnapshotSize {
+            entries: crate::mirror::snapshot::entries_about(&redb::ReadableDatabase::begin_read(&**db)?)?,
+            bytes: 0,
+        },
     })?;
     Ok(Opened { meta, created, shipper, progress })
 }

@@ -782,13 +782,12 @@ fn in_mirror(paths: Vec<String>) -> Vec<String> {
 async fn gc_deletes_exactly_the_mirror_objects_no_restore_needs_and_the_mirror_still_restores_every_checkpoint() {
     let job = Job::new();
     // A job that snapshots often and never collects itself: a writer that died before its collection was due.
-    let settings =
-        MirrorSettings {
-            snapshot_interval_records: 3,
-            snapshot_log_ratio_percent: 0,
-            gc_age_ms_min: u64::MAX,
-            ..MirrorSettings::default()
-        };
+    let settings = MirrorSettings {
+        snapshot_interval_records: 3,
+        snapshot_log_ratio_percent: 0,
+        gc_age_ms_min: u64::MAX,
+        ..MirrorSettings::default()
+    };
     let store = job.open_with(settings).await;
     job.seal_commit_seal_and_close(store).await;
     let root = job.dir.path().join("mirror/job");
@@ -1014,13 +1013,12 @@ async fn gc_on_an_s3_mirror_deletes_exactly_its_garbage_and_the_mirror_still_res
     let Some(endpoint) = sinkpoint::testkit::s3_endpoint() else { return };
     let (bucket, s3) = moto_bucket(&endpoint, "gc");
     let job = Job::new();
-    let settings =
-        MirrorSettings {
-            snapshot_interval_records: 3,
-            snapshot_log_ratio_percent: 0,
-            gc_age_ms_min: u64::MAX,
-            ..MirrorSettings::default()
-        };
+    let settings = MirrorSettings {
+        snapshot_interval_records: 3,
+        snapshot_log_ratio_percent: 0,
+        gc_age_ms_min: u64::MAX,
+        ..MirrorSettings::default()
+    };
     let store = Store::builder(
         JobId::new("cli-s3-gc").unwrap_or_else(|e| panic!("{e}")),
         TargetIdentity::new("file://table").unwrap_or_else(|e| panic!("{e}")),

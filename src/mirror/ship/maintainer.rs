@@ -174,7 +174,13 @@ impl Maintainer {
         }
         self.progress.set_keep_from(next_seq);
         self.pending.push_back(Collect { created_ms, first_slot: slot, name });
-        tracing::debug!(slot, next_seq, entries = size.entries, bytes = size.bytes, "sinkpoint mirror snapshot written");
+        tracing::debug!(
+            slot,
+            next_seq,
+            entries = size.entries,
+            bytes = size.bytes,
+            "sinkpoint mirror snapshot written"
+        );
         Ok(size)
     }
 

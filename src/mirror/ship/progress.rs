@@ -14,7 +14,7 @@ use crate::mirror::{MirrorLag, MirrorMode};
 use crate::types::Epoch;
 use crate::wal::writer::{Mirrored, Shared};
 
-use super::{Schedule, Since, ShipperStart, SnapshotSize};
+use super::{Schedule, ShipperStart, Since, SnapshotSize};
 
 /// Why the mirror stopped taking segments.
 #[derive(Clone, Debug)]
