@@ -15,8 +15,8 @@ use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, SystemClock, T
 
 use crate::args::{check_store_path, options_arg, path_arg};
 use crate::collect::{DATA_FILE_GRACE_S_DEFAULT, PyCollectReport, PyDataFiles, PyGarbageEntry, grace_ms};
-use crate::errors::{closed, invalid, to_py};
 use crate::delta_target::PyDeltaTarget;
+use crate::errors::{closed, invalid, to_py};
 use crate::lance_target::PyLanceTarget;
 use crate::runtime::block_on;
 use crate::staging::PySharedStaging;
