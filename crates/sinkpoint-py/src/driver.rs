@@ -15,6 +15,7 @@ use sinkpoint::{Committer, JobId, Resolution, StateFilter, Store, SystemClock, T
 
 use crate::args::{check_store_path, options_arg, path_arg};
 use crate::collect::{DATA_FILE_GRACE_S_DEFAULT, PyCollectReport, PyDataFiles, PyGarbageEntry, grace_ms};
+use crate::delta_target::PyDeltaTarget;
 use crate::errors::{closed, invalid, to_py};
 use crate::lance_target::PyLanceTarget;
 use crate::runtime::block_on;
@@ -76,7 +77,7 @@ pub(crate) struct PyDriver {
 }
 
 /// The identity a store records for `target`: the given one, else a DirTable's `file://` URL, a LanceTarget's
-/// `lance:<uri>`, or a Python target's own `identity` attribute.
+/// `lance:<uri>`, a DeltaTarget's `delta:<uri>`, or a Python target's own `identity` attribute.
 fn identity_of(target: &Bound<'_, PyAny>, given: Option<String>) -> PyResult<String> {
     if let Some(identity) = given {
         return Ok(identity);
@@ -87,6 +88,9 @@ fn identity_of(target: &Bound<'_, PyAny>, given: Option<String>) -> PyResult<Str
     if let Ok(lance) = target.cast::<PyLanceTarget>() {
         return Ok(lance.get().identity_str());
     }
+    if let Ok(delta) = target.cast::<PyDeltaTarget>() {
+        return Ok(delta.get().identity_str());
+    }
     if target.hasattr("identity")? {
         return target.getattr("identity")?.extract();
     }
@@ -96,14 +100,17 @@ fn identity_of(target: &Bound<'_, PyAny>, given: Option<String>) -> PyResult<Str
 }
 
 fn check_target(target: &Bound<'_, PyAny>) -> PyResult<()> {
-    if target.cast::<PyDirTable>().is_ok() || target.cast::<PyLanceTarget>().is_ok() {
+    if target.cast::<PyDirTable>().is_ok()
+        || target.cast::<PyLanceTarget>().is_ok()
+        || target.cast::<PyDeltaTarget>().is_ok()
+    {
         return Ok(());
     }
     for method in ["version", "commit", "probe"] {
         if !target.hasattr(method)? {
             let type_name = target.get_type().name()?;
             return Err(invalid(format!(
-                "the target {type_name} has no {method}(): a target is a sinkpoint.DirTable, a sinkpoint.LanceTarget or an object with version(), commit(commit) and probe(job, key, prepared_version)"
+                "the target {type_name} has no {method}(): a target is a sinkpoint.DirTable, a sinkpoint.LanceTarget, a sinkpoint.DeltaTarget or an object with version(), commit(commit) and probe(job, key, prepared_version)"
             )));
         }
     }
@@ -167,6 +174,8 @@ impl PyDriver {
             Arc::new(table.get().table.clone())
         } else if let Ok(lance) = bound.cast::<PyLanceTarget>() {
             Arc::new(lance.get().target.clone())
+        } else if let Ok(delta) = bound.cast::<PyDeltaTarget>() {
+            Arc::new(delta.get().target.clone())
         } else {
             Arc::new(PyTarget::new(self.target.clone_ref(py)))
         };
@@ -200,10 +209,11 @@ impl PyDriver {
 #[pymethods]
 impl PyDriver {
     /// A driver for `job` with its store at `path` (a `str` or `os.PathLike`: a local file, created if missing,
-    /// in a directory that exists) committing into `target` (a DirTable, a LanceTarget, or a Python object with
-    /// version(), commit() and probe()). `mirror`: an object store URL the store is mirrored to (a driver that
-    /// lost its disk restores from it; drivers on several machines fence each other through it). `staging`: the
-    /// job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until first use.
+    /// in a directory that exists) committing into `target` (a DirTable, a LanceTarget, a DeltaTarget, or a Python
+    /// object with version(), commit() and probe()). `mirror`: an object store URL the store is mirrored to (a
+    /// driver that lost its disk restores from it; drivers on several machines fence each other through it).
+    /// `staging`: the job's SharedStaging, whose sealed checkpoints `adopt` brings in. Nothing is opened until
+    /// first use.
     #[new]
     #[pyo3(signature = (path, job, target, target_identity = None, mirror = None, mirror_options = None, staging = None, crash_at = None))]
     #[allow(clippy::too_many_arguments)]
@@ -368,9 +378,9 @@ impl PyDriver {
         Ok(opened.store.garbage(after, limit).map_err(to_py)?.into_iter().map(PyGarbageEntry::from).collect())
     }
 
-    /// Collects the orphan data files of the ledger's entries from the table `files` knows (a DirTable, or an
-    /// object with `files_of(format, data)`, `referenced()`, `stat(file)` and `delete(file)`, such as
-    /// `sinkpoint.lance.LanceDataFiles`). A file a live checkpoint names, the table references, or modified less
+    /// Collects the orphan data files of the ledger's entries from the table `files` knows (a DirTable, a
+    /// DeltaTarget's table, or an object with `files_of(format, data)`, `referenced()`, `stat(file)` and
+    /// `delete(file)`, such as `sinkpoint.lance.LanceDataFiles`). A file a live checkpoint names, the table references, or modified less
     /// than `grace_s` seconds ago is kept; the rest is due. With `apply`, due files are deleted and the settled
     /// entries leave the ledger; without it (the default) nothing changes. Runs without the GIL, re-attaching it
     /// for each call on `files`. Raises TransientIOError (or InvalidInputError for a bad answer) when `files`
@@ -387,9 +397,16 @@ impl PyDriver {
         apply: bool,
     ) -> PyResult<PyCollectReport> {
         let settings = CollectSettings { grace_ms: grace_ms(grace_s)?, apply };
-        // A DirTable is collected by its Rust implementation; anything else through its Python methods.
+        // A DirTable and a DeltaTarget's table are collected by their Rust implementations; anything else through
+        // its Python methods.
         if let Ok(dir) = files.cast::<PyDirTable>() {
             let table = dir.get().table.clone();
+            let opened = self.opened(py)?;
+            let report = block_on(py, || collect_data_files(&opened.store, &table, &SystemClock, &settings))?;
+            return Ok(report.map_err(to_py)?.into());
+        }
+        if let Ok(delta) = files.cast::<PyDeltaTarget>() {
+            let table = delta.get().target.data_files();
             let opened = self.opened(py)?;
             let report = block_on(py, || collect_data_files(&opened.store, &table, &SystemClock, &settings))?;
             return Ok(report.map_err(to_py)?.into());

@@ -80,7 +80,7 @@ impl PyCleanupStats {
 }
 
 /// A probe's answer as Python sees it: `"not_committed"`, `("committed", ids or None)`, `("unknown", reason)`.
-fn probe_to_py(py: Python<'_>, outcome: ProbeOutcome) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn probe_to_py(py: Python<'_>, outcome: ProbeOutcome) -> PyResult<Bound<'_, PyAny>> {
     Ok(match outcome {
         ProbeOutcome::NotCommitted => "not_committed".into_pyobject(py)?.into_any(),
         ProbeOutcome::Committed { ids } => {

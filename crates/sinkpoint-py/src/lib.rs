@@ -5,6 +5,7 @@
 //! - `target`: the reference `DirTable`, and the bridge that lets the Rust committer drive a target written
 //!   in Python.
 //! - `lance_target`: `LanceTarget`, the Rust Lance adapter (`sinkpoint-lance`) compiled in and driven natively.
+//! - `delta_target`: `DeltaTarget`, the Rust Delta adapter (`sinkpoint-delta`) compiled in and driven natively.
 //! - `collect`: `Driver.garbage` and `Driver.collect_data_files`, the orphan data-file collector over a Python
 //!   object that knows the table's files (`sinkpoint.lance.LanceDataFiles` is one).
 //! - `outcomes`: `CommitOutcome` and `ProbeOutcome`, the typed answers of a target written in Python.
@@ -21,6 +22,7 @@
 
 mod args;
 mod collect;
+mod delta_target;
 mod driver;
 mod errors;
 mod lance_target;
@@ -63,6 +65,7 @@ fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<target::PyDirTable>()?;
     m.add_class::<lance_target::PyLanceTarget>()?;
     m.add_class::<lance_target::PyCleanupStats>()?;
+    m.add_class::<delta_target::PyDeltaTarget>()?;
     m.add_class::<staging::PySharedStaging>()?;
     m.add_class::<staging::PyWorker>()?;
     m.add_class::<driver::PyDriver>()?;

@@ -18,7 +18,16 @@ import sinkpoint
 STUB = Path(sinkpoint.__file__).with_name("_sinkpoint.pyi")
 
 #: The classes whose docstring carries a runnable example.
-WITH_EXAMPLES = {"Driver", "SharedStaging", "Worker", "DirTable", "LanceTarget", "CommitOutcome", "ProbeOutcome"}
+WITH_EXAMPLES = {
+    "Driver",
+    "SharedStaging",
+    "Worker",
+    "DirTable",
+    "LanceTarget",
+    "DeltaTarget",
+    "CommitOutcome",
+    "ProbeOutcome",
+}
 
 
 def _stub_docstrings():

@@ -9,10 +9,12 @@ every sealed checkpoint into the table exactly once, whatever crashed and was re
   ``recover`` / ``adopt`` / ``commit_pending`` / ``finish``, the operator hatches ``resolve`` and
   ``force_abort``, and the orphan data-file collector: ``garbage`` (the ledger of dropped attempts' results) and
   ``collect_data_files`` (over ``sinkpoint.lance.LanceDataFiles`` or any object of the stubs' ``DataFiles`` protocol).
-- Targets: :class:`DirTable` (the reference directory table) and :class:`LanceTarget` (the Rust Lance adapter,
-  compiled in; ``sinkpoint.lance`` has it with the worker-side helpers over pylance), or any Python object with
+- Targets: :class:`DirTable` (the reference directory table), :class:`LanceTarget` (the Rust Lance adapter,
+  compiled in; ``sinkpoint.lance`` has it with the worker-side helpers over pylance) and :class:`DeltaTarget` (the
+  Rust Delta Lake adapter, compiled in; local tables), or any Python object with
   ``version``, ``commit`` and ``probe`` that answers with a :class:`CommitOutcome` / :class:`ProbeOutcome`.
-- ``sinkpoint.daft.LanceSink`` — a Daft ``DataSink`` writing Lance exactly once.
+- ``sinkpoint.daft.LanceSink`` and ``sinkpoint.daft.DeltaSink`` — Daft data sinks writing Lance and Delta Lake
+  exactly once.
 
 Drivers: a job is safe when a second driver starts (a retry, a failover, a zombie) in two deployments: every driver
 opens the same store file (one machine), or each driver has its own store file and all share one mirror (several
@@ -80,6 +82,7 @@ from ._sinkpoint import (
     CommitOutcome,
     CommitReport,
     CorruptError,
+    DeltaTarget,
     DirTable,
     Driver,
     FencedError,
@@ -123,6 +126,7 @@ __all__ = [
     "CommitOutcome",
     "CommitReport",
     "CorruptError",
+    "DeltaTarget",
     "DirTable",
     "Driver",
     "FencedError",

@@ -619,6 +619,64 @@ class LanceTarget:
         (retry). Raises ``InvalidInputError`` for a negative or non-finite age."""
 
 @final
+class DeltaTarget:
+    """The Delta Lake target: the Rust adapter ``sinkpoint_delta::DeltaTarget`` (delta-rs) compiled in, driven
+    natively by the ``Driver``. Key n lands as one append carrying the Delta action ``txn {appId:
+    "sinkpoint.job.<job>", version: n}``, built on a snapshot whose txn for the job is n - 1 and written only as the
+    next version: a retry after a lost answer, a racing writer or a zombie driver never lands a key twice. The
+    table at ``uri`` (a local path or ``file://`` URL: the wheel's delta-rs has no cloud storage compiled in) must
+    exist. Write results are Delta ``Add`` actions, ``{"v": 1, "add": {...}}`` tagged ``"delta"``
+    (``sinkpoint.daft.DeltaSink`` writes them). Keeps no state between calls; pickles as its URI and options.
+    ``Driver.collect_data_files(target)`` deletes the data files of the job's dropped attempts.
+
+    >>> import json, os, tempfile, deltalake, pyarrow as pa, pyarrow.parquet as pq, sinkpoint
+    >>> tmp = tempfile.mkdtemp()
+    >>> uri = f"{tmp}/table"
+    >>> _ = deltalake.DeltaTable.create(uri, pa.schema([("x", pa.int64())]))
+    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), f"{uri}/part-0.parquet")
+    >>> add = {"path": "part-0.parquet", "size": os.path.getsize(f"{uri}/part-0.parquet"), "partitionValues": {},
+    ...        "modificationTime": 0, "dataChange": True, "stats": json.dumps({"numRecords": 3})}
+    >>> result = sinkpoint.WriteResult("delta", json.dumps({"v": 1, "add": add}).encode())
+    >>> staging = sinkpoint.SharedStaging(f"file://{tmp}/staging", "job-1")
+    >>> staging.worker("w1").stage_and_seal(sinkpoint.checkpoint_id_for_key("in-0"), ["in-0"], [result])
+    >>> target = sinkpoint.DeltaTarget(uri)
+    >>> with sinkpoint.Driver(f"{tmp}/job.redb", "job-1", target, staging=staging) as driver:
+    ...     _ = driver.recover()
+    ...     _ = driver.adopt()
+    ...     driver.finish().committed_keys
+    [0]
+    >>> table = deltalake.DeltaTable(uri)
+    >>> table.to_pyarrow_table().num_rows, table.transaction_version("sinkpoint.job.job-1")
+    (3, 0)
+    >>> target.probe("job-1", 0)[0]
+    'committed'
+    """
+
+    def __new__(cls, uri: str | os.PathLike[str], storage_options: Mapping[str, str] | None = None) -> DeltaTarget: ...
+    @property
+    def uri(self) -> str:
+        """The table's URI."""
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """The storage options it was given."""
+    @property
+    def identity(self) -> str:
+        """What a ``Driver`` records in its store for this target: ``delta:<uri>``."""
+    def version(self) -> int | None:
+        """The table's latest version. Raises ``TargetError`` when it cannot be read (no table at the URI
+        included)."""
+    def probe(
+        self, job: str, key: int, prepared_version: int | None = None
+    ) -> Union[
+        Literal["not_committed"],
+        tuple[Literal["committed"], list[str] | None],
+        tuple[Literal["unknown"], str],
+    ]:
+        """Whether key ``key`` of ``job`` landed: exact whatever the table's history (the job's txn in the latest
+        snapshot); the ids come from the key's own commit file when it is among the few after
+        ``prepared_version``, else ``None``."""
+
+@final
 class Driver:
     """The committer side: a store (local redb file, optionally mirrored), a target, and optionally the shared
     staging whose sealed checkpoints it adopts. ``path`` (a ``str`` or ``os.PathLike``) is the store's file,
@@ -663,7 +721,7 @@ class Driver:
         cls,
         path: str | os.PathLike[str],
         job: str,
-        target: Union[DirTable, LanceTarget, Target],
+        target: Union[DirTable, LanceTarget, DeltaTarget, Target],
         target_identity: str | None = None,
         mirror: str | os.PathLike[str] | None = None,
         mirror_options: Mapping[str, str] | None = None,
@@ -712,10 +770,11 @@ class Driver:
         """The garbage ledger in ledger order: at most ``limit`` entries (and at most 4096) after the entry
         ``after``, a ``(seq, index)`` pair (page on with the last entry's)."""
     def collect_data_files(
-        self, files: Union[DataFiles, DirTable], grace_s: float = 86400.0, apply: bool = False
+        self, files: Union[DataFiles, DirTable, DeltaTarget], grace_s: float = 86400.0, apply: bool = False
     ) -> CollectReport:
         """Collects the orphan data files of the ledger's entries from the table ``files`` knows (a ``DataFiles``
-        object such as ``sinkpoint.lance.LanceDataFiles``, or a ``DirTable``: its files by name). A file a live
+        object such as ``sinkpoint.lance.LanceDataFiles``, a ``DirTable``: its files by name, or a ``DeltaTarget``: its
+        table's files, collected natively). A file a live
         checkpoint names, the table references, or modified less than ``grace_s`` seconds ago is kept (the grace
         period must exceed any task's time from writing a file to staging it); the rest is due. Without ``apply``
         (the default) it only reports; with it, due files are deleted and settled entries leave the ledger. Runs

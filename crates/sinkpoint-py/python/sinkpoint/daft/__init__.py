@@ -1,4 +1,7 @@
-"""Exactly-once Lance writes from Daft: :class:`LanceSink`, a ``daft.io.DataSink`` (Daft 0.7.26).
+"""Exactly-once Lance and Delta Lake writes from Daft: :class:`LanceSink` and :class:`DeltaSink`, each a
+``daft.io.DataSink`` (Daft 0.7.26). The two share everything but the table; this text tells it for Lance, and
+:class:`DeltaSink`'s docstring what differs for Delta (its modes, partitions, the Parquet data files and their
+``Add`` actions, committed through ``sinkpoint.DeltaTarget``).
 
 Each input file of a job is one sinkpoint checkpoint (``checkpoint_id_for_key(input)``). Workers write the input's
 rows as uncommitted Lance fragments and seal the checkpoint in shared staging themselves (nothing goes through the
@@ -11,7 +14,8 @@ was sealed and finishes the job; a rerun after the job finished does nothing. Th
 The package's modules follow its seams: ``_sink.py`` (:class:`LanceSink`: its configuration, ``start``, ``write``
 and the worker side), ``_runner.py`` (:meth:`LanceSink.run`, the recovery, adoption and commits of ``finalize``,
 :func:`prune_inputs`), ``_reader.py`` (:func:`read_inputs`, row positions and their runs), ``_table.py`` (the
-Lance table in ``df.write_lance``'s terms: modes, storage options, writer settings) and ``_errors.py``
+Lance table in ``df.write_lance``'s terms: modes, storage options, writer settings), ``_delta_sink.py`` and
+``_delta_table.py`` (:class:`DeltaSink` and the Delta table in ``df.write_deltalake``'s terms) and ``_errors.py``
 (:class:`IncompleteInputsError`). Import every name from ``sinkpoint.daft``.
 
 Usage (``examples/daft_lance_job.py`` is the full job)::
@@ -111,6 +115,9 @@ Limits:
 
 from .._deprecated import deprecated_names
 from ._common import RESULT_SCHEMA
+from ._delta_sink import DeltaSink
+from ._delta_table import MODES as DELTA_MODES
+from ._delta_table import REFUSED_MODES as DELTA_REFUSED_MODES
 from ._errors import IncompleteInputsError
 from ._reader import (
     INPUT_COLUMN,
@@ -125,6 +132,8 @@ from ._sink import FLUSH_BYTES_DEFAULT, LanceSink
 from ._table import MODES, REFUSED_MODES
 
 __all__ = [
+    "DELTA_MODES",
+    "DELTA_REFUSED_MODES",
     "FLUSH_BYTES_DEFAULT",
     "GRACE_S_DEFAULT",
     "INPUT_COLUMN",
@@ -135,6 +144,7 @@ __all__ = [
     "READ_BATCH_ROWS_DEFAULT",
     "REFUSED_MODES",
     "RESULT_SCHEMA",
+    "DeltaSink",
     "IncompleteInputsError",
     "LanceSink",
     "daft_path",
@@ -144,6 +154,7 @@ __all__ = [
 
 # The module users import every name from: what the classes print and pickle as.
 LanceSink.__module__ = __name__
+DeltaSink.__module__ = __name__
 
 #: The names of sinkpoint 0.1 in this module, each the same object as its new name; reading one warns
 #: (``DeprecationWarning``). They are not in ``__all__``.

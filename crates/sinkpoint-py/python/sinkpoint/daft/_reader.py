@@ -290,8 +290,8 @@ def _refuse_input_splitting() -> None:
         cfg, "parquet_split_row_groups_max_files", 0
     ):
         raise ValueError(
-            "LanceSink needs every input file read whole by one task, but Daft is configured to split large parquet "
-            "files across tasks by row groups (enable_scan_task_split_and_merge=True with "
+            "sinkpoint's sinks need every input file read whole by one task, but Daft is configured to split large "
+            "parquet files across tasks by row groups (enable_scan_task_split_and_merge=True with "
             f"parquet_split_row_groups_max_files={cfg.parquet_split_row_groups_max_files}); the pieces may run on "
             "different machines, where no process sees all of an input's rows. Turn the splitting off: "
             "daft.set_execution_config(parquet_split_row_groups_max_files=0) (merging small files stays on)."

@@ -1,5 +1,5 @@
-"""The job runner of :class:`LanceSink`, on the driver: :meth:`run` (the whole job on one driver), the recovery,
-adoption and commits ``finalize`` goes on with, :func:`prune_inputs`, and the maintenance
+"""The job runner of the sinks (:class:`LanceSink`, ``DeltaSink``), on the driver: :meth:`run` (the whole job on
+one driver), the recovery, adoption and commits ``finalize`` goes on with, :func:`prune_inputs`, and the maintenance
 (:meth:`collect_orphans`). The sink's ``start``/``write``/``finalize`` are in ``_sink.py``."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import pyarrow as pa
 
-from . import _table
-from ._common import RESULT_SCHEMA, _fragment_files, _lance, _sp, _worker_name
+from ._common import RESULT_SCHEMA, _sp, _worker_name
 from ._errors import IncompleteInputsError, _incomplete_message
 from ._reader import _refuse_input_splitting, _refuse_single_path, _row_counts, daft_path, read_inputs
 
@@ -66,9 +65,10 @@ def prune_inputs(
 
 
 class _JobRunner:
-    """The driver side of :class:`LanceSink` (its base class): the whole job (:meth:`run`), the recovery, adoption
-    and commits of ``finalize``, and the maintenance. It reads the sink's configuration (``uri``, ``job``,
-    ``store_path``, ...) and the overridable hooks ``_at``, ``_driver_options`` and ``_staging``."""
+    """The driver side of the sinks (their base class), whatever the table: the whole job (:meth:`run`), the
+    recovery, adoption and commits of ``finalize``, and the maintenance. It reads the sink's configuration
+    (``uri``, ``job``, ``store_path``, ...), its table side (``_target``, ``_open_table``, ``_files_of``,
+    ``_orphan_files``) and the overridable hooks ``_at``, ``_driver_options`` and ``_staging``."""
 
     def run(self, paths: Sequence[str], *, io_config: Any = None, **read_options: Any) -> Any:
         """The whole job over the parquet files ``paths``. Opens the committer once (one epoch for the whole run)
@@ -206,18 +206,6 @@ class _JobRunner:
         arrow = df.schema().to_pyarrow_schema()
         self._open_table(pa.schema([f for f in arrow if f.name not in (self.input_column, self.position_column)]))
 
-    def _open_table(self, schema: Optional[pa.Schema]) -> Any:
-        """The table, opened or created with ``schema`` (:func:`_table.ensure_table`, the sink's mode and
-        settings); ``None`` when it is missing and ``schema`` is ``None``."""
-        return _table.ensure_table(
-            self.uri,
-            schema,
-            job=self.job,
-            mode=self.mode,
-            storage_options=self.storage_options,
-            settings=self.writer_settings,
-        )
-
     def _finish(
         self, driver: Any, seen: "_Summary", report: Dict[str, Any], prepared: Optional["_Prepared"]
     ) -> pa.Table:
@@ -258,7 +246,7 @@ class _JobRunner:
         report["adopted"] = sum(len(a.adopted) for a in rounds)
         report["already_adopted"] = sum(a.already_adopted for a in rounds)
         report["unsealed"] = this_run[-1].unsealed
-        report["garbage"] += [f for a in rounds for f in _fragment_files(self.uri, a.cleanup)]
+        report["garbage"] += [f for a in rounds for f in self._files_of(a.cleanup)]
         missing = self._missing_inputs(driver, seen)
         if missing:
             # Zero-row inputs never reach the sink: seal them empty here, then adopt them.
@@ -324,7 +312,7 @@ class _JobRunner:
         if "://" not in self.store_path:
             parent = os.path.dirname(os.path.abspath(self.store_path))
             os.makedirs(parent, exist_ok=True)
-        target = sp.LanceTarget(self.uri, storage_options=self.storage_options)
+        target = self._target()
         deadline = time.monotonic() + self.open_timeout_s
         delay = 0.05
         while True:
@@ -405,26 +393,26 @@ class _JobRunner:
     # -- maintenance -------------------------------------------------------------------------------------------
 
     def collect_orphans(self, grace_s: float = GRACE_S_DEFAULT, apply: bool = False) -> Any:
-        """Collects the job's orphan data files: the fragment files of its dropped attempts (the losers of seals
-        found by adoption, checkpoints force-aborted by an operator) that no commit will ever reference, from the
-        store's garbage ledger (``sinkpoint.Driver.collect_data_files`` with
-        :class:`sinkpoint.lance.LanceDataFiles`). A file the table references (any version still existing), a live
+        """Collects the job's orphan data files: the data files of its dropped attempts (the losers of seals found by
+        adoption, checkpoints force-aborted by an operator) that no commit will ever reference, from the store's
+        garbage ledger (``sinkpoint.Driver.collect_data_files`` with :class:`sinkpoint.lance.LanceDataFiles`, or a
+        ``sinkpoint.DeltaTarget`` for a Delta table). A file the table references (any version still existing), a live
         checkpoint names, or modified less than ``grace_s`` seconds ago is kept. Without ``apply`` (the default)
         it only reports; with it, it deletes what is due and forgets the settled ledger entries. Returns the
         ``sinkpoint.CollectReport``.
 
         Opens the committer's store like :meth:`run` (waiting up to ``open_timeout_s`` while a run on this machine
         holds its file) under a new epoch, which fences a driver of the job running elsewhere on the mirrored
-        store: run it between runs of the job, or after the last. Fragments a worker wrote and never staged (it
+        store: run it between runs of the job, or after the last. Data files a worker wrote and never staged (it
         died first) are named nowhere and not collected here; a worker that lost its seal deletes its own."""
-        files = _lance().LanceDataFiles(self.uri, storage_options=self.storage_options)
+        files = self._orphan_files()
         with self._open_driver() as driver:
             return driver.collect_data_files(files, grace_s=grace_s, apply=apply)
 
     # -- crash points (no-ops; tests and the example override them) --------------------------------------------
 
     def _at(self, point: str, path: Optional[str] = None) -> None:
-        """Called at named points: ``"written"`` (an input's fragments are written, not staged),
+        """Called at named points: ``"written"`` (an input's data files are written, not staged),
         ``"sealed"`` (its checkpoint is sealed), ``"adopted"`` (the driver adopted, before committing)."""
 
     def _driver_options(self) -> Dict[str, Any]:

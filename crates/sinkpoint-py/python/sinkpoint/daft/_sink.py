@@ -1,7 +1,12 @@
-"""The sink of :class:`LanceSink`: its configuration (``write_lance``'s arguments and modes, sinkpoint's own), the
-``DataSink`` calls Daft makes (``start`` and ``finalize`` on the driver, ``write`` where the plan runs), and the
-worker side of ``write``: each input's rows buffered until every position arrived once, written as uncommitted
-fragments, staged and sealed. The driver side of ``finalize`` and :meth:`LanceSink.run` are in ``_runner.py``."""
+"""The sinks' shared half and :class:`LanceSink`.
+
+``_InputSink`` is what :class:`LanceSink` and :class:`sinkpoint.daft.DeltaSink` share, whatever the table: sinkpoint's
+own configuration, the ``DataSink`` calls Daft makes (``start`` and ``finalize`` on the driver, ``write`` where the
+plan runs), and the worker side of ``write``: each input's rows buffered until every position arrived once, written
+as uncommitted data files, staged and sealed. A sink adds the table side through a few hooks (``_target``,
+``_open_table``, ``_table_layout``, ``_write_files``, ``_files_of``, ``_data_files``, ``_orphan_files``).
+:class:`LanceSink` is the Lance one (``write_lance``'s arguments and modes, ``_table.py``); ``DeltaSink`` is in
+``_delta_sink.py``. The driver side of ``finalize`` and ``run`` are in ``_runner.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +34,7 @@ from ._reader import (
 )
 from ._runner import OPEN_TIMEOUT_S_DEFAULT, _JobRunner, _Prepared, _Summary
 
-#: An input's rows are buffered until it is complete; past this many bytes the buffer is written as a fragment
+#: An input's rows are buffered until it is complete; past this many bytes the buffer is written as data files
 #: and staged as one part of the input's checkpoint (memory stays bounded for large inputs).
 FLUSH_BYTES_DEFAULT = 256 * 1024 * 1024
 
@@ -50,7 +55,7 @@ class _Input:
         "chunks",
         "nbytes",
         "parts",
-        "fragments",
+        "results",
         "dropped",
         "timings",
     )
@@ -69,22 +74,23 @@ class _Input:
         self.nbytes = 0
         #: Parts staged so far (a large input flushes parts before it is complete).
         self.parts = 0
-        #: The fragments staged so far (their JSON), for the garbage report of a lost seal.
-        self.fragments: List[Any] = []
+        #: The write results staged so far (Lance fragments, Delta Adds), for the garbage report of a lost seal.
+        self.results: List[Any] = []
         self.dropped = 0
         #: Seconds spent per step (is_processed_s, row_count_s, fragment_s, stage_s, seal_s): the report's costs.
+        #: ``fragment_s`` is the table's own write (Lance fragments, Delta Parquet files).
         self.timings: Dict[str, float] = collections.defaultdict(float)
 
 
 class _Run:
-    """What one process holds for one run of a sink: the worker handle, the dataset's schema, the inputs."""
+    """What one process holds for one run of a sink: the worker handle, the table's schema, the inputs."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.worker: Any = None
         self.schema: Optional[pa.Schema] = None
-        #: The keyword arguments of ``write_fragment`` for the table (set with ``schema``).
-        self.fragment_options: Dict[str, Any] = {}
+        #: What the sink's ``_write_files`` needs to know of the table (set with ``schema``).
+        self.write_options: Dict[str, Any] = {}
         self.inputs: Dict[str, _Input] = {}
 
     def input(self, path: str) -> _Input:
@@ -111,94 +117,20 @@ def _run_state(token: str) -> _Run:
         return run
 
 
-class LanceSink(_JobRunner, DataSink):
-    """A Daft DataSink that writes whole input files to the Lance table at ``uri`` exactly once per ``job``.
+class _InputSink(_JobRunner, DataSink):
+    """What :class:`LanceSink` and ``DeltaSink`` share: a Daft DataSink that checkpoints each whole input file once
+    per job, whatever the table. Its worker side buffers an input's rows until each position arrived once, writes
+    them as the table's data files (``_write_files``), and stages and seals them in shared staging; its driver side
+    (:class:`_JobRunner`) adopts the seals and commits them through the sink's target. A sink is its table side:
+    its constructor (the table's arguments, then :meth:`_init_job` with sinkpoint's own) and the hooks below."""
 
-    It takes ``df.write_lance``'s arguments (``uri``, ``mode``, ``io_config``, ``schema`` and the writer settings),
-    plus sinkpoint's own (``job``, ``staging_url``, ``store_path``, ...). The modes:
-
-    =======================  ============  ===========================================================================
-    mode / option            exactly-once  why
-    =======================  ============  ===========================================================================
-    ``"append"`` (default)   yes           each input is one checkpoint, committed once as an Append under a fenced
-                                           key; a rerun adds only what is missing. A missing table is created
-                                           (write_lance raises there).
-    ``"create"``             yes           the job creates the table empty (its create commit names the job), then
-                                           appends each input once; a rerun accepts the table only when this job
-                                           created it, any other existing table is refused. The table has one
-                                           version more than commits, where write_lance makes one version in all.
-    ``"overwrite"``          no: refused   one commit replaces the table, but inputs commit as they are sealed: a
-                                           rerun would replace rows committed before, or leave part of the new data.
-    ``"insert_overwrite"``   no: refused   the deletion must be one commit with all the new rows, at one version.
-    ``"merge"``              no: refused   a column backfill by row address: no input files to checkpoint.
-    ``use_mem_wal=True``     no: refused   the MemWAL makes rows durable before any seal: a retried task writes
-                                           them again.
-    ``checkpoint=...``       no: refused   Daft's own checkpointing (``IdempotentCommit``), beside sinkpoint's.
-    =======================  ============  ===========================================================================
-
-    A refused mode raises ``sinkpoint.InvalidInputError`` at construction, saying what to do instead.
-
-    - ``uri``: the Lance table (a path or URI). ``storage_options``: pylance's options for it; when not given,
-      Daft derives them from ``io_config`` (as write_lance does).
-    - ``job``: the job id; one job writes each input once, ever. A new batch of inputs is a new job.
-    - ``staging_url`` (+ ``staging_options``): the object store prefix workers and the driver share
-      (``file:///abs/dir``, ``s3://bucket/prefix``).
-    - ``store_path``: the committer's local store file (on the driver), mirrored to ``mirror_url``
-      (+ ``mirror_options``) when given, so a driver that lost its disk resumes from the mirror. Safe deployments:
-      one store file for the job, or a store file on each machine with one mirror. Two drivers with separate
-      store files and no mirror are not fenced: both can commit the same inputs, and rows can land twice.
-    - ``io_config``: Daft's IOConfig, as write_lance means it (the table's storage options), and for reading the
-      inputs and their parquet footers unless ``input_io_config`` is given.
-    - ``schema`` (a ``pyarrow.Schema`` or ``daft.Schema``): the table's schema when the sink creates it; else the
-      schema of the rows. Rows are cast to the table's schema by column name.
-    - ``max_rows_per_file``, ``max_rows_per_group``, ``max_bytes_per_file``: Lance's writer settings, per
-      fragment (an input may become several fragments, all in its one checkpoint). ``data_storage_version`` and
-      ``enable_stable_row_ids``: the table's settings, used when the sink creates it; an existing table with others
-      is refused (``InvalidInputError``); fragments are always written in the table's storage version.
-    - ``input_column``, ``position_column``: the columns carrying each row's input path and its position in that
-      file (:func:`read_inputs` adds both); dropped before writing. An input is sealed only when each position
-      ``0 .. rows - 1`` arrived exactly once.
-    - ``row_counts``: the row count of each input, if known (saves the footer reads).
-    - ``flush_bytes``: see :data:`FLUSH_BYTES_DEFAULT`.
-    - ``check_processed_in_worker``: whether a worker reads an input's claim (``is_processed``: 1 request) before
-      writing it, and skips it when sealed. ``None`` (the default): not after :meth:`run`, which adopted and pruned
-      just before the read; yes for a DataFrame written by hand (``df.write_sink(sink)``), which may not be pruned.
-      After pruning the check only pays when another attempt of the same input sealed it in between (a Ray retry
-      of a task whose worker died after sealing, a second driver racing this one): without the check such an
-      attempt writes its fragment and then loses the seal (:class:`sinkpoint.SealLostError`: the fragment is never
-      committed, and the worker deletes it); with it, it skips the write, at 1 request for every input. Either way
-      each input is in the table once.
-
-    The sink pickles as its configuration; workers open their handles lazily. After ``finalize`` the driver's
-    object holds :attr:`report` (a dict: what was written, skipped, lost, adopted, committed, and the garbage).
-    :meth:`collect_orphans` deletes the data files of dropped attempts that the store's garbage ledger names.
-
-    >>> from sinkpoint.daft import LanceSink
-    >>> LanceSink("/tmp/t.lance", "job-1", "file:///tmp/staging", "/tmp/job.redb", mode="create")
-    LanceSink('/tmp/t.lance', job='job-1', mode='create')
-    >>> LanceSink("/tmp/t.lance", "job-1", "file:///tmp/staging", "/tmp/job.redb", mode="overwrite")
-    Traceback (most recent call last):
-    sinkpoint.InvalidInputError: LanceSink cannot write mode='overwrite' exactly once: ...
-    """
-
-    def __init__(
+    def _init_job(
         self,
-        uri: Union[str, "os.PathLike[str]"],
         job: str,
         staging_url: str,
         store_path: str,
         *,
-        mode: str = "append",
         io_config: Any = None,
-        schema: Any = None,
-        storage_options: Optional[Dict[str, str]] = None,
-        max_rows_per_file: int = _table.WRITER_DEFAULTS["max_rows_per_file"],
-        max_rows_per_group: int = _table.WRITER_DEFAULTS["max_rows_per_group"],
-        max_bytes_per_file: int = _table.WRITER_DEFAULTS["max_bytes_per_file"],
-        data_storage_version: Optional[str] = None,
-        enable_stable_row_ids: bool = False,
-        use_mem_wal: bool = False,
-        checkpoint: Any = None,
         mirror_url: Optional[str] = None,
         staging_options: Optional[Dict[str, str]] = None,
         mirror_options: Optional[Dict[str, str]] = None,
@@ -210,48 +142,17 @@ class LanceSink(_JobRunner, DataSink):
         open_timeout_s: float = OPEN_TIMEOUT_S_DEFAULT,
         check_processed_in_worker: Optional[bool] = None,
     ) -> None:
-        _table.check_mode(mode, use_mem_wal=use_mem_wal, checkpoint=checkpoint)
+        """sinkpoint's own configuration (the job, the staging, the committer's store, the inputs' columns and
+        reading) and the per-run state: every keyword argument of a sink after its table's own (see
+        :class:`LanceSink`). ``io_config`` is the table's, which the inputs are read with too unless
+        ``input_io_config`` is given."""
         if not job:
             raise ValueError("job must be a non-empty id")
-        if flush_bytes < 1:
-            raise ValueError("flush_bytes must be positive")
-        self.uri = _uri_arg(uri, "uri")
         if not isinstance(job, str):
             raise TypeError(f"job must be a str (the job's id), not {type(job).__name__}")
+        if flush_bytes < 1:
+            raise ValueError("flush_bytes must be positive")
         self.job = job
-        self.mode = mode
-        #: The table's IOConfig as given (write_lance's ``io_config``).
-        self.io_config = io_config
-        #: The table's storage options, resolved: ``storage_options``, else derived from ``io_config``.
-        self.storage_options = _table.table_storage_options(
-            self.uri, _options_arg(storage_options, "storage_options"), io_config
-        )
-        self.schema_hint = _table.arrow_schema(schema)
-        #: The writer settings (plain data): the fragments' sizes, the created table's storage version and row ids.
-        self.writer_settings = _table.writer_settings(
-            max_rows_per_file, max_rows_per_group, max_bytes_per_file, data_storage_version, enable_stable_row_ids
-        )
-        self._init_job(staging_url, store_path, mirror_url, staging_options, mirror_options)
-        self.input_column = input_column
-        self.position_column = position_column
-        #: The inputs' IOConfig (footers and reads): ``input_io_config``, else ``io_config``.
-        self.input_io_config = input_io_config if input_io_config is not None else io_config
-        self.row_counts = _row_counts_arg(row_counts)
-        self.flush_bytes = int(flush_bytes)
-        self.open_timeout_s = float(open_timeout_s)
-        self.check_processed_in_worker = check_processed_in_worker
-        #: What the workers of the current run do (pickled with the sink): ``check_processed_in_worker``, resolved.
-        self._check_in_worker = check_processed_in_worker is None or bool(check_processed_in_worker)
-
-    def _init_job(
-        self,
-        staging_url: str,
-        store_path: str,
-        mirror_url: Optional[str],
-        staging_options: Optional[Dict[str, str]],
-        mirror_options: Optional[Dict[str, str]],
-    ) -> None:
-        """sinkpoint's own configuration (the staging and the committer's store) and the per-run state."""
         self.staging_url = _uri_arg(staging_url, "staging_url", "the shared staging's URL")
         self.store_path = _uri_arg(store_path, "store_path", "the committer's store file")
         self.mirror_url = None if mirror_url is None else _uri_arg(mirror_url, "mirror_url", "the store's mirror")
@@ -264,6 +165,16 @@ class LanceSink(_JobRunner, DataSink):
         #: The driver :meth:`run` opened, recovered and adopted with, for ``finalize`` to go on with.
         self._prepared: Optional[_Prepared] = None
         self.report: Dict[str, Any] = {}
+        self.input_column = input_column
+        self.position_column = position_column
+        #: The inputs' IOConfig (footers and reads): ``input_io_config``, else ``io_config``.
+        self.input_io_config = input_io_config if input_io_config is not None else io_config
+        self.row_counts = _row_counts_arg(row_counts)
+        self.flush_bytes = int(flush_bytes)
+        self.open_timeout_s = float(open_timeout_s)
+        self.check_processed_in_worker = check_processed_in_worker
+        #: What the workers of the current run do (pickled with the sink): ``check_processed_in_worker``, resolved.
+        self._check_in_worker = check_processed_in_worker is None or bool(check_processed_in_worker)
 
     # -- pickling: configuration only ------------------------------------------------------------------------
 
@@ -278,13 +189,13 @@ class LanceSink(_JobRunner, DataSink):
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
-        return f"LanceSink({self.uri!r}, job={self.job!r}, mode={self.mode!r})"
+        return f"{type(self).__name__}({self.uri!r}, job={self.job!r}, mode={self.mode!r})"
 
     # -- DataSink --------------------------------------------------------------------------------------------
 
     def name(self) -> str:
         """The sink's name, as Daft shows it."""
-        return "sinkpoint LanceSink"
+        return f"sinkpoint {type(self).__name__}"
 
     def schema(self) -> Any:
         """The schema of what ``finalize`` returns (:data:`RESULT_SCHEMA`), as a ``daft.Schema``."""
@@ -475,32 +386,29 @@ class LanceSink(_JobRunner, DataSink):
             return cached
         return _row_counts([path], self.input_io_config)[0]
 
-    def _fragments(self, run: _Run, inp: _Input) -> tuple:
-        """Writes the buffered rows of ``inp`` as fragments (the writer settings: one or several): (fragments,
-        bytes)."""
+    def _write_buffered(self, run: _Run, inp: _Input) -> tuple:
+        """Writes the buffered rows of ``inp`` as the table's data files (``_write_files``: one or several):
+        (their write results, bytes)."""
         table = pa.concat_tables(inp.chunks) if len(inp.chunks) > 1 else inp.chunks[0]
         table = self._conform(run, table)
         nbytes = table.nbytes
         t0 = time.perf_counter()
-        fragments = _lance().write_fragment(
-            self.uri, table, schema=table.schema, storage_options=self.storage_options, **run.fragment_options
-        )
+        results = self._write_files(run, table)
         inp.timings["fragment_s"] += time.perf_counter() - t0
         inp.chunks = []
         inp.nbytes = 0
-        inp.fragments.extend(fragments)
-        return fragments, nbytes
+        inp.results.extend(results)
+        return results, nbytes
 
     def _conform(self, run: _Run, table: pa.Table) -> pa.Table:
-        """``table`` in the dataset's schema; the dataset is opened once per run and process (and created, with
+        """``table`` in the table's schema; the table is opened once per run and process (and created, with
         ``schema`` or else ``table``'s schema, when missing)."""
         with run.lock:
             schema = run.schema
         if schema is None:
-            dataset = self._open_table(self.schema_hint or table.schema)
-            schema = dataset.schema
+            schema, options = self._table_layout(self.schema_hint or table.schema)
             with run.lock:
-                run.fragment_options = _table.fragment_options(dataset, self.writer_settings)
+                run.write_options = options
                 run.schema = schema
         if table.schema.equals(schema, check_metadata=False):
             return table
@@ -513,13 +421,13 @@ class LanceSink(_JobRunner, DataSink):
         return table.select(schema.names).cast(schema)
 
     def _stage_part(self, run: _Run, inp: _Input) -> None:
-        fragments, _ = self._fragments(run, inp)
+        results, _ = self._write_buffered(run, inp)
         sp = _sp()
         keys = [inp.path] if inp.parts == 0 else []
         t0 = time.perf_counter()
         _retry_io(
             lambda: self._worker(run).stage(
-                sp.checkpoint_id_for_key(inp.path), attempt=0, part=inp.parts, keys=keys, results=fragments
+                sp.checkpoint_id_for_key(inp.path), attempt=0, part=inp.parts, keys=keys, results=results
             )
         )
         inp.timings["stage_s"] += time.perf_counter() - t0
@@ -532,10 +440,10 @@ class LanceSink(_JobRunner, DataSink):
         nbytes = 0
         try:
             if inp.parts == 0:
-                fragments, nbytes = self._fragments(run, inp)
+                results, nbytes = self._write_buffered(run, inp)
                 self._at("written", inp.path)
                 t0 = time.perf_counter()
-                _retry_io(lambda: worker.stage_and_seal(cid, [inp.path], fragments))
+                _retry_io(lambda: worker.stage_and_seal(cid, [inp.path], results))
             else:
                 self._stage_part(run, inp)
                 self._at("written", inp.path)
@@ -544,7 +452,7 @@ class LanceSink(_JobRunner, DataSink):
             inp.timings["seal_s"] += time.perf_counter() - t0
         except sp.SealLostError as lost:
             inp.status = "lost"
-            garbage = _fragment_files(self.uri, lost.results)
+            garbage = self._files_of(lost.results)
             deleted = self._delete_lost(inp.path, lost.results)
             logger.info(
                 "input %s: another attempt sealed it first (%s); %d file(s) of ours are garbage, %d deleted",
@@ -571,7 +479,7 @@ class LanceSink(_JobRunner, DataSink):
             "id": cid,
             "rows": inp.rows,
             "bytes": nbytes,
-            "fragments": len(inp.fragments),
+            "files": len(inp.results),
             "timings": dict(inp.timings),
         }
 
@@ -580,7 +488,7 @@ class LanceSink(_JobRunner, DataSink):
         seal, so no commit can ever reference them. Best effort: a file that cannot be deleted is logged and stays
         (it is in the event's ``garbage``); this never fails the task. The files deleted."""
         deleted: List[str] = []
-        files = _lance().LanceDataFiles(self.uri, storage_options=self.storage_options)
+        files = self._data_files()
         for result in results:
             try:
                 names = files.files_of(result.format, bytes(result.data))
@@ -596,7 +504,7 @@ class LanceSink(_JobRunner, DataSink):
             for name in names:
                 try:
                     files.delete(name)
-                    deleted.append(files.path(name))  # spelled as `garbage` spells it: <uri>/data/<file>
+                    deleted.append(files.path(name))  # spelled as `garbage` spells it
                 except Exception as e:  # best effort: never fail the task for garbage
                     logger.warning(
                         "input %s: could not delete %s of the attempt that lost its seal (%s: %s); it stays garbage",
@@ -606,6 +514,176 @@ class LanceSink(_JobRunner, DataSink):
                         e,
                     )
         return deleted
+
+    # -- the table side (each sink's own) --------------------------------------------------------------------
+
+    def _target(self) -> Any:
+        """The sinkpoint target the driver commits through (``sinkpoint.LanceTarget``, ``sinkpoint.DeltaTarget``)."""
+        raise NotImplementedError
+
+    def _open_table(self, schema: Optional[pa.Schema]) -> Any:
+        """The table, opened or created with ``schema`` (in the sink's mode); ``None`` when it is missing and
+        ``schema`` is ``None``. Safe in every process of a job: when two create it at once, one wins."""
+        raise NotImplementedError
+
+    def _table_layout(self, schema: pa.Schema) -> tuple:
+        """(the table's Arrow schema, what ``_write_files`` needs to know of the table), the table opened or created
+        with ``schema``: once per run and process, on the first rows."""
+        raise NotImplementedError
+
+    def _write_files(self, run: _Run, table: pa.Table) -> List[Any]:
+        """Writes ``table`` (in the table's schema) as data files no reader sees yet; their write results."""
+        raise NotImplementedError
+
+    def _files_of(self, results: Iterable[Any]) -> List[str]:
+        """The data files the write results ``results`` name, as the report spells them."""
+        raise NotImplementedError
+
+    def _data_files(self) -> Any:
+        """The table's data files as the worker deletes a lost attempt's: ``files_of(format, data)``, ``path(name)``
+        (spelled as :meth:`_files_of` spells it) and ``delete(name)``."""
+        raise NotImplementedError
+
+    def _orphan_files(self) -> Any:
+        """What ``Driver.collect_data_files`` collects the job's orphan data files from (:meth:`collect_orphans`)."""
+        return self._data_files()
+
+
+class LanceSink(_InputSink):
+    """A Daft DataSink that writes whole input files to the Lance table at ``uri`` exactly once per ``job``.
+
+    It takes ``df.write_lance``'s arguments (``uri``, ``mode``, ``io_config``, ``schema`` and the writer settings),
+    plus sinkpoint's own (``job``, ``staging_url``, ``store_path``, ...). The modes:
+
+    =======================  ============  ===========================================================================
+    mode / option            exactly-once  why
+    =======================  ============  ===========================================================================
+    ``"append"`` (default)   yes           each input is one checkpoint, committed once as an Append under a fenced
+                                           key; a rerun adds only what is missing. A missing table is created
+                                           (write_lance raises there).
+    ``"create"``             yes           the job creates the table empty (its create commit names the job), then
+                                           appends each input once; a rerun accepts the table only when this job
+                                           created it, any other existing table is refused. The table has one
+                                           version more than commits, where write_lance makes one version in all.
+    ``"overwrite"``          no: refused   one commit replaces the table, but inputs commit as they are sealed: a
+                                           rerun would replace rows committed before, or leave part of the new data.
+    ``"insert_overwrite"``   no: refused   the deletion must be one commit with all the new rows, at one version.
+    ``"merge"``              no: refused   a column backfill by row address: no input files to checkpoint.
+    ``use_mem_wal=True``     no: refused   the MemWAL makes rows durable before any seal: a retried task writes
+                                           them again.
+    ``checkpoint=...``       no: refused   Daft's own checkpointing (``IdempotentCommit``), beside sinkpoint's.
+    =======================  ============  ===========================================================================
+
+    A refused mode raises ``sinkpoint.InvalidInputError`` at construction, saying what to do instead.
+
+    - ``uri``: the Lance table (a path or URI). ``storage_options``: pylance's options for it; when not given,
+      Daft derives them from ``io_config`` (as write_lance does).
+    - ``job``: the job id; one job writes each input once, ever. A new batch of inputs is a new job.
+    - ``staging_url`` (+ ``staging_options``): the object store prefix workers and the driver share
+      (``file:///abs/dir``, ``s3://bucket/prefix``).
+    - ``store_path``: the committer's local store file (on the driver), mirrored to ``mirror_url``
+      (+ ``mirror_options``) when given, so a driver that lost its disk resumes from the mirror. Safe deployments:
+      one store file for the job, or a store file on each machine with one mirror. Two drivers with separate
+      store files and no mirror are not fenced: both can commit the same inputs, and rows can land twice.
+    - ``io_config``: Daft's IOConfig, as write_lance means it (the table's storage options), and for reading the
+      inputs and their parquet footers unless ``input_io_config`` is given.
+    - ``schema`` (a ``pyarrow.Schema`` or ``daft.Schema``): the table's schema when the sink creates it; else the
+      schema of the rows. Rows are cast to the table's schema by column name.
+    - ``max_rows_per_file``, ``max_rows_per_group``, ``max_bytes_per_file``: Lance's writer settings, per
+      fragment (an input may become several fragments, all in its one checkpoint). ``data_storage_version`` and
+      ``enable_stable_row_ids``: the table's settings, used when the sink creates it; an existing table with others
+      is refused (``InvalidInputError``); fragments are always written in the table's storage version.
+    - ``input_column``, ``position_column``: the columns carrying each row's input path and its position in that
+      file (:func:`read_inputs` adds both); dropped before writing. An input is sealed only when each position
+      ``0 .. rows - 1`` arrived exactly once.
+    - ``row_counts``: the row count of each input, if known (saves the footer reads).
+    - ``flush_bytes``: see :data:`FLUSH_BYTES_DEFAULT`.
+    - ``check_processed_in_worker``: whether a worker reads an input's claim (``is_processed``: 1 request) before
+      writing it, and skips it when sealed. ``None`` (the default): not after :meth:`run`, which adopted and pruned
+      just before the read; yes for a DataFrame written by hand (``df.write_sink(sink)``), which may not be pruned.
+      After pruning the check only pays when another attempt of the same input sealed it in between (a Ray retry
+      of a task whose worker died after sealing, a second driver racing this one): without the check such an
+      attempt writes its fragment and then loses the seal (:class:`sinkpoint.SealLostError`: the fragment is never
+      committed, and the worker deletes it); with it, it skips the write, at 1 request for every input. Either way
+      each input is in the table once.
+
+    The sink pickles as its configuration; workers open their handles lazily. After ``finalize`` the driver's
+    object holds :attr:`report` (a dict: what was written, skipped, lost, adopted, committed, and the garbage).
+    :meth:`collect_orphans` deletes the data files of dropped attempts that the store's garbage ledger names.
+
+    >>> from sinkpoint.daft import LanceSink
+    >>> LanceSink("/tmp/t.lance", "job-1", "file:///tmp/staging", "/tmp/job.redb", mode="create")
+    LanceSink('/tmp/t.lance', job='job-1', mode='create')
+    >>> LanceSink("/tmp/t.lance", "job-1", "file:///tmp/staging", "/tmp/job.redb", mode="overwrite")
+    Traceback (most recent call last):
+    sinkpoint.InvalidInputError: LanceSink cannot write mode='overwrite' exactly once: ...
+    """
+
+    def __init__(
+        self,
+        uri: Union[str, "os.PathLike[str]"],
+        job: str,
+        staging_url: str,
+        store_path: str,
+        *,
+        mode: str = "append",
+        io_config: Any = None,
+        schema: Any = None,
+        storage_options: Optional[Dict[str, str]] = None,
+        max_rows_per_file: int = _table.WRITER_DEFAULTS["max_rows_per_file"],
+        max_rows_per_group: int = _table.WRITER_DEFAULTS["max_rows_per_group"],
+        max_bytes_per_file: int = _table.WRITER_DEFAULTS["max_bytes_per_file"],
+        data_storage_version: Optional[str] = None,
+        enable_stable_row_ids: bool = False,
+        use_mem_wal: bool = False,
+        checkpoint: Any = None,
+        **options: Any,
+    ) -> None:
+        _table.check_mode(mode, use_mem_wal=use_mem_wal, checkpoint=checkpoint)
+        self.uri = _uri_arg(uri, "uri")
+        self.mode = mode
+        #: The table's IOConfig as given (write_lance's ``io_config``).
+        self.io_config = io_config
+        #: The table's storage options, resolved: ``storage_options``, else derived from ``io_config``.
+        self.storage_options = _table.table_storage_options(
+            self.uri, _options_arg(storage_options, "storage_options"), io_config
+        )
+        self.schema_hint = _table.arrow_schema(schema)
+        #: The writer settings (plain data): the fragments' sizes, the created table's storage version and row ids.
+        self.writer_settings = _table.writer_settings(
+            max_rows_per_file, max_rows_per_group, max_bytes_per_file, data_storage_version, enable_stable_row_ids
+        )
+        self._init_job(job, staging_url, store_path, io_config=io_config, **options)
+
+    # -- the Lance table (the hooks of _InputSink) ---------------------------------------------------------------
+
+    def _target(self) -> Any:
+        return _sp().LanceTarget(self.uri, storage_options=self.storage_options)
+
+    def _open_table(self, schema: Optional[pa.Schema]) -> Any:
+        return _table.ensure_table(
+            self.uri,
+            schema,
+            job=self.job,
+            mode=self.mode,
+            storage_options=self.storage_options,
+            settings=self.writer_settings,
+        )
+
+    def _table_layout(self, schema: pa.Schema) -> tuple:
+        dataset = self._open_table(schema)
+        return dataset.schema, _table.fragment_options(dataset, self.writer_settings)
+
+    def _write_files(self, run: _Run, table: pa.Table) -> List[Any]:
+        return _lance().write_fragment(
+            self.uri, table, schema=table.schema, storage_options=self.storage_options, **run.write_options
+        )
+
+    def _files_of(self, results: Iterable[Any]) -> List[str]:
+        return _fragment_files(self.uri, results)
+
+    def _data_files(self) -> Any:
+        return _lance().LanceDataFiles(self.uri, storage_options=self.storage_options)
 
 
 def _uri_arg(value: Any, name: str, what: str = "the Lance dataset's path or URI") -> str:
