@@ -80,11 +80,19 @@ def count_table(uri: str, count: int, rows: int) -> Tuple[int, int, int]:
     the ids ``0 .. count * rows``."""
     import deltalake
     from deltalake.exceptions import TableNotFoundError
+    from pyarrow import fs
 
     try:
-        ids = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+        table = deltalake.DeltaTable(uri)
     except TableNotFoundError:
         return 0, 0, count * rows
+    # Through Arrow's own local filesystem, not deltalake's default one (a Python filesystem, whose file reads are
+    # Python buffers): an Arrow thread can still be tearing the scan down after to_pyarrow_table returns, and
+    # freeing a Python buffer there takes the GIL; when that races the interpreter's exit (this is the last read
+    # before it) the thread is made to exit inside a C++ destructor and the process aborts with "terminate called
+    # without an active exception".
+    local = fs.SubTreeFileSystem(uri, fs.LocalFileSystem())
+    ids = table.to_pyarrow_table(columns=["id"], filesystem=local).column("id").to_pylist()
     distinct = set(ids)
     return len(ids), len(ids) - len(distinct), len(set(range(count * rows)) - distinct)
 
