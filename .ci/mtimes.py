@@ -15,6 +15,10 @@ previous run built from exactly these bytes, after that time. Any other file kee
 every earlier build, so cargo rebuilds what depends on it. Only the newest record per path is kept: a file changed
 and changed back still carries the newer time, since the target dir last built the changed content. The record is
 then rewritten for this clone, before anything is built.
+
+This holds only while CI's runs are the only builds in their target dir, one after another: a build from another
+checkout would leave artifacts newer than this clone's restored mtimes but built from other bytes. So nothing else
+builds in $SINKPOINT_CACHE/target.
 """
 
 from __future__ import annotations
