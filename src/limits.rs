@@ -207,6 +207,10 @@ pub const MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
 /// is as long as that snapshot (in records against its entries, or in bytes), so the snapshots written over a job
 /// come to at most about the log's own size, and a restore replays at most about one snapshot's worth of log.
 pub const MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_DEFAULT: u32 = 100;
+/// The default of `MirrorSettings::snapshot_log_records_max`: an open then reads, and a restore replays, at most
+/// about this many records past the newest snapshot, and a store of four million rows (a million one-key
+/// checkpoints) pays about 40 snapshot entries a record, where a fixed 10,000-record interval pays 400.
+pub const MIRROR_SNAPSHOT_LOG_RECORDS_MAX_DEFAULT: u64 = 100_000;
 /// The largest `MirrorSettings::snapshot_log_ratio_percent`: a log up to 100 times the state would make a
 /// restore replay far more than it loads.
 pub const MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX: u64 = 10_000;

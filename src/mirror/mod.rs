@@ -57,7 +57,7 @@ use crate::clock::Clock;
 use crate::error::{Error, InvalidInput, Result};
 use crate::limits::{
     MIRROR_SLOTS_IN_FLIGHT_MAX, MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT, MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_DEFAULT,
-    MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX,
+    MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX, MIRROR_SNAPSHOT_LOG_RECORDS_MAX_DEFAULT,
 };
 use crate::wal::record::{decode_value, encode_value};
 
@@ -100,13 +100,18 @@ pub struct MirrorSettings {
     pub snapshot_interval_bytes: u64,
     /// How long the log since the last snapshot grows, relative to that snapshot, before the next one is due, in
     /// percent of its entries (against records) and of its bytes (against frame bytes): the intervals above are
-    /// floors, and a store of n entries is snapshotted every `n * snapshot_log_ratio_percent / 100` records or so.
-    /// A snapshot writes the whole live state, so fixed intervals would cost O(n) per interval and O(n²) over a
-    /// job's life; a growing one keeps the snapshot bytes a record costs constant (about 100 /
-    /// `snapshot_log_ratio_percent` entries each), at the price of a log up to that share of the state for a
-    /// restore to replay and the local file to keep. 0 keeps the intervals fixed (tests that want many
-    /// snapshots). At most [`MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX`].
+    /// floors, and a store of n entries is snapshotted every `n * snapshot_log_ratio_percent / 100` records or so,
+    /// up to `snapshot_log_records_max`. A snapshot writes the whole live state, so fixed intervals cost O(n)
+    /// per interval and O(n²) over a job's life; a growing one keeps the snapshot entries a record costs near
+    /// 100 / `snapshot_log_ratio_percent`, at the price of a longer log for an open to read and a restore to
+    /// replay. 0 keeps the intervals fixed (tests that want many snapshots). At most
+    /// [`MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX`].
     pub snapshot_log_ratio_percent: u32,
+    /// The most records the log since the last snapshot grows to through `snapshot_log_ratio_percent` (never below
+    /// `snapshot_interval_records`): it bounds what an open reads and a restore replays past the newest snapshot,
+    /// and the local log the store keeps, whatever the state's size. Past n = this / ratio entries, a record costs
+    /// about n / this snapshot entries again. At least 1.
+    pub snapshot_log_records_max: u64,
     /// Objects the newest manifest stopped referencing are deleted only this long after it was written, in
     /// milliseconds on the store's clock: a reader that began before then has that long to finish.
     pub gc_age_ms_min: u64,
@@ -128,6 +133,7 @@ impl Default for MirrorSettings {
             snapshot_interval_records: 10_000,
             snapshot_interval_bytes: MIRROR_SNAPSHOT_INTERVAL_BYTES_DEFAULT,
             snapshot_log_ratio_percent: MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_DEFAULT,
+            snapshot_log_records_max: MIRROR_SNAPSHOT_LOG_RECORDS_MAX_DEFAULT,
             gc_age_ms_min: 10 * 60 * 1000,
             request_timeout_ms: 30_000,
             puts_in_flight_max: MIRROR_SLOTS_IN_FLIGHT_MAX as u32,
@@ -145,6 +151,10 @@ impl MirrorSettings {
         if ratio > MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX {
             let max = MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX;
             return Err(InvalidInput::Range { what: "snapshot_log_ratio_percent", value: ratio, min: 0, max }.into());
+        }
+        if self.snapshot_log_records_max == 0 {
+            let what = "snapshot_log_records_max";
+            return Err(InvalidInput::Range { what, value: 0, min: 1, max: u64::MAX }.into());
         }
         let puts = u64::from(self.puts_in_flight_max);
         if !(1..=MIRROR_SLOTS_IN_FLIGHT_MAX).contains(&puts) {

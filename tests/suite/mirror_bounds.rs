@@ -125,13 +125,18 @@ async fn snapshots_written_over_a_growing_store_stay_within_a_few_times_its_log(
 }
 
 #[tokio::test]
-async fn a_snapshot_log_ratio_above_the_limit_is_refused_at_open() {
-    let bucket = Bucket::new(Kind::Memory, "bounds-ratio-limit");
-    let dir = tempfile::tempdir().unwrap();
+async fn a_snapshot_log_ratio_above_the_limit_and_a_zero_log_bound_are_refused_at_open() {
     let max = sinkpoint::limits::MIRROR_SNAPSHOT_LOG_RATIO_PERCENT_MAX as u32;
-    let settings = MirrorSettings { snapshot_log_ratio_percent: max + 1, ..sync_settings() };
-    let err = builder(&bucket, &dir.path().join("a.redb"), settings, &ManualClock::new(0)).open().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    assert!(err.to_string().contains("snapshot_log_ratio_percent"), "{err}");
-    assert!(bucket.keys().await.is_empty(), "a refused open wrote {:?}", bucket.keys().await);
+    for (name, settings) in [
+        ("snapshot_log_ratio_percent", MirrorSettings { snapshot_log_ratio_percent: max + 1, ..sync_settings() }),
+        ("snapshot_log_records_max", MirrorSettings { snapshot_log_records_max: 0, ..sync_settings() }),
+    ] {
+        let bucket = Bucket::new(Kind::Memory, "bounds-ratio-limit");
+        let dir = tempfile::tempdir().unwrap();
+        let err =
+            builder(&bucket, &dir.path().join("a.redb"), settings, &ManualClock::new(0)).open().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains(name), "{err}");
+        assert!(bucket.keys().await.is_empty(), "a refused open wrote {:?}", bucket.keys().await);
+    }
 }

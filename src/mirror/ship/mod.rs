@@ -87,6 +87,7 @@ pub(super) struct Schedule {
     records_min: u64,
     bytes_min: u64,
     ratio_percent: u64,
+    records_max: u64,
 }
 
 impl Schedule {
@@ -95,11 +96,13 @@ impl Schedule {
             records_min: settings.snapshot_interval_records.max(1),
             bytes_min: settings.snapshot_interval_bytes.max(1),
             ratio_percent: u64::from(settings.snapshot_log_ratio_percent),
+            records_max: settings.snapshot_log_records_max.max(1),
         }
     }
 
     /// Whether the log `since` the last snapshot (of size `last`) is long enough for the next one. With a
-    /// ratio, the log must reach that share of the last snapshot too, and no snapshot is asked for while one is
+    /// ratio, the log must reach that share of the last snapshot too (in records, no more than the most the
+    /// settings let the log grow to, and never less than the floor), and no snapshot is asked for while one is
     /// `in_flight` (a queued one would hold a read transaction and redo the same work); with none, every interval
     /// is taken, as the settings say.
     pub(super) fn due(&self, since: Since, last: SnapshotSize, in_flight: bool) -> bool {
@@ -110,8 +113,9 @@ impl Schedule {
             return false;
         }
         let share = |size: u64| u64::try_from(u128::from(size) * u128::from(self.ratio_percent) / 100);
-        let grown = |size: u64, floor: u64| floor.max(share(size).unwrap_or(u64::MAX));
-        since.records >= grown(last.entries, self.records_min) || since.bytes >= grown(last.bytes, self.bytes_min)
+        let grown = |size: u64, floor: u64, max: u64| floor.max(share(size).unwrap_or(u64::MAX).min(max));
+        since.records >= grown(last.entries, self.records_min, self.records_max)
+            || since.bytes >= grown(last.bytes, self.bytes_min, u64::MAX)
     }
 }
 
@@ -269,7 +273,7 @@ mod tests {
     use super::*;
 
     fn schedule(records_min: u64, bytes_min: u64, ratio_percent: u64) -> Schedule {
-        Schedule { records_min, bytes_min, ratio_percent }
+        Schedule { records_min, bytes_min, ratio_percent, records_max: u64::MAX }
     }
 
     fn since(records: u64, bytes: u64) -> Since {
@@ -299,6 +303,17 @@ mod tests {
         let small = SnapshotSize { entries: 3, bytes: 100 };
         assert!(!growing.due(since(9, 999), small, false));
         assert!(growing.due(since(10, 0), small, false));
+    }
+
+    #[test]
+    fn the_ratio_grows_the_record_interval_up_to_the_most_the_settings_allow_and_never_below_the_floor() {
+        let capped = Schedule { records_max: 1_000, ..schedule(10, u64::MAX, 100) };
+        let large = SnapshotSize { entries: 1_000_000, bytes: 0 };
+        assert!(!capped.due(since(999, 0), large, false));
+        assert!(capped.due(since(1_000, 0), large, false), "the cap, far below the state's entries");
+        let below_the_floor = Schedule { records_max: 5, ..schedule(10, u64::MAX, 100) };
+        assert!(!below_the_floor.due(since(9, 0), large, false), "a cap under the floor does not lower it");
+        assert!(below_the_floor.due(since(10, 0), large, false));
     }
 
     #[test]

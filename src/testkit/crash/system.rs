@@ -81,6 +81,7 @@ impl System {
             // Paced by records only, at fixed intervals, as the workloads' crash points were counted.
             snapshot_interval_bytes: u64::MAX,
             snapshot_log_ratio_percent: 0,
+            snapshot_log_records_max: u64::MAX,
         };
         Self { mirror: Some(settings), ..Self::target() }
     }
