@@ -51,6 +51,7 @@ Daft's Delta writer imports pyiceberg (``daft/io/writer.py`` imports its Iceberg
 from __future__ import annotations
 
 import argparse
+import collections
 import inspect
 import json
 import os
@@ -184,10 +185,11 @@ def write_sinkpoint(paths: Sequence[str], where: Where) -> Dict[str, Any]:
         "staging_options": where.options("staging"),
         "mirror_options": where.options("mirror"),
     }
-    # The keyword arguments this DeltaSink takes (its constructor is LanceSink's shape: uri, job, staging_url,
-    # store_path, then keywords).
+    # The keyword arguments this DeltaSink takes (its constructor is LanceSink's shape: table, job, staging_url,
+    # store_path, then keywords; sinkpoint's own may come through **options).
     params = inspect.signature(cls).parameters
-    kwargs = {k: v for k, v in wanted.items() if k in params and v is not None}
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in wanted.items() if (takes_all or k in params) and v is not None}
     os.makedirs(os.path.dirname(where.store), exist_ok=True)
     sink = cls(where.table, JOB, where.staging, where.store, **kwargs)
     sink.run(list(paths))
@@ -435,7 +437,13 @@ def phase_drivers(args: argparse.Namespace, paths: List[str], engines: List[str]
             "trials": trials,
             "duplicates": [t["duplicates"] for t in trials],
             "missing": [t["missing"] for t in trials],
-            "driver_errors": sum(1 for t in trials for r in t["drivers"] if r.get("error") or not r),
+            # What the drivers that failed raised (its type), "no result" for one that printed none.
+            "driver_errors": [
+                r.get("error", "").split(":")[0] if r else "no result"
+                for t in trials
+                for r in t["drivers"]
+                if r.get("error") or not r
+            ],
         }
     return out
 
@@ -556,7 +564,8 @@ def summary(args: argparse.Namespace, found: Dict[str, Any], skipped: Optional[s
         d = (found.get("drivers") or {}).get(engine)
         if not d:
             return "-"
-        raised = f"; {d['driver_errors']} driver(s) raised" if d["driver_errors"] else ""
+        errors = collections.Counter(d["driver_errors"])
+        raised = "".join(f"; {v} driver(s) raised {k}" for k, v in sorted(errors.items()))
         return (
             f"{'/'.join(map(str, d['duplicates']))} dup, {'/'.join(map(str, d['missing']))} missing of "
             f"{n * args.rows} ({len(d['trials'])} trials{raised})"
