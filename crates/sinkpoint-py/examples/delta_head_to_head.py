@@ -163,9 +163,11 @@ def delta_sink() -> Tuple[Any, Optional[str]]:
     return DeltaSink, None
 
 
+#: What a Daft write reports: the rows of ``write_deltalake``'s result, one per Add it names. A checkpointed write that
+#: finds its key's marker already committed names the Adds it found staged, whoever committed them.
 def write_plain(paths: Sequence[str], where: Where) -> Dict[str, Any]:
     out = daft.read_parquet(list(paths)).write_deltalake(where.table)
-    return {"files": len(out)}
+    return {"reported_files": len(out)}
 
 
 def write_daft(paths: Sequence[str], where: Where) -> Dict[str, Any]:
@@ -173,7 +175,7 @@ def write_daft(paths: Sequence[str], where: Where) -> Dict[str, Any]:
     store = daft.CheckpointStore(where.daft_store, io_config=io_config)
     df = daft.read_parquet(list(paths), checkpoint=daft.CheckpointConfig(store=store, on="input"))
     out = df.write_deltalake(where.table, checkpoint=daft.IdempotentCommit(store, JOB))
-    return {"files": len(out)}
+    return {"reported_files": len(out)}
 
 
 def write_sinkpoint(paths: Sequence[str], where: Where) -> Dict[str, Any]:
@@ -194,7 +196,8 @@ def write_sinkpoint(paths: Sequence[str], where: Where) -> Dict[str, Any]:
     sink = cls(where.table, JOB, where.staging, where.store, **kwargs)
     sink.run(list(paths))
     report = getattr(sink, "report", {}) or {}
-    return {k: report.get(k) for k in ("inputs", "pending", "sealed", "adopted", "finished") if k in report}
+    kept = ("inputs", "pending", "sealed", "adopted", "finished", "prune_s", "finalize_s", "run_s", "worker_timings")
+    return {k: report.get(k) for k in kept if k in report}
 
 
 WRITERS = {"plain": write_plain, "daft": write_daft, "sinkpoint": write_sinkpoint}
@@ -530,7 +533,26 @@ def costs(result: Optional[Dict[str, Any]], inputs: int) -> Dict[str, Any]:
             continue
         diffs = [1000 * (v[engine] - v["plain"]) / inputs for v in by_rep.values()]
         out[engine] = {"ms_per_input": diffs, "median": statistics.median(diffs), "min": min(diffs), "max": max(diffs)}
+    parts = [breakdown(r["info"]) for r in result["runs"] if r["engine"] == "sinkpoint"]
+    if parts and all(parts):
+        out["sinkpoint"]["breakdown_ms_per_input"] = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
     return out
+
+
+def breakdown(info: Dict[str, Any]) -> Dict[str, float]:
+    """Where a DeltaSink run's time went, in ms per sealed input: the workers' data-file writes and seals (their
+    other checkpoint calls included), the driver's pruning and finalize (adopt and commit)."""
+    sealed = info.get("sealed") or 0
+    timings = info.get("worker_timings") or {}
+    if not sealed or not timings:
+        return {}
+    seal = sum(v for k, v in timings.items() if k != "fragment_s")
+    return {
+        "worker_data_files": 1000 * timings.get("fragment_s", 0.0) / sealed,
+        "worker_checkpoint": 1000 * seal / sealed,
+        "driver_prune": 1000 * (info.get("prune_s") or 0.0) / sealed,
+        "driver_finalize": 1000 * (info.get("finalize_s") or 0.0) / sealed,
+    }
 
 
 def requests_per_input(result: Optional[Dict[str, Any]], inputs: int) -> Dict[str, Any]:
@@ -601,6 +623,14 @@ def summary(args: argparse.Namespace, found: Dict[str, Any], skipped: Optional[s
     print(f"summary: {n} inputs x {args.rows} rows, {args.reps} repetitions, kill seed {args.seed}", flush=True)
     for r in [head, *rows]:
         print("  " + " | ".join(c.ljust(w) for c, w in zip(r, widths)), flush=True)
+    for runner in ("native", "ray"):
+        parts = cost.get(runner, {}).get("sinkpoint", {}).get("breakdown_ms_per_input")
+        if parts:
+            print(
+                f"summary: sinkpoint ({runner}), medians in ms per input: "
+                + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in parts.items()),
+                flush=True,
+            )
     if skipped:
         print(f"summary: {skipped}", flush=True)
     return {
