@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Daft 0.7.26's own checkpointed ``write_deltalake`` against sinkpoint's ``DeltaSink``: one job, one run.
 
-    python examples/delta_head_to_head.py --dir DIR [--inputs 50 --rows 1000] [--reps 3] [--trials 5] [--seed S]
-        [--phases cost,drivers,kill] [--s3-endpoint URL [--s3-bucket B]]
+    python examples/delta_head_to_head.py --dir DIR [--inputs 50 --rows 1000] [--phases cost,drivers,kill]
+        [--reps 3] [--runners native,ray] [--driver-trials 3] [--trials 5] [--seed S] [--engines daft,sinkpoint]
+        [--s3-endpoint URL [--s3-bucket B]]
 
 The job: ``--inputs`` parquet files of ``--rows`` rows (``examples/daft_lance_job.py``'s inputs: ids unique across
 all inputs, so duplicates and missing rows can be counted), appended to a Delta table (created empty first, the
@@ -25,8 +26,10 @@ Phases (``--phases``, all by default), each in its own child processes (Daft's r
   repetitions are printed, and the plain runs' own range per input (what the comparison can resolve). With
   ``--s3-endpoint``, one more run of each checkpointing engine puts its checkpoint state on that S3 API (Daft's
   ``CheckpointStore``; sinkpoint's shared staging and the committer's mirror) through a counting proxy in the child
-  (``daft_lance_job.RequestCounter``): object-store requests per input, by kind. The inputs and the table stay on
-  local disk (their requests are the same for every engine and not counted).
+  (``daft_lance_job.RequestCounter``): object-store requests per input, by kind (a counted run that fails is
+  reported as such, its counts partial). The inputs and the table stay on local disk (their requests are the same
+  for every engine and not counted). A line says where DeltaSink's time went per input (its ``report``: the
+  workers' data-file writes and checkpoint calls, the driver's pruning and finalize).
 - ``drivers``: two processes run the same job at once on the same table (a retry launched while the first still
   runs, a second machine): for Daft, the same ``CheckpointStore`` and idempotence key; for sinkpoint, the same
   staging and mirror, each driver with its own store file (two machines: the mirror fences the older driver). Both
