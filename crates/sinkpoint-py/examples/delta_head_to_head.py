@@ -98,8 +98,12 @@ def read_back(uri: str, inputs: int, rows: int) -> Dict[str, int]:
     with the Python ``deltalake`` reader."""
     import deltalake
     import numpy as np
+    from pyarrow import fs
 
-    ids = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id"]).column("id").to_numpy()
+    # Through Arrow's local filesystem, as examples/daft_delta_job.py reads (deltalake's default, a Python one, can
+    # abort the process at its exit: delta-io/delta-rs#2184).
+    local = fs.SubTreeFileSystem(uri, fs.LocalFileSystem())
+    ids = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id"], filesystem=local).column("id").to_numpy()
     distinct = np.unique(ids)
     wanted = int(np.count_nonzero((distinct >= 0) & (distinct < inputs * rows)))
     return {"rows": int(ids.size), "duplicates": int(ids.size - distinct.size), "missing": inputs * rows - wanted}
