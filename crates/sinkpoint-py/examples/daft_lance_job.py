@@ -249,6 +249,12 @@ def request_kind(method: str, target: str) -> str:
     return method
 
 
+class _Listener(ThreadingHTTPServer):
+    #: socketserver's listen backlog is 5: a burst of requests (Daft's checkpoint store commits 1,000 manifests at
+    #: once) would find connections reset.
+    request_queue_size = 1024
+
+
 class RequestCounter:
     """A counting HTTP proxy in front of an S3 endpoint: one listener per role, each forwarding every request
     as it came (no retries, no caching) and counting it by :func:`request_kind`. Point a role's object store at
@@ -265,7 +271,7 @@ class RequestCounter:
         self._counts: Dict[str, collections.Counter] = {r: collections.Counter() for r in self.ROLES}
         self._servers: Dict[str, ThreadingHTTPServer] = {}
         for role in self.ROLES:
-            server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(role))
+            server = _Listener(("127.0.0.1", 0), self._handler(role))
             server.daemon_threads = True
             self._servers[role] = server
             threading.Thread(target=server.serve_forever, name=f"requests-{role}", daemon=True).start()
