@@ -9,8 +9,9 @@
 //! (`inspect::Inspector::summary`), each at N against the same at the small N.
 //!
 //! `cargo bench --bench scale` runs 10,000 and 100,000; `SINKPOINT_SCALE_LARGE=1000000` sets the large N (the
-//! one-million run takes minutes: see docs/BENCHMARKS.md) and `SINKPOINT_SCALE_PLACE=local` or `throttled` runs one
-//! store only; quick mode (`cargo test --bench scale`): 200 and 2,000.
+//! one-million run takes minutes: see docs/BENCHMARKS.md), `SINKPOINT_SCALE_PLACE=local` or `throttled` runs one
+//! store only, and `SINKPOINT_SCALE_ROUND_IDS` sets the round's size; quick mode (`cargo test --bench scale`): 200
+//! and 2,000.
 
 #![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
 
@@ -43,8 +44,12 @@ const CHILD: &str = "SINKPOINT_SCALE_CHILD";
 const REQUEST_LATENCY: Duration = Duration::from_millis(20);
 /// Seals in flight at once: 64 workers with 4 tasks each.
 const SEALS_IN_FLIGHT: usize = 256;
-/// The most ids one committer round adopts.
+/// The most ids one committer round adopts, unless `SINKPOINT_SCALE_ROUND_IDS` says otherwise.
 const ROUND_IDS_MAX: usize = 10_000;
+
+fn round_ids_max() -> usize {
+    std::env::var("SINKPOINT_SCALE_ROUND_IDS").ok().and_then(|v| v.parse().ok()).unwrap_or(ROUND_IDS_MAX)
+}
 
 /// Where the job's objects live.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -116,12 +121,13 @@ async fn run_job(n: u64, objects: &Arc<dyn ObjectStore>, store: &Store, table: &
     };
     let inbox = Inbox::new(shared);
     let (mut adopted, mut lag_max) = (0u64, 0u64);
-    let mut round: Vec<CheckpointId> = Vec::with_capacity(ROUND_IDS_MAX);
+    let round_max = round_ids_max();
+    let mut round: Vec<CheckpointId> = Vec::with_capacity(round_max);
     while adopted < n {
         // Waits for one seal, then takes every reported one up to a round's worth.
         let first = sealed_rx.recv().await.expect("the workers stopped early");
         round.push(CheckpointId::for_key(&key(first)));
-        while round.len() < ROUND_IDS_MAX {
+        while round.len() < round_max {
             match sealed_rx.try_recv() {
                 Ok(i) => round.push(CheckpointId::for_key(&key(i))),
                 Err(_) => break,
