@@ -116,6 +116,10 @@ pub const INBOX_GC_ENTRIES_MAX: usize = 1_000_000;
 
 /// The longest name of a shared-staging worker, in bytes (it is recorded in every object it writes, for messages).
 pub const WORKER_NAME_BYTES_MAX: usize = 256;
+/// The most sealed checkpoints a worker handle remembers (an entry each, without their parts): a long-lived
+/// worker's memory stays bounded, whatever it seals. A call on an older one is answered by its claim in the object
+/// store (a retried `stage_and_seal` finds its own seal there and returns `Ok`).
+pub(crate) const WORKER_SEALED_REMEMBERED_MAX: usize = 4096;
 /// The highest generation a shared-staging claim reaches: a checkpoint's seal can be released (its adopted
 /// checkpoint force-aborted) this many times at most, and a claim that names a higher generation is `Corrupt`.
 /// Readers follow a released claim's generations one read each, so this also bounds what one `is_processed` can

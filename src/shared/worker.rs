@@ -1,7 +1,7 @@
 //! The worker handle: stage into the inbox, seal by winning the checkpoint's claim; or both at once with the
 //! claim alone (`stage_and_seal`: the seal holds the part whole, and the committer lists the claims).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use object_store::path::Path;
@@ -9,7 +9,7 @@ use object_store::path::Path;
 use super::envelope::{self, Author, Body, KeyClaim, Seal, Staged};
 use super::{Created, SharedStaging, for_key_hash, key_hash, seal_hash};
 use crate::error::{Error, Result, TransitionError};
-use crate::limits::{LIST_PREVIEW_MAX, WORKER_NAME_BYTES_MAX};
+use crate::limits::{LIST_PREVIEW_MAX, WORKER_NAME_BYTES_MAX, WORKER_SEALED_REMEMBERED_MAX};
 use crate::state::CheckpointState;
 use crate::store::StageOutcome;
 use crate::store::checks::check_stage;
@@ -55,8 +55,9 @@ struct Local {
 
 /// A worker's handle on a job's shared staging: `is_processed`, `stage`, `seal`, `restart`, `abort`, with the
 /// state rules of [`crate::Store`]. Every call returns only once what it recorded is in the object store; what
-/// the handle remembers (the parts it staged) is a cache of its own calls, never a second truth: a task retried
-/// in a new process starts a new handle (a new session) and stages again.
+/// the handle remembers (the parts it staged, and its newest `WORKER_SEALED_REMEMBERED_MAX` (4,096) seals) is a
+/// cache of its own calls, never a second truth: a task retried in a new process starts a new handle (a new
+/// session) and stages again, and a seal the handle forgot is answered by its claim.
 ///
 /// ```
 /// # tokio::runtime::Runtime::new()?.block_on(async {
@@ -80,6 +81,9 @@ pub struct Worker {
     shared: SharedStaging,
     author: Author,
     local: Mutex<HashMap<CheckpointId, Local>>,
+    /// The sealed checkpoints `local` still holds, oldest first: at most `WORKER_SEALED_REMEMBERED_MAX`. Locked
+    /// only while `local` is.
+    sealed: Mutex<VecDeque<CheckpointId>>,
 }
 
 impl Worker {
@@ -98,7 +102,7 @@ impl Worker {
             )));
         }
         let author = Author { worker: name.to_owned(), session };
-        Ok(Self { shared, author, local: Mutex::new(HashMap::new()) })
+        Ok(Self { shared, author, local: Mutex::new(HashMap::new()), sealed: Mutex::new(VecDeque::new()) })
     }
 
     /// This handle's session.
@@ -409,13 +413,24 @@ impl Worker {
         Err(TransitionError::SealLost { id: id.clone(), winner, results }.into())
     }
 
-    /// Records that this handle's attempt of `id` is sealed, and lets go of its parts.
+    /// Records that this handle's attempt of `id` is sealed, and lets go of its parts; past
+    /// `WORKER_SEALED_REMEMBERED_MAX` sealed checkpoints, forgets the oldest (its claim answers for it).
     fn mark_sealed(&self, id: &CheckpointId) -> Result<()> {
-        if let Some(l) = self.lock()?.get_mut(id) {
-            l.state = CheckpointState::Sealed;
-            l.sealed_parts = u32::try_from(l.parts.len()).unwrap_or(u32::MAX);
-            l.parts.clear();
+        let mut local = self.lock()?;
+        let Some(l) = local.get_mut(id) else { return Ok(()) };
+        l.state = CheckpointState::Sealed;
+        l.sealed_parts = u32::try_from(l.parts.len()).unwrap_or(u32::MAX);
+        l.parts.clear();
+        let mut sealed =
+            self.sealed.lock().map_err(|_| Error::bug("a worker handle's lock was poisoned by a panic"))?;
+        sealed.push_back(id.clone());
+        while sealed.len() > WORKER_SEALED_REMEMBERED_MAX {
+            let Some(oldest) = sealed.pop_front() else { break };
+            if local.get(&oldest).is_some_and(|l| l.state == CheckpointState::Sealed) {
+                local.remove(&oldest);
+            }
         }
+        debug_assert!(sealed.len() <= WORKER_SEALED_REMEMBERED_MAX);
         Ok(())
     }
 
@@ -479,4 +494,46 @@ fn check_keys(id: &CheckpointId, keys: &[SourceKey]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures::StreamExt as _;
+    use object_store::ObjectStore as _;
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::{Format, JobId};
+
+    fn input(n: usize) -> Vec<u8> {
+        format!("s3://in/{n:06}.parquet").into_bytes()
+    }
+
+    async fn stage_and_seal(worker: &Worker, n: usize) -> Result<()> {
+        let result = WriteResult::new(Format::Parquet, format!("data/{n}.parquet").into_bytes())?;
+        worker.stage_and_seal(&CheckpointId::for_key(&input(n)), vec![input(n)], vec![result]).await
+    }
+
+    #[tokio::test]
+    async fn a_long_lived_worker_remembers_a_bounded_number_of_seals_and_its_claims_answer_for_the_rest() {
+        let objects = Arc::new(InMemory::new());
+        let shared = SharedStaging::new(objects.clone(), "t", JobId::new("j").unwrap()).unwrap();
+        let worker = Worker::new(shared.clone(), "long-lived").unwrap();
+        let sealed = WORKER_SEALED_REMEMBERED_MAX + 100;
+        for n in 0..sealed {
+            stage_and_seal(&worker, n).await.unwrap();
+        }
+        assert_eq!(worker.lock().unwrap().len(), WORKER_SEALED_REMEMBERED_MAX, "the handle holds every seal");
+        // A retry of a forgotten seal (its answer lost to the caller) finds its own claim: Ok, and nothing new.
+        let objects_before = objects.list(None).count().await;
+        stage_and_seal(&worker, 0).await.unwrap();
+        assert_eq!(objects.list(None).count().await, objects_before);
+        assert!(worker.is_processed(&input(0)).await.unwrap());
+        // Another session's attempt of it still loses.
+        let other = Worker::new(shared, "retried-elsewhere").unwrap();
+        let err = stage_and_seal(&other, 0).await.unwrap_err();
+        assert!(matches!(err.transition(), Some(TransitionError::SealLost { .. })), "{err}");
+    }
 }
