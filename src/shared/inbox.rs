@@ -19,7 +19,7 @@ use crate::store::Store;
 use crate::types::{Attempt, CheckpointId, Part, StagePart, WriteResult};
 
 /// A sealed checkpoint the committer's store refused (its key is owned by another adopted checkpoint): it is
-/// aborted there, and its results are in [`AdoptReport::cleanup`]. Also a seal a round left as it was
+/// aborted there, and its results are in [`AdoptReport::cleanup`] and the store's garbage ledger. Also a seal a round left as it was
 /// ([`AdoptReport::held_back`]).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Refused {
@@ -667,6 +667,7 @@ async fn settle_in_store(store: &Store, seal: &Seal, generation: u32) -> Result<
         Ok(()) => Ok(Settled::New),
         Err(e) if matches!(e.transition(), Some(TransitionError::KeyConflict { .. })) => {
             let reason = e.to_string();
+            // The abort drops the staged part into the garbage ledger (durable with the round's flush).
             store.abort(id).await?;
             Ok(Settled::Refused(reason))
         }

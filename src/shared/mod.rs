@@ -67,6 +67,9 @@ use envelope::Body;
 /// The prefix of the hex SHA-256 of a key that [`CheckpointId::for_key`] puts before it.
 const FOR_KEY_PREFIX: &str = "k-";
 
+/// The prefix [`CheckpointId::for_keys`] puts before the hash of several keys.
+const FOR_KEYS_PREFIX: &str = "ks-";
+
 /// Where a job's workers stage and seal: an object store and a prefix, the only thing workers and the
 /// committer share. Cheap to clone; every [`Worker`] and the [`Inbox`] of one job are built from one.
 ///
@@ -85,6 +88,32 @@ pub struct SharedStaging {
     root: Path,
     job: JobId,
     timeout: Duration,
+    keys: KeyExclusivity,
+}
+
+/// Where a job decides that each source key belongs to one checkpoint, for checkpoints of several keys (a
+/// [`CheckpointId::for_key`] checkpoint's seal is its key's claim either way). Every worker and the committer of
+/// a job use one.
+///
+/// | | a worker's seal of k keys | `Worker::is_processed` | two checkpoints with one key |
+/// |---|---|---|---|
+/// | [`KeyExclusivity::AtSeal`] | k + 1 creates | one read (two) answers | the second seal fails `KeyConflict` |
+/// | [`KeyExclusivity::AtAdoption`] | 1 create | refused unless the key's own claim answers | both seal; the committer's store adopts one and refuses the other ([`AdoptReport::refused`]) |
+///
+/// `AtAdoption` is for engines whose driver knows what is processed (it prunes its inputs from the committer's
+/// store, as the Daft runner does) and whose tasks each write many inputs: a task seals all of them with one
+/// request, and the committer reads one claim for all of them. Nothing is lost either way: the committer's store
+/// holds one owner per key, a refused checkpoint is aborted there (its results go to the garbage ledger), and its
+/// other keys stay unprocessed for the driver's next run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum KeyExclusivity {
+    /// Each key of a checkpoint is claimed by a conditional create before its seal: a worker learns at once
+    /// that a key is another checkpoint's, and can ask whether a key is processed. The default.
+    #[default]
+    AtSeal,
+    /// Keys are not claimed by workers: the committer's store decides at adoption. A seal is one create
+    /// whatever its keys.
+    AtAdoption,
 }
 
 impl std::fmt::Debug for SharedStaging {
@@ -99,7 +128,21 @@ impl SharedStaging {
         let base = Path::parse(prefix)
             .map_err(|e| Error::invalid_input(format!("shared staging prefix {prefix:?} is not a path: {e}")))?;
         let root = base.clone().join("jobs").join(job.as_str()).join("shared");
-        Ok(Self { store, root, job, timeout: Duration::from_millis(SHARED_REQUEST_TIMEOUT_MS) })
+        let timeout = Duration::from_millis(SHARED_REQUEST_TIMEOUT_MS);
+        Ok(Self { store, root, job, timeout, keys: KeyExclusivity::default() })
+    }
+
+    /// The same staging deciding key exclusivity as `keys` says ([`KeyExclusivity`]; every worker and the
+    /// committer of one job must agree).
+    #[must_use]
+    pub fn with_key_exclusivity(mut self, keys: KeyExclusivity) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// Where this staging decides key exclusivity.
+    pub fn key_exclusivity(&self) -> KeyExclusivity {
+        self.keys
     }
 
     /// The same staging with another per-request timeout (tests with a held store use a short one).
@@ -244,6 +287,34 @@ impl CheckpointId {
     /// ```
     pub fn for_key(key: &[u8]) -> CheckpointId {
         CheckpointId(format!("{FOR_KEY_PREFIX}{}", key_hash(key)))
+    }
+
+    /// The checkpoint id of a checkpoint that holds exactly `keys` (a task's inputs, in any order): `ks-` and
+    /// the SHA-256 of the sorted keys, so a retried task that reads the same inputs derives the same id and its
+    /// two attempts race on one claim. One key gives [`CheckpointId::for_key`]'s id.
+    ///
+    /// ```
+    /// use sinkpoint::CheckpointId;
+    /// let (a, b) = (b"s3://in/0001.parquet".as_slice(), b"s3://in/0002.parquet".as_slice());
+    /// assert_eq!(CheckpointId::for_keys(&[a, b]), CheckpointId::for_keys(&[b, a]));
+    /// assert!(CheckpointId::for_keys(&[a, b]).as_str().starts_with("ks-"));
+    /// assert_eq!(CheckpointId::for_keys(&[a]), CheckpointId::for_key(a));
+    /// ```
+    pub fn for_keys(keys: &[&[u8]]) -> CheckpointId {
+        if let [key] = keys {
+            return CheckpointId::for_key(key);
+        }
+        let mut sorted = keys.to_vec();
+        sorted.sort_unstable();
+        let mut hasher = Sha256::new();
+        hasher.update(b"keys\0");
+        for key in sorted {
+            // Length-prefixed, so no two lists of keys hash the same bytes.
+            hasher.update((key.len() as u64).to_le_bytes());
+            hasher.update(key);
+        }
+        let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        CheckpointId(format!("{FOR_KEYS_PREFIX}{hex}"))
     }
 }
 

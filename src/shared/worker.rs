@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use object_store::path::Path;
 
 use super::envelope::{self, Author, Body, KeyClaim, Seal, Staged};
-use super::{Created, SharedStaging, for_key_hash, key_hash, seal_hash};
+use super::{Created, KeyExclusivity, SharedStaging, for_key_hash, key_hash, seal_hash};
 use crate::error::{Error, Result, TransitionError};
 use crate::limits::{LIST_PREVIEW_MAX, WORKER_NAME_BYTES_MAX, WORKER_SEALED_REMEMBERED_MAX};
 use crate::state::CheckpointState;
@@ -112,10 +112,21 @@ impl Worker {
 
     /// Whether `key` belongs to a checkpoint some worker sealed (and whose claim the committer has not released).
     /// One read (two for a key of a checkpoint that holds several keys), and one more per release of its claim.
+    ///
+    /// Under [`KeyExclusivity::AtAdoption`] only a key's own claim (a [`CheckpointId::for_key`] seal) answers:
+    /// a key with no claim may be in a checkpoint of several keys, which claims none, so the call fails
+    /// `InvalidInput` rather than guess; the committer's store knows (`Store::is_processed`).
     pub async fn is_processed(&self, key: &[u8]) -> Result<bool> {
         crate::types::check_source_key(key)?;
         let hash = key_hash(key);
         match self.shared.current_claim(&hash).await?.body {
+            None if self.shared.key_exclusivity() == KeyExclusivity::AtAdoption => Err(Error::invalid_input(format!(
+                "source key {:?} has no claim, and job {} decides key exclusivity at adoption, so its workers do \
+                 not claim the keys of checkpoints that hold several: ask the committer's store \
+                 (Store::is_processed), or stage under KeyExclusivity::AtSeal to ask workers",
+                String::from_utf8_lossy(key),
+                self.shared.job()
+            ))),
             None => Ok(false),
             Some(Body::Seal(_)) => Ok(true),
             // Processed only if the owner's seal holds the key: an attempt that claimed it and then lost its
@@ -158,7 +169,8 @@ impl Worker {
     }
 
     /// Seals checkpoint `id` with parts `0..parts` of its current attempt, all staged by this handle: claims
-    /// its keys (none for an id from [`CheckpointId::for_key`]), then creates its seal. Of two attempts racing
+    /// its keys (none for an id from [`CheckpointId::for_key`], nor under [`KeyExclusivity::AtAdoption`]), then
+    /// creates its seal. Of two attempts racing
     /// on one id, the create decides; the loser gets [`TransitionError::SealLost`] naming the winner and
     /// carrying its own results for cleanup. Sealing again what this handle sealed is a no-op.
     pub async fn seal(&self, id: &CheckpointId, parts: u32) -> Result<()> {
@@ -189,7 +201,8 @@ impl Worker {
     }
 
     /// Stages everything in one part and seals it: **one request** for an id from [`CheckpointId::for_key`]
-    /// (the seal's conditional create; one more create per key for any other id). The part is recorded in this
+    /// (the seal's conditional create), and for any id when the job decides key exclusivity
+    /// [at adoption](KeyExclusivity::AtAdoption); otherwise one more create per key. The part is recorded in this
     /// handle under the rules of [`Worker::stage`] (attempt checks, the same part again is a no-op, another part
     /// under its number is `PartConflict`) but gets no inbox entry: the seal holds it whole, and the committer
     /// finds seals by listing the claims ([`super::Inbox::adopt`]). So an attempt that dies before its create
@@ -364,9 +377,10 @@ impl Worker {
     }
 
     /// Claims each key of `seal` for its id, in key order; a key owned by another checkpoint refuses the
-    /// seal (its claim stays: a retry of the same id passes it). An id from `for_key` is its key's claim.
+    /// seal (its claim stays: a retry of the same id passes it). An id from `for_key` is its key's claim, and
+    /// under [`KeyExclusivity::AtAdoption`] the committer's store decides instead.
     async fn claim_keys(&self, seal: &Seal) -> Result<()> {
-        if for_key_hash(&seal.id).is_some() {
+        if for_key_hash(&seal.id).is_some() || self.shared.key_exclusivity() == KeyExclusivity::AtAdoption {
             return Ok(());
         }
         let mut keys: Vec<&SourceKey> = seal.keys.iter().collect();

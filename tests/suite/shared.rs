@@ -15,7 +15,7 @@ use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use sinkpoint::mirror::MirrorSettings;
-use sinkpoint::shared::{Inbox, SharedStaging, Worker};
+use sinkpoint::shared::{Inbox, KeyExclusivity, SharedStaging, Worker};
 use sinkpoint::testkit::{FaultStore, PutFault};
 use sinkpoint::{
     Attempt, CheckpointId, Committer, DirTable, ErrorKind, JobId, Part, StagePart, Store, TargetIdentity,
@@ -382,6 +382,12 @@ impl Counted {
         self.counts.area("staging")
     }
 
+    /// Each of the first `inputs` inputs' row count in the table.
+    async fn counts_rows(&self, inputs: u32) -> Vec<usize> {
+        let rows = self.table.rows().await.unwrap();
+        (0..inputs).map(|n| rows.iter().filter(|r| **r == format!("row-{n}")).count()).collect()
+    }
+
     /// Input `n` sealed by a worker of its own (a task), as a Daft job does: one checkpoint per input.
     async fn seal_input(&self, n: u32) {
         let result = self.table.write_data_file(&format!("in-{n}"), format!("row-{n}\n").into_bytes()).await.unwrap();
@@ -678,4 +684,102 @@ async fn restart_after_force_abort_of_a_shared_checkpoint_leaves_every_adoption_
     Committer::new(&store, &job.table).finish().await.unwrap();
     assert_eq!(job.counts(3).await, vec![0, 1, 1]);
     assert_eq!(files_of(&job, 1).await, vec!["in-1-good".to_owned()]);
+}
+
+/// Job `counted`'s staging deciding key exclusivity at adoption; a task's checkpoint of `inputs`, its one data
+/// file holding a row per input.
+async fn seal_task(job: &Counted, shared: &SharedStaging, task: &str, inputs: &[u32]) -> CheckpointId {
+    let rows: String = inputs.iter().map(|n| format!("row-{n}\n")).collect();
+    let result = job.table.write_data_file(task, rows.into_bytes()).await.unwrap();
+    let keys: Vec<Vec<u8>> = inputs.iter().map(|n| input(*n)).collect();
+    let id = CheckpointId::for_keys(&keys.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    Worker::new(shared.clone(), task).unwrap().stage_and_seal(&id, keys, vec![result]).await.unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_many_inputs_with_keys_decided_at_adoption_cost_a_tenth_of_a_daft_style_stores_requests() {
+    // A Daft-style store makes 2 requests per input (a staged object and a seal object); the goal is a tenth.
+    const DAFT_STYLE_REQUESTS_PER_INPUT: f64 = 2.0;
+    let (tasks, per_task) = (4u32, 16u32);
+    let inputs = tasks * per_task;
+    let job = Counted::new();
+    let store = job.committer().await;
+
+    // Keys claimed at the seal (the default): a task's seal is a create per key and one for the seal.
+    let claimed = SharedStaging::new(job.objects.clone(), "claimed", job_id()).unwrap();
+    let before = job.counts.area("claimed");
+    seal_task(&job, &claimed, "claimed-0", &(0..per_task).collect::<Vec<_>>()).await;
+    assert_eq!(job.counts.area("claimed").since(&before).puts, u64::from(per_task) + 1);
+
+    let shared = job.shared.clone().with_key_exclusivity(KeyExclusivity::AtAdoption);
+    let before = job.staging();
+    let mut ids = Vec::new();
+    for t in 0..tasks {
+        let task: Vec<u32> = (t * per_task..(t + 1) * per_task).collect();
+        ids.push(seal_task(&job, &shared, &format!("task-{t}"), &task).await);
+    }
+    let workers = job.staging().since(&before);
+    assert_eq!((workers.puts, workers.requests()), (u64::from(tasks), u64::from(tasks)), "{workers:?}");
+
+    let before = job.staging();
+    let report = Inbox::new(shared.clone()).adopt_expected(&store, &ids).await.unwrap();
+    let round = job.staging().since(&before);
+    assert_eq!(report.adopted.len(), tasks as usize, "{report:?}");
+    // One read per task's claim and the inbox listing.
+    assert_eq!((round.gets, round.lists, round.requests()), (u64::from(tasks), 1, u64::from(tasks) + 1));
+    let per_input = (workers.requests() + round.requests()) as f64 / f64::from(inputs);
+    assert!(per_input <= DAFT_STYLE_REQUESTS_PER_INPUT / 10.0, "{per_input:.3} requests per input");
+
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    let rows = job.table.rows().await.unwrap();
+    for n in 0..inputs {
+        assert_eq!(rows.iter().filter(|r| **r == format!("row-{n}")).count(), 1, "input {n}");
+        assert!(store.is_processed(&input(n)).unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_checkpoints_sharing_a_key_decided_at_adoption_commit_it_once_and_the_refused_ones_inputs_run_again() {
+    let job = Counted::new();
+    let store = job.committer().await;
+    let shared = job.shared.clone().with_key_exclusivity(KeyExclusivity::AtAdoption);
+    // The input split changed between runs: input 2 is in both tasks, and both seal (no key is claimed).
+    let a = seal_task(&job, &shared, "task-a", &[0, 1, 2]).await;
+    let b = seal_task(&job, &shared, "task-b", &[2, 3]).await;
+    // A worker cannot tell whether a key of a checkpoint of several is processed, and says so.
+    let worker = Worker::new(shared.clone(), "asks").unwrap();
+    let err = worker.is_processed(&input(3)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("Store::is_processed"), "{err}");
+
+    let report = Inbox::new(shared.clone()).adopt(&store).await.unwrap();
+    assert_eq!((report.adopted.len(), report.refused.len()), (1, 1), "{report:?}");
+    let a_won = report.adopted[0] == a;
+    let lost = if a_won { b } else { a };
+    assert_eq!(report.refused[0].id, lost);
+    // The refused checkpoint's file is garbage, in the ledger as well as the report.
+    let ledger = store.garbage(None, 10).unwrap();
+    assert_eq!(ledger.iter().map(|g| &g.id).collect::<Vec<_>>(), vec![&lost], "{ledger:?}");
+    assert_eq!(report.cleanup, vec![ledger[0].result.clone()]);
+    Committer::new(&store, &job.table).finish().await.unwrap();
+
+    // The driver's next run: what the committer's store holds unprocessed, in a new task.
+    let rest: Vec<u32> = (0..4).filter(|n| !store.is_processed(&input(*n)).unwrap()).collect();
+    assert_eq!(rest, if a_won { vec![3] } else { vec![0, 1] });
+    let rerun = seal_task(&job, &shared, "task-rerun", &rest).await;
+    let report = Inbox::new(shared).adopt_expected(&store, &[rerun]).await.unwrap();
+    assert_eq!(report.adopted.len(), 1, "{report:?}");
+    Committer::new(&store, &job.table).finish().await.unwrap();
+    assert_eq!(job.counts_rows(4).await, vec![1; 4]);
+}
+
+#[tokio::test]
+async fn a_one_key_seal_still_answers_is_processed_when_keys_are_decided_at_adoption() {
+    let job = Counted::new();
+    let shared = job.shared.clone().with_key_exclusivity(KeyExclusivity::AtAdoption);
+    let worker = Worker::new(shared, "w").unwrap();
+    let result = job.table.write_data_file("one", b"row-0\n".to_vec()).await.unwrap();
+    worker.stage_and_seal(&CheckpointId::for_keys(&[&input(0)]), vec![input(0)], vec![result]).await.unwrap();
+    assert!(worker.is_processed(&input(0)).await.unwrap(), "its seal is its key's claim");
 }
