@@ -48,6 +48,7 @@ mod multi_table;
 mod seal_window;
 mod shared;
 mod shared_model;
+mod shared_split_model;
 mod smoke;
 mod stage_and_seal;
 mod stale_mirror;
