@@ -1,12 +1,14 @@
 //! Many worker processes through one store location: W worker processes (8, 16, 32, 64; quick mode 2 and 4) each
-//! seal their share of N one-part inputs (`stage_and_seal` of a `for_key` id, 4 in flight a process) into shared
-//! staging on the local filesystem (standing in for the object store every machine sees), and report each seal on
-//! stdout, as an engine's task results reach its driver; they run niced, as a driver has a machine of its own. This
-//! process is the committer: it adopts the reported ids in rounds (`Inbox::adopt_expected`) and commits each round.
+//! seal their share of N one-part inputs (4 seals in flight a process) into shared staging on the local filesystem
+//! (standing in for the object store every machine sees), in two shapes: a `for_key` checkpoint per input (Daft's
+//! shape: `stage_and_seal` is one create an input), and tasks of 16 inputs, a checkpoint each, with keys decided at
+//! adoption (`KeyExclusivity::AtAdoption`: one create a task). Each worker reports its seals on stdout, as an
+//! engine's task results reach its driver; they run niced, as a driver has a machine of its own. This process is the
+//! committer: it adopts the reported ids in rounds (`Inbox::adopt_expected`) and commits each round.
 //! Measured: seals per second over the job, the committer's capacity (inputs adopted and committed per second of its
-//! rounds) and lag (seals reported and not yet adopted, at its peak), and object-store requests per input (the
-//! workers' and the committer's on the staging; the mirror's apart) against a Daft-style store, whose worker puts
-//! a staged object and a seal object per input (2 requests) and whose driver then lists and reads them.
+//! rounds) and lag (inputs reported and not yet adopted, at its peak), and object-store requests per input (the
+//! workers' and the committer's, its mirror's included) against a Daft-style store, whose worker puts a staged
+//! object and a seal object per input (2 requests) and whose driver then lists and reads them.
 //!
 //! `cargo bench --bench workers` (N = 20,000; `SINKPOINT_WORKERS_INPUTS` sets another); quick mode
 //! (`cargo test --bench workers`): 2 and 4 workers, 200 inputs.
@@ -25,7 +27,7 @@ use futures::StreamExt as _;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use sinkpoint::mirror::MirrorSettings;
-use sinkpoint::shared::{Inbox, SharedStaging, Worker};
+use sinkpoint::shared::{Inbox, KeyExclusivity, SharedStaging, Worker};
 use sinkpoint::testkit::FaultStore;
 use sinkpoint::{CheckpointId, Committer, DirTable, Store};
 
@@ -34,6 +36,9 @@ use common::{Goal, Report, fmt_rate, job, key, requests, small_result, target};
 const CHILD: &str = "SINKPOINT_WORKERS_CHILD";
 /// Seals one worker process has in flight at once: its tasks.
 const SEALS_IN_FLIGHT_PER_WORKER: usize = 4;
+/// Inputs a task: 1 (Daft's shape: a `for_key` checkpoint per input, keys claimed at the seal) and 16 (a
+/// checkpoint per task, keys decided at adoption).
+const TASK_INPUTS: [u64; 2] = [1, 16];
 /// The most ids one committer round adopts.
 const ROUND_IDS_MAX: usize = 10_000;
 /// A Daft-style store's requests per input: a put of the staged object and a put of the seal, by the worker.
@@ -43,23 +48,25 @@ fn counted(dir: &std::path::Path) -> Arc<FaultStore<LocalFileSystem>> {
     Arc::new(FaultStore::new(LocalFileSystem::new_with_prefix(dir.join("objects")).unwrap()))
 }
 
-/// Worker `k` of `w`: seals inputs `k, k + w, …` below `n`, printing each input's number as it is sealed, then
-/// "requests R".
-fn child(k: u64, w: u64, n: u64, dir: &std::path::Path) {
+/// Worker `k` of `w`: seals inputs `k, k + w, …` below `n` in tasks of `t` inputs (one checkpoint a task; `t` = 1
+/// is Daft's shape, one `for_key` checkpoint per input; above 1 the job decides key exclusivity at adoption, so a
+/// task's seal is one create), printing each task's inputs as it is sealed, then "requests R".
+fn child(k: u64, w: u64, n: u64, t: u64, dir: &std::path::Path) {
     let rt = common::runtime();
     let objects = counted(dir);
     rt.block_on(async {
-        let shared = SharedStaging::new(objects.clone(), "staging", job()).unwrap();
+        let shared = staging(objects.clone(), t);
         let worker = Worker::new(shared, &format!("w{k}")).unwrap();
-        let seals = (k..n).step_by(w as usize).map(|i| {
+        let mine: Vec<u64> = (k..n).step_by(w as usize).collect();
+        let seals = mine.chunks(t as usize).map(|task| {
             let worker = &worker;
             async move {
-                worker
-                    .stage_and_seal(&CheckpointId::for_key(&key(i)), vec![key(i)], vec![small_result(i)])
-                    .await
-                    .unwrap();
+                let keys: Vec<Vec<u8>> = task.iter().map(|i| key(*i)).collect();
+                let id = task_id(task);
+                worker.stage_and_seal(&id, keys, vec![small_result(task[0])]).await.unwrap();
+                let line: Vec<String> = task.iter().map(u64::to_string).collect();
                 let mut out = std::io::stdout().lock();
-                writeln!(out, "{i}").unwrap();
+                writeln!(out, "{}", line.join(",")).unwrap();
                 out.flush().unwrap();
             }
         });
@@ -68,12 +75,25 @@ fn child(k: u64, w: u64, n: u64, dir: &std::path::Path) {
     println!("requests {}", requests(objects.counts()));
 }
 
+/// The job's shared staging for tasks of `t` inputs: keys decided at adoption above one input a task.
+fn staging(objects: Arc<FaultStore<LocalFileSystem>>, t: u64) -> SharedStaging {
+    let keys = if t > 1 { KeyExclusivity::AtAdoption } else { KeyExclusivity::AtSeal };
+    SharedStaging::new(objects, "staging", job()).unwrap().with_key_exclusivity(keys)
+}
+
+/// The checkpoint of a task of `inputs`.
+fn task_id(inputs: &[u64]) -> CheckpointId {
+    let keys: Vec<Vec<u8>> = inputs.iter().map(|i| key(*i)).collect();
+    CheckpointId::for_keys(&keys.iter().map(Vec::as_slice).collect::<Vec<_>>())
+}
+
 /// The workers' niceness (see `run`).
 const WORKER_NICENESS: &str = "10";
 
 /// A line from a worker process.
 enum Said {
-    Sealed(u64),
+    /// A task's inputs.
+    Sealed(Vec<u64>),
     Requests(u64),
 }
 
@@ -88,7 +108,7 @@ struct Run {
     committer_per_s: f64,
 }
 
-fn run(w: u64, n: u64) -> Run {
+fn run(w: u64, n: u64, t: u64) -> Run {
     let dir = common::tempdir();
     std::fs::create_dir_all(dir.path().join("objects")).unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Said>();
@@ -100,7 +120,7 @@ fn run(w: u64, n: u64) -> Run {
         let mut child = Command::new("nice")
             .args(["-n", WORKER_NICENESS])
             .arg(std::env::current_exe().unwrap())
-            .env(CHILD, format!("{k} {w} {n} {}", dir.path().display()))
+            .env(CHILD, format!("{k} {w} {n} {t} {}", dir.path().display()))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -110,7 +130,7 @@ fn run(w: u64, n: u64) -> Run {
                 let line = line.unwrap();
                 let said = match line.strip_prefix("requests ") {
                     Some(r) => Said::Requests(r.parse().unwrap()),
-                    None => Said::Sealed(line.parse().unwrap()),
+                    None => Said::Sealed(line.split(',').map(|i| i.parse().unwrap()).collect()),
                 };
                 if tx.send(said).is_err() {
                     return;
@@ -130,20 +150,21 @@ fn run(w: u64, n: u64) -> Run {
             .await
             .unwrap();
         let table = DirTable::local(dir.path().join("table")).unwrap();
-        let inbox = Inbox::new(SharedStaging::new(objects.clone(), "staging", job()).unwrap());
+        let inbox = Inbox::new(staging(objects.clone(), t));
         let (mut sealed, mut adopted, mut lag_max, mut worker_requests) = (0u64, 0u64, 0u64, 0u64);
         let (mut last_seal, mut busy) = (started.elapsed(), std::time::Duration::ZERO);
-        let mut round: Vec<CheckpointId> = Vec::new();
+        let (mut round, mut round_inputs): (Vec<CheckpointId>, u64) = (Vec::new(), 0);
         let staging_before = objects.counts();
         while adopted < n {
             let Some(first) = rx.recv().await else { panic!("the workers stopped after {adopted} of {n}") };
             let mut next = Some(first);
             while let Some(said) = next.take() {
                 match said {
-                    Said::Sealed(i) => {
-                        sealed += 1;
+                    Said::Sealed(task) => {
+                        sealed += task.len() as u64;
+                        round_inputs += task.len() as u64;
                         last_seal = started.elapsed();
-                        round.push(CheckpointId::for_key(&key(i)));
+                        round.push(task_id(&task));
                     }
                     Said::Requests(r) => worker_requests += r,
                 }
@@ -154,13 +175,14 @@ fn run(w: u64, n: u64) -> Run {
             if round.is_empty() {
                 continue;
             }
-            // Seals reported and not adopted yet: those in this round and those still queued behind it.
+            // Inputs sealed and not adopted yet: those in this round and those still queued behind it (a queued
+            // line is counted as one input: a lower bound for tasks of several).
             lag_max = lag_max.max(sealed + rx.len() as u64 - adopted);
             let round_started = Instant::now();
             let report = inbox.adopt_expected(&store, &round).await.unwrap();
             assert_eq!(report.adopted.len(), round.len(), "{report:?}");
-            adopted += round.len() as u64;
-            round.clear();
+            adopted += round_inputs;
+            (round_inputs, round) = (0, Vec::new());
             Committer::new(&store, &table).commit_pending().await.unwrap();
             busy += round_started.elapsed();
         }
@@ -183,21 +205,24 @@ fn run(w: u64, n: u64) -> Run {
 
 fn main() {
     if let Ok(arg) = std::env::var(CHILD) {
-        let parts: Vec<&str> = arg.splitn(4, ' ').collect();
+        let parts: Vec<&str> = arg.splitn(5, ' ').collect();
         let number = |i: usize| parts[i].parse::<u64>().unwrap();
-        child(number(0), number(1), number(2), std::path::Path::new(parts[3]));
+        child(number(0), number(1), number(2), number(3), std::path::Path::new(parts[4]));
         return;
     }
     let inputs = std::env::var("SINKPOINT_WORKERS_INPUTS").ok().and_then(|v| v.parse().ok());
     let (workers, n): (&[u64], u64) =
         if common::quick() { (&[2, 4], 200) } else { (&[8, 16, 32, 64], inputs.unwrap_or(20_000)) };
     let report = Report::default();
-    for &w in workers {
-        let r = run(w, n);
+    for (&w, &t) in workers.iter().flat_map(|w| TASK_INPUTS.iter().map(move |t| (w, t))) {
+        let r = run(w, n, t);
+        let shape = if t == 1 { "a checkpoint per input".to_owned() } else { format!("tasks of {t} inputs") };
         let (worker_per_input, committer_per_input) =
             (r.worker_requests as f64 / n as f64, r.committer_requests as f64 / n as f64);
         report.add(
-            format!("{w} worker processes, {n} inputs: requests per input (workers + committer) vs Daft-style"),
+            format!(
+                "{w} worker processes, {n} inputs, {shape}: requests per input (workers + committer) vs Daft-style"
+            ),
             (worker_per_input + committer_per_input) / DAFT_STYLE_REQUESTS_PER_INPUT,
             Goal::AtMost(0.1),
             format!(
@@ -211,7 +236,7 @@ fn main() {
             ),
         );
         report.add(
-            format!("{w} worker processes, {n} inputs: the committer's capacity vs the workers' seals"),
+            format!("{w} worker processes, {n} inputs, {shape}: the committer's capacity vs the workers' seals"),
             r.committer_per_s / r.seals_per_s,
             Goal::AtLeast(1.0),
             format!(
