@@ -42,6 +42,15 @@ fn checkpoint_id_for_key(key: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(sinkpoint::CheckpointId::for_key(&key).as_str().to_owned())
 }
 
+/// The deterministic checkpoint id of a checkpoint of exactly `keys` (a task's inputs, in any order); one key gives
+/// `checkpoint_id_for_key`'s.
+#[pyfunction]
+fn checkpoint_id_for_keys(keys: Vec<Bound<'_, PyAny>>) -> PyResult<String> {
+    let keys: Vec<Vec<u8>> = keys.iter().map(values::key_arg).collect::<PyResult<_>>()?;
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    Ok(sinkpoint::CheckpointId::for_keys(&keys).as_str().to_owned())
+}
+
 #[pymodule]
 fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -73,5 +82,6 @@ fn _sinkpoint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collect::PyOrphanFile>()?;
     m.add_class::<collect::PyCollectReport>()?;
     m.add_function(wrap_pyfunction!(checkpoint_id_for_key, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint_id_for_keys, m)?)?;
     Ok(())
 }

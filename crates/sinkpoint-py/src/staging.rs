@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
-use sinkpoint::shared::{SharedStaging, Worker};
+use sinkpoint::shared::{KeyExclusivity, SharedStaging, Worker};
 use sinkpoint::{Attempt, JobId, Part, StageOutcome, StagePart};
 
 use crate::args::{options_arg, path_arg};
@@ -15,7 +15,7 @@ use crate::runtime::block_on;
 use crate::values::{PySealedBy, PyWriteResult, Reduced, id_arg, key_arg, result_arg, results_to_py};
 
 /// A SharedStaging's constructor arguments, in order: what it pickles as.
-type StagingArgs = (String, String, HashMap<String, String>, Option<u64>);
+type StagingArgs = (String, String, HashMap<String, String>, Option<u64>, &'static str);
 
 /// The object store every worker and the driver of a job see (URL + job id). `file:///abs/dir`,
 /// `s3://bucket/prefix` (with `storage_options`), or `memory://name` (one process, tests).
@@ -25,7 +25,25 @@ pub(crate) struct PySharedStaging {
     job: String,
     storage_options: HashMap<String, String>,
     request_timeout_ms: Option<u64>,
+    key_exclusivity: KeyExclusivity,
     opened: OnceLock<SharedStaging>,
+}
+
+/// `key_exclusivity`'s Python names, in the core's order.
+const KEY_EXCLUSIVITY_NAMES: [(&str, KeyExclusivity); 2] =
+    [("seal", KeyExclusivity::AtSeal), ("adoption", KeyExclusivity::AtAdoption)];
+
+fn key_exclusivity_arg(name: &str) -> PyResult<KeyExclusivity> {
+    KEY_EXCLUSIVITY_NAMES.iter().find(|(n, _)| *n == name).map(|(_, k)| *k).ok_or_else(|| {
+        to_py(sinkpoint::Error::invalid_input(format!(
+            "key_exclusivity is {name:?}; it is \"seal\" (workers claim each key: the default) or \"adoption\" \
+             (the committer's store decides: a task's seal is one request)"
+        )))
+    })
+}
+
+fn key_exclusivity_name(keys: KeyExclusivity) -> &'static str {
+    KEY_EXCLUSIVITY_NAMES.iter().find(|(_, k)| *k == keys).map_or("seal", |(n, _)| n)
 }
 
 impl PySharedStaging {
@@ -36,7 +54,8 @@ impl PySharedStaging {
         }
         let (store, prefix) = crate::objects::open(&self.url, &self.storage_options)?;
         let job = JobId::new(self.job.as_str()).map_err(to_py)?;
-        let mut shared = SharedStaging::new(store, prefix.as_ref(), job).map_err(to_py)?;
+        let mut shared =
+            SharedStaging::new(store, prefix.as_ref(), job).map_err(to_py)?.with_key_exclusivity(self.key_exclusivity);
         if let Some(ms) = self.request_timeout_ms {
             shared = shared.with_request_timeout_ms(ms);
         }
@@ -49,12 +68,13 @@ impl PySharedStaging {
     /// Shared staging for `job` at `url`. Checks the job id and the URL now (a local directory is created, and
     /// refused when this process may not write it); connects on first use.
     #[new]
-    #[pyo3(signature = (url, job, storage_options = None, request_timeout_ms = None))]
+    #[pyo3(signature = (url, job, storage_options = None, request_timeout_ms = None, key_exclusivity = "seal"))]
     fn new(
         url: Bound<'_, PyAny>,
         job: String,
         storage_options: Option<Bound<'_, PyAny>>,
         request_timeout_ms: Option<u64>,
+        key_exclusivity: &str,
     ) -> PyResult<Self> {
         let url = path_arg("url", "the shared staging's object store URL, or a local directory", &url)?;
         let storage_options = options_arg("storage_options", storage_options.as_ref())?;
@@ -64,6 +84,7 @@ impl PySharedStaging {
             job,
             storage_options: storage_options.unwrap_or_default(),
             request_timeout_ms,
+            key_exclusivity: key_exclusivity_arg(key_exclusivity)?,
             opened: OnceLock::new(),
         };
         // Parse (and for a local directory, create) now, so a bad URL fails where it was written.
@@ -83,6 +104,12 @@ impl PySharedStaging {
         &self.job
     }
 
+    /// Where the job decides that each source key belongs to one checkpoint: `"seal"` or `"adoption"`.
+    #[getter]
+    fn key_exclusivity(&self) -> &'static str {
+        key_exclusivity_name(self.key_exclusivity)
+    }
+
     /// A worker handle named `name` (recorded in what it writes, for messages).
     fn worker(slf: Bound<'_, Self>, name: String) -> PyResult<PyWorker> {
         PyWorker::new(slf.unbind(), name)
@@ -94,7 +121,13 @@ impl PySharedStaging {
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py, StagingArgs> {
         let this = slf.get();
-        let args = (this.url.clone(), this.job.clone(), this.storage_options.clone(), this.request_timeout_ms);
+        let args = (
+            this.url.clone(),
+            this.job.clone(),
+            this.storage_options.clone(),
+            this.request_timeout_ms,
+            key_exclusivity_name(this.key_exclusivity),
+        );
         Ok((slf.get_type().into_any(), args))
     }
 }

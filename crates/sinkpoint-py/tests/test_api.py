@@ -22,6 +22,7 @@ from sinkpoint import (
     SinkpointError,
     WriteResult,
     checkpoint_id_for_key,
+    checkpoint_id_for_keys,
 )
 
 #: Each error class, its kind, and its sinkpoint 0.1 name.
@@ -141,6 +142,37 @@ def test_a_job_through_workers_and_a_driver_commits_every_row_once(job):
         assert driver.retention_watermark() is None
     rows = table.rows()
     assert sorted(rows) == sorted(f"{k}:{r}" for k in keys for r in (0, 1))
+
+
+def test_tasks_of_several_inputs_seal_with_one_request_each_when_keys_are_decided_at_adoption(tmp_path):
+    staging = SharedStaging(f"file://{tmp_path}/staging", "job-1", key_exclusivity="adoption")
+    assert staging.key_exclusivity == "adoption"
+    assert pickle.loads(pickle.dumps(staging)).key_exclusivity == "adoption"
+    table = DirTable(str(tmp_path / "table"))
+    worker = staging.worker("w1")
+    # The split changed between runs: "in-2" is in both tasks, and both seal (no key is claimed).
+    ids = []
+    for name, keys in [("a", ["in-0", "in-1", "in-2"]), ("b", ["in-2", "in-3"])]:
+        result = table.write_data_file(name, "".join(f"{k}:0\n" for k in keys).encode())
+        ids.append(checkpoint_id_for_keys(keys))
+        worker.stage_and_seal(ids[-1], keys, [result])
+    with pytest.raises(InvalidInputError, match="Store::is_processed"):
+        worker.is_processed("in-3")
+    claims = list((tmp_path / "staging" / "jobs" / "job-1" / "shared" / "claims").iterdir())
+    assert len(claims) == 2, "one object a task, none a key"
+    with Driver(str(tmp_path / "d.redb"), "job-1", table, staging=staging) as driver:
+        report = driver.adopt(expected=ids)
+        assert len(report.adopted) == 1 and len(report.refused) == 1 and len(report.cleanup) == 1
+        driver.finish()
+        rest = [k for k in ["in-0", "in-1", "in-2", "in-3"] if not driver.is_processed(k)]
+        assert rest in (["in-3"], ["in-0", "in-1"])
+        result = table.write_data_file("rerun", "".join(f"{k}:0\n" for k in rest).encode())
+        worker.stage_and_seal(checkpoint_id_for_keys(rest), rest, [result])
+        assert len(driver.adopt(expected=[checkpoint_id_for_keys(rest)]).adopted) == 1
+        driver.finish()
+    assert sorted(table.rows()) == [f"in-{i}:0" for i in range(4)]
+    with pytest.raises(InvalidInputError, match="key_exclusivity"):
+        SharedStaging(f"file://{tmp_path}/staging", "job-1", key_exclusivity="sometimes")
 
 
 def test_a_second_attempt_loses_the_seal_and_gets_its_results_back(job):

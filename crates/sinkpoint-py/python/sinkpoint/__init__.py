@@ -107,6 +107,7 @@ from ._sinkpoint import (
     WrongStoreError,
     __version__,
     checkpoint_id_for_key,
+    checkpoint_id_for_keys,
 )
 
 __all__ = [
@@ -151,6 +152,7 @@ __all__ = [
     "WrongStoreError",
     "__version__",
     "checkpoint_id_for_key",
+    "checkpoint_id_for_keys",
 ]
 
 #: The exception names of sinkpoint 0.1, each the same class as its new name: ``except sinkpoint.Fenced`` still

@@ -111,6 +111,17 @@ KeyLike: TypeAlias = Union[bytes, str]
 def checkpoint_id_for_key(key: KeyLike) -> str:
     """The deterministic checkpoint id of a one-input checkpoint (its seal is the key's claim: one request)."""
 
+def checkpoint_id_for_keys(keys: Sequence[KeyLike]) -> str:
+    """The deterministic checkpoint id of a checkpoint of exactly ``keys`` (a task's inputs, in any order); one key
+    gives ``checkpoint_id_for_key``'s. Under ``key_exclusivity="adoption"`` its seal is one request.
+
+    >>> import sinkpoint
+    >>> sinkpoint.checkpoint_id_for_keys(["b", "a"]) == sinkpoint.checkpoint_id_for_keys(["a", "b"])
+    True
+    >>> sinkpoint.checkpoint_id_for_keys(["a"]) == sinkpoint.checkpoint_id_for_key("a")
+    True
+    """
+
 # ----------------------------------------------------------------------------------------------------------
 # Targets written in Python
 
@@ -453,6 +464,7 @@ class SharedStaging:
         job: str,
         storage_options: Mapping[str, str] | None = None,
         request_timeout_ms: int | None = None,
+        key_exclusivity: Literal["seal", "adoption"] = "seal",
     ) -> SharedStaging: ...
     @property
     def url(self) -> str:
@@ -460,6 +472,14 @@ class SharedStaging:
     @property
     def job(self) -> str:
         """The job id."""
+    @property
+    def key_exclusivity(self) -> Literal["seal", "adoption"]:
+        """Where the job decides that each source key belongs to one checkpoint. ``"seal"`` (the default): workers
+        claim each key of a checkpoint of several, so a seal is a request per key and ``Worker.is_processed``
+        answers. ``"adoption"``: workers claim none, a checkpoint of any number of keys (``checkpoint_id_for_keys``)
+        seals with one request, and the driver's store decides each key's owner when it adopts (an overlapping
+        checkpoint is refused there, its other inputs left for the next run); ``Worker.is_processed`` then raises
+        ``InvalidInputError`` for a key without a claim of its own (ask ``Driver.is_processed``)."""
     def worker(self, name: str) -> Worker:
         """A new worker handle (a new session) named ``name``."""
 
