@@ -243,7 +243,7 @@ impl Inspector {
 
     fn summary_of(snapshot: &TableSnapshot) -> Result<StoreSummary> {
         let meta = snapshot.meta()?;
-        let counts = StateFilter::ALL.iter().map(|s| Ok((*s, snapshot.count(*s)?))).collect::<Result<Vec<_>>>()?;
+        let counts = snapshot.counts()?;
         let in_flight = snapshot.in_flight(&meta)?;
         Ok(StoreSummary {
             retention_watermark: in_flight.as_ref().and_then(|c| c.prepared_version),

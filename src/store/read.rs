@@ -100,6 +100,30 @@ impl Snapshot {
         Ok(count)
     }
 
+    /// How many checkpoints are in each state, in [`StateFilter::ALL`]'s order. Committed, where a long job's
+    /// history piles up, is the index's length (redb keeps it in the tree's header) less the other states, which
+    /// are counted: the cost follows the checkpoints not committed, not the history.
+    pub(crate) fn counts(&self) -> Result<Vec<(StateFilter, u64)>> {
+        let total = self.txn.open_table(STATES)?.len()?;
+        let mut counts = Vec::with_capacity(StateFilter::ALL.len());
+        let mut others = 0u64;
+        for filter in StateFilter::ALL {
+            let count = if filter == StateFilter::Committed { 0 } else { self.count(filter)? };
+            others += count;
+            counts.push((filter, count));
+        }
+        let committed = total.checked_sub(others).ok_or_else(|| {
+            Error::corrupt(format!("the state index holds {total} entries but {others} outside Committed"))
+        })?;
+        for (filter, count) in &mut counts {
+            if *filter == StateFilter::Committed {
+                *count = committed;
+            }
+        }
+        debug_assert_eq!(counts.iter().map(|(_, c)| c).sum::<u64>(), total);
+        Ok(counts)
+    }
+
     /// Whether a source key belongs to a Sealed (or later) checkpoint.
     pub(crate) fn is_processed(&self, key: &[u8]) -> Result<bool> {
         Ok(self.txn.open_table(KEYS)?.get(key)?.is_some())

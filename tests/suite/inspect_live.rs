@@ -47,3 +47,39 @@ async fn reads_of_a_file_a_job_is_writing_are_whole_committed_states() {
     assert!(reads > 1);
     store.close();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_counts_each_state_as_its_listing_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counts.redb");
+    let store = Store::builder(JobId::new("counts").unwrap(), TargetIdentity::new("dir:table").unwrap())
+        .path(&path)
+        .open()
+        .await
+        .unwrap();
+    let table = sinkpoint::DirTable::local(dir.path().join("table")).unwrap();
+    let id = |n: u32| CheckpointId::new(format!("cp-{n:03}")).unwrap();
+    let part = |n: u32| StagePart::new(Attempt::FIRST, Part::FIRST).keys(vec![format!("k{n}").into_bytes()]);
+    // 40 committed, then 3 sealed, 2 staged and 4 aborted beside them.
+    for n in 0..40 {
+        store.stage_and_seal(&id(n), part(n), 1).await.unwrap();
+    }
+    sinkpoint::Committer::new(&store, &table).finish().await.unwrap();
+    for n in 40..43 {
+        store.stage_and_seal(&id(n), part(n), 1).await.unwrap();
+    }
+    for n in 43..49 {
+        store.stage(&id(n), part(n)).await.unwrap();
+    }
+    for n in 45..49 {
+        store.abort(&id(n)).await.unwrap();
+    }
+    let want: Vec<(StateFilter, u64)> =
+        StateFilter::ALL.iter().map(|f| (*f, store.list(*f).unwrap().len() as u64)).collect();
+    assert_eq!(want.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![2, 3, 0, 0, 40, 4]);
+    store.close_async().await;
+    let summary = Inspector::open_file(&path).unwrap().summary().unwrap();
+    for (filter, count) in want {
+        assert_eq!(summary.count(filter), count, "{filter:?}");
+    }
+}
