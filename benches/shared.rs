@@ -6,7 +6,8 @@
 //! claims (`Inbox::adopt`: one page per 1,000 claims of the job) against one that reads the claims of the ids it
 //! expects (`Inbox::adopt_expected`: flat; docs/decisions/0041-rounds-read-expected-claims.md).
 //!
-//! `cargo bench --bench shared` (quick: `cargo test --bench shared`).
+//! `cargo bench --bench shared` (quick: `cargo test --bench shared`); `SINKPOINT_SHARED_CACHE_MIB` sets the
+//! committer's page cache (default: the store's).
 
 #![allow(clippy::disallowed_methods, reason = "benches measure wall time; nothing they decide depends on it")]
 
@@ -95,7 +96,13 @@ fn worker_rows(rt: &tokio::runtime::Runtime, report: &Report, checkpoints: u64) 
 
 /// A committer on `objects` (its mirror there too) and a table on an unthrottled store of its own.
 async fn committer(objects: Arc<FaultStore<InMemory>>, dir: &std::path::Path) -> Store {
-    Store::builder(job(), target())
+    let mut builder = Store::builder(job(), target());
+    // An experiment's knob: the committer's page cache (`SINKPOINT_SHARED_CACHE_MIB`), to tell a round's cache
+    // misses from its page writes.
+    if let Some(mib) = std::env::var("SINKPOINT_SHARED_CACHE_MIB").ok().and_then(|v| v.parse::<usize>().ok()) {
+        builder = builder.cache_bytes(mib << 20);
+    }
+    builder
         .path(dir.join("committer.redb"))
         .mirror(objects, Path::from("mirror"), MirrorSettings::default())
         .open()

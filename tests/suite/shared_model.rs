@@ -329,20 +329,13 @@ async fn adopt(
 /// unsettled create under stacked faults: the call is idempotent).
 async fn seal_call(live: &Live) -> sinkpoint::Result<()> {
     let id = CheckpointId::for_key(&key(live.input));
-    let call = || async {
+    crate::common::retry_io(|| async {
         match &live.one_call {
             Some(result) => live.worker.stage_and_seal(&id, vec![key(live.input)], vec![result.clone()]).await,
             None => live.worker.seal(&id, 1).await,
         }
-    };
-    let mut outcome = call().await;
-    for _ in 0..10 {
-        match &outcome {
-            Err(e) if e.kind() == sinkpoint::ErrorKind::Io => outcome = call().await,
-            _ => break,
-        }
-    }
-    outcome
+    })
+    .await
 }
 
 fn key(input: u32) -> Vec<u8> {

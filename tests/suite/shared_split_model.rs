@@ -24,8 +24,8 @@ use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{AdoptReport, Inbox, KeyExclusivity, SharedStaging, Worker};
 use sinkpoint::testkit::{self, FaultStore, PutFault, Shard, SplitMix64};
 use sinkpoint::{
-    Attempt, CheckpointId, Committer, DirTable, ErrorKind, JobId, Part, StagePart, Store, TargetIdentity,
-    TransitionError, WriteResult,
+    Attempt, CheckpointId, Committer, DirTable, JobId, Part, StagePart, Store, TargetIdentity, TransitionError,
+    WriteResult,
 };
 
 /// One attempt of a task: its inputs, its file, and whether it stages and seals in one call.
@@ -280,22 +280,15 @@ impl Case {
 
 /// One seal call, retried while it is `Io` (an unsettled create under stacked faults: the call is idempotent).
 async fn seal_call(task: &Task) -> sinkpoint::Result<()> {
-    let call = || async {
+    crate::common::retry_io(|| async {
         if task.one_call {
             let keys = task.inputs.iter().map(|i| key(*i)).collect();
             task.worker.stage_and_seal(&task.id, keys, vec![task.result.clone()]).await
         } else {
             task.worker.seal(&task.id, 1).await
         }
-    };
-    let mut outcome = call().await;
-    for _ in 0..10 {
-        match &outcome {
-            Err(e) if e.kind() == ErrorKind::Io => outcome = call().await,
-            _ => break,
-        }
-    }
-    outcome
+    })
+    .await
 }
 
 fn key(input: u32) -> Vec<u8> {

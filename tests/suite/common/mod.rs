@@ -122,6 +122,26 @@ pub fn process_ends_after(what: &str, e: &sinkpoint::Error, log: &mut Vec<String
     }
 }
 
+/// How many times [`retry_io`] calls again.
+const IO_RETRIES_MAX: usize = 10;
+
+/// `call`, called again while it fails `Io` (an unsettled create under stacked faults, in the model tests whose
+/// calls are idempotent), at most [`IO_RETRIES_MAX`] more times; its last outcome.
+pub async fn retry_io<F, Fut>(mut call: F) -> sinkpoint::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = sinkpoint::Result<()>>,
+{
+    let mut outcome = call().await;
+    for _ in 0..IO_RETRIES_MAX {
+        match &outcome {
+            Err(e) if e.kind() == sinkpoint::ErrorKind::Io => outcome = call().await,
+            _ => break,
+        }
+    }
+    outcome
+}
+
 /// `sharded!(mod name => run)` declares a randomized suite as [`SHARDS`](sinkpoint::testkit::SHARDS) tests:
 /// the module `name` with tests `shard_1_of_4` to `shard_4_of_4`, each calling `run(Shard)` (a function beside
 /// the module) for its own range of the cases. libtest runs a binary's tests in parallel, so one long suite is
