@@ -2,10 +2,13 @@
 //! seals a checkpoint of several inputs (`CheckpointId::for_keys`) with one create and claims no key, and the
 //! input split changes between attempts (an engine re-planning its tasks), so two sealed checkpoints can share an
 //! input. Over an in-memory object store with injected faults: retried and speculative tasks, zombies that seal
-//! late, tasks that die, lost acknowledgements, committers that restart or lose their disk. The driver then runs
-//! what the committer's store holds unprocessed until nothing is. After every case the table must hold each input
-//! exactly once, only from seals that succeeded, and every succeeded seal's file is committed or in the garbage
-//! ledger.
+//! late, tasks that die, lost acknowledgements, committers that restart or lose their disk, rounds that adopt and
+//! commit later, an operator force-aborting a Sealed checkpoint. The driver then runs what the committer's store
+//! holds unprocessed until nothing is. After every case the table must hold each input exactly once, only from the
+//! latest seal of a checkpoint that succeeded; each checkpoint has one claim generation per seal that succeeded
+//! (a seal succeeds again only after the committer released the one before: force-aborted, or refused at adoption
+//! and its key freed since); a released seal's file is never committed and is in the garbage ledger, and the
+//! latest seal's file is committed or in the ledger.
 //!
 //! Four shards (`shared_split_model::tasks_of_changing_splits_commit_every_input_exactly_once::shard_N_of_4`).
 //! `SINKPOINT_CASES` sets the case count (default 500, split over the shards); `SINKPOINT_SPLIT_SEED` replays a
@@ -24,8 +27,8 @@ use sinkpoint::mirror::MirrorSettings;
 use sinkpoint::shared::{AdoptReport, Inbox, KeyExclusivity, SharedStaging, Worker};
 use sinkpoint::testkit::{self, FaultStore, PutFault, Shard, SplitMix64};
 use sinkpoint::{
-    Attempt, CheckpointId, Committer, DirTable, JobId, Part, StagePart, Store, TargetIdentity, TransitionError,
-    WriteResult,
+    Attempt, CheckpointId, Committer, DirTable, JobId, Part, StagePart, StateFilter, Store, TargetIdentity,
+    TransitionError, WriteResult,
 };
 
 /// One attempt of a task: its inputs, its file, and whether it stages and seals in one call.
@@ -46,10 +49,13 @@ struct Case {
     dir: tempfile::TempDir,
     store: Option<Store>,
     live: Vec<Task>,
-    /// Checkpoint → the file (and its write result) of the attempt whose seal succeeded.
-    sealed: BTreeMap<CheckpointId, (String, WriteResult)>,
+    /// Checkpoint → the file (and its write result) of each attempt whose seal succeeded, in order. A seal
+    /// succeeds again only after the committer released the claim of the one before (its store dropped it: an
+    /// operator's force-abort, or a refusal at adoption whose key was freed since).
+    sealed: BTreeMap<CheckpointId, Vec<(String, WriteResult)>>,
     /// Files of attempts told they lost, or that died: none may ever be committed.
     losers: Vec<String>,
+
     sessions: u128,
     log: Vec<String>,
 }
@@ -135,8 +141,7 @@ impl Case {
         match outcome {
             Ok(()) => {
                 self.log.push(format!("{} sealed {}", task.file, task.id));
-                let earlier = self.sealed.insert(task.id.clone(), (task.file.clone(), task.result.clone()));
-                assert!(earlier.is_none(), "two seals of {} succeeded: {earlier:?} and {}", task.id, task.file);
+                self.sealed.entry(task.id.clone()).or_default().push((task.file.clone(), task.result.clone()));
             }
             Err(e) if matches!(e.transition(), Some(TransitionError::SealLost { .. })) => {
                 self.log.push(format!("{} lost: {e}", task.file));
@@ -146,13 +151,16 @@ impl Case {
         }
     }
 
-    /// One adoption round and a commit; a failure (an injected fault) is a committer crash: it reopens next round.
+    /// One adoption round, and a commit in half of them; a failure (an injected fault) is a committer crash: it reopens
+    /// next round.
     async fn commit_round(&mut self, finish: bool) -> bool {
         let inbox = Inbox::new(self.shared.clone());
         let table = self.table.clone();
         // Half the rounds read the claims of the checkpoints the tasks reported (as a driver does), half list.
         let expected: Option<Vec<CheckpointId>> =
             (self.rng.below(2) == 0 && !finish).then(|| self.sealed.keys().cloned().collect());
+        // Some rounds adopt and leave the commit to a later one: their checkpoints stay Sealed meanwhile.
+        let commit = self.rng.below(2) == 0;
         let store = self.store().await;
         let outcome = async {
             let report: AdoptReport = match &expected {
@@ -162,7 +170,7 @@ impl Case {
             let committer = Committer::new(store, &table);
             if finish {
                 committer.finish().await?;
-            } else {
+            } else if commit {
                 committer.commit_pending().await?;
             }
             Ok::<_, sinkpoint::Error>(report)
@@ -182,6 +190,27 @@ impl Case {
         }
     }
 
+    /// An operator force-aborts one Sealed checkpoint of the committer's store (its inputs are read again, and the
+    /// next adoption round releases its claim); a failure is a committer crash.
+    async fn force_abort(&mut self) {
+        let store = self.store().await;
+        let sealed = store.list(StateFilter::Sealed).unwrap();
+        if sealed.is_empty() {
+            return;
+        }
+        let id = sealed[self.rng.below(sealed.len() as u64) as usize].id.clone();
+        let store = self.store.as_ref().unwrap();
+        match store.operator().force_abort(std::slice::from_ref(&id), "the split model").await {
+            Ok(_) => {
+                self.log.push(format!("operator force-aborts {id}"));
+            }
+            Err(e) => {
+                self.log.push(format!("force-abort of {id} failed: {e}; the committer restarts"));
+                self.restart_committer(false).await;
+            }
+        }
+    }
+
     async fn restart_committer(&mut self, lose_disk: bool) {
         if let Some(store) = self.store.take() {
             store.close_async().await;
@@ -193,7 +222,7 @@ impl Case {
     }
 
     async fn step(&mut self, inputs: u32) {
-        match self.rng.below(10) {
+        match self.rng.below(11) {
             0..=2 => self.start_random(inputs).await,
             3..=5 if !self.live.is_empty() => {
                 let at = self.rng.below(self.live.len() as u64) as usize;
@@ -212,6 +241,7 @@ impl Case {
                 let lose_disk = self.rng.below(2) == 0;
                 self.restart_committer(lose_disk).await;
             }
+            9 => self.force_abort().await,
             _ => {
                 let fault = if self.rng.below(2) == 0 { PutFault::FailAfter } else { PutFault::FailBefore };
                 let place = ["claims", "inbox", "mirror", "table/_commits"][self.rng.below(4) as usize];
@@ -258,7 +288,7 @@ impl Case {
         assert_eq!(counts, vec![1; inputs as usize], "each input's rows in the table");
         let commits = self.table.commits().await.unwrap();
         let committed: BTreeSet<&String> = commits.iter().flat_map(|c| c.files.iter()).collect();
-        let winners: BTreeSet<&String> = self.sealed.values().map(|(file, _)| file).collect();
+        let winners: BTreeSet<&String> = self.sealed.values().filter_map(|s| s.last()).map(|(file, _)| file).collect();
         for file in &committed {
             assert!(winners.contains(file), "{file} was committed without a seal that succeeded");
         }
@@ -269,12 +299,35 @@ impl Case {
         let store = self.store().await;
         let ledger = store.garbage(None, usize::MAX).unwrap();
         let results: Vec<WriteResult> = ledger.into_iter().map(|g| g.result).collect();
-        for (id, (file, result)) in &self.sealed {
+        let claims = self.claim_objects().await;
+        for (id, seals) in &self.sealed {
+            // One claim generation per seal that succeeded: two attempts never both win one generation.
+            assert_eq!(claims.get(&seal_hash(id)).copied(), Some(seals.len()), "{id}: generations vs seals {seals:?}");
+            let (last, released) = seals.split_last().unwrap();
+            for (file, result) in released {
+                assert!(!committed.contains(file), "{file}, a released seal of {id}, was committed");
+                assert!(results.contains(result), "{file}, a released seal of {id}, is not in the garbage ledger");
+            }
+            let (file, result) = last;
             assert!(
                 committed.contains(file) || results.contains(result),
                 "{file}, the seal of {id}, is neither committed nor in the garbage ledger"
             );
         }
+    }
+
+    /// How many claim objects (generations) each claim hash has.
+    async fn claim_objects(&self) -> BTreeMap<String, usize> {
+        use futures::StreamExt as _;
+        let root = Path::from("staging/jobs/split/shared/claims");
+        let listed: Vec<_> = self.objects.list(Some(&root)).collect().await;
+        let mut counts = BTreeMap::new();
+        for meta in listed {
+            let name = meta.unwrap().location.filename().unwrap().to_owned();
+            let hash = name.split('.').next().unwrap().to_owned();
+            *counts.entry(hash).or_default() += 1;
+        }
+        counts
     }
 }
 
@@ -289,6 +342,18 @@ async fn seal_call(task: &Task) -> sinkpoint::Result<()> {
         }
     })
     .await
+}
+
+/// The name of a checkpoint's claim, as the crate derives it: a `for_key` id's key hash, else the id's own hash.
+fn seal_hash(id: &CheckpointId) -> String {
+    use sha2::{Digest as _, Sha256};
+    if let Some(h) = id.as_str().strip_prefix("k-") {
+        return h.to_owned();
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(b"id\0");
+    hasher.update(id.as_str().as_bytes());
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn key(input: u32) -> Vec<u8> {
