@@ -512,7 +512,9 @@ class Worker:
     def session(self) -> int:
         """This handle's session, random per handle."""
     def is_processed(self, key: KeyLike) -> bool:
-        """Whether a sealed checkpoint claims ``key`` (skip the input)."""
+        """Whether a sealed checkpoint claims ``key`` (skip the input). Under ``key_exclusivity="adoption"`` only a
+        key with a claim of its own (a ``checkpoint_id_for_key`` seal) answers; any other raises
+        ``InvalidInputError`` (ask ``Driver.is_processed``)."""
     def sealed_by(self, id: str) -> SealedBy | None:
         """Who sealed checkpoint ``id``, or ``None`` when nobody has."""
     def stage(
@@ -531,7 +533,8 @@ class Worker:
         ``SealLostError`` when another attempt sealed it first."""
     def stage_and_seal(self, id: str, keys: Sequence[KeyLike], results: Sequence[ResultLike]) -> None:
         """Stages one part and seals it: a checkpoint in one call. Raises ``SealLostError`` when another attempt
-        sealed it first."""
+        sealed it first. One request for a ``checkpoint_id_for_key`` id, and for any id under
+        ``key_exclusivity="adoption"``; otherwise one more per key."""
     def restart(self, id: str) -> list[WriteResult]:
         """Drops the current attempt of checkpoint ``id`` and begins the next; returns the dropped results."""
     def abort(self, id: str) -> list[WriteResult]:
