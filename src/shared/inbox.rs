@@ -19,8 +19,8 @@ use crate::store::Store;
 use crate::types::{Attempt, CheckpointId, Part, StagePart, WriteResult};
 
 /// A sealed checkpoint the committer's store refused (its key is owned by another adopted checkpoint): it is
-/// aborted there, and its results are in [`AdoptReport::cleanup`] and the store's garbage ledger. Also a seal a round left as it was
-/// ([`AdoptReport::held_back`]).
+/// aborted there, and its results are in [`AdoptReport::cleanup`] and the store's garbage ledger. Also a seal a
+/// round left as it was ([`AdoptReport::held_back`]).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Refused {
     /// The checkpoint.

@@ -306,15 +306,13 @@ impl CheckpointId {
         }
         let mut sorted = keys.to_vec();
         sorted.sort_unstable();
-        let mut hasher = Sha256::new();
-        hasher.update(b"keys\0");
+        // Length-prefixed, so no two lists of keys hash the same bytes.
+        let mut name = Vec::with_capacity(sorted.iter().map(|k| k.len() + 8).sum());
         for key in sorted {
-            // Length-prefixed, so no two lists of keys hash the same bytes.
-            hasher.update((key.len() as u64).to_le_bytes());
-            hasher.update(key);
+            name.extend_from_slice(&(key.len() as u64).to_le_bytes());
+            name.extend_from_slice(key);
         }
-        let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        CheckpointId(format!("{FOR_KEYS_PREFIX}{hex}"))
+        CheckpointId(format!("{FOR_KEYS_PREFIX}{}", hash(b"keys\0", &name)))
     }
 }
 

@@ -106,21 +106,15 @@ impl Snapshot {
     pub(crate) fn counts(&self) -> Result<Vec<(StateFilter, u64)>> {
         let total = self.txn.open_table(STATES)?.len()?;
         let mut counts = Vec::with_capacity(StateFilter::ALL.len());
-        let mut others = 0u64;
-        for filter in StateFilter::ALL {
-            let count = if filter == StateFilter::Committed { 0 } else { self.count(filter)? };
-            others += count;
-            counts.push((filter, count));
+        for filter in StateFilter::ALL.into_iter().filter(|f| *f != StateFilter::Committed) {
+            counts.push((filter, self.count(filter)?));
         }
+        let others: u64 = counts.iter().map(|(_, c)| c).sum();
         let committed = total.checked_sub(others).ok_or_else(|| {
             Error::corrupt(format!("the state index holds {total} entries but {others} outside Committed"))
         })?;
-        for (filter, count) in &mut counts {
-            if *filter == StateFilter::Committed {
-                *count = committed;
-            }
-        }
-        debug_assert_eq!(counts.iter().map(|(_, c)| c).sum::<u64>(), total);
+        counts.push((StateFilter::Committed, committed));
+        counts.sort_by_key(|(f, _)| f.code());
         Ok(counts)
     }
 
