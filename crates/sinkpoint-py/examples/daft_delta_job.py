@@ -117,6 +117,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--mirror", action="store_true", help="mirror the store to file://DIR/mirror")
     ap.add_argument("--partition", action="store_true", help="partition the table by the inputs' `input` column")
     ap.add_argument("--crash-at", help="written:K | sealed:K | finalize | adopted | commit:<core crash point>")
+    ap.add_argument(
+        "--inputs-per-checkpoint",
+        type=int,
+        default=1,
+        help="seal the inputs of a task of this many as one checkpoint (the sink's inputs_per_checkpoint)",
+    )
     ap.add_argument("--plain", action="store_true", help="only Daft's df.write_deltalake (no sinkpoint) into DIR/plain")
     ap.add_argument("--compare", action="store_true", help="plain write, then the sinkpoint job; print the cost")
     args = ap.parse_args(argv)
@@ -155,6 +161,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         mirror_url=f"file://{directory}/mirror" if args.mirror else None,
         crash_at=args.crash_at,
         crash_dir=directory,
+        inputs_per_checkpoint=args.inputs_per_checkpoint,
     )
     t1 = time.monotonic()
     commits = sink.run(paths).to_pydict()

@@ -211,7 +211,12 @@ class JobSink(LanceSink):
         if role == "driver" and self.driver_staging_options is not None:
             from sinkpoint import SharedStaging
 
-            return SharedStaging(self.staging_url, self.job, storage_options=self.driver_staging_options)
+            return SharedStaging(
+                self.staging_url,
+                self.job,
+                storage_options=self.driver_staging_options,
+                key_exclusivity=self._key_exclusivity(),
+            )
         return super()._staging(role)
 
     def _at(self, point: str, path: Optional[str] = None) -> None:
@@ -460,6 +465,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--s3-endpoint", help="put the staging and the mirror on this S3 API (http) and count the requests")
     ap.add_argument("--s3-bucket", default="sinkpoint-daft-example", help="the bucket (it must exist)")
     ap.add_argument("--s3-prefix", help="the prefix in the bucket (default: one per DIR)")
+    ap.add_argument("--inputs-per-checkpoint", type=int, default=1,
+                    help="seal the inputs of a task of this many as one checkpoint (the sink's inputs_per_checkpoint)")
     ap.add_argument("--check-in-worker", action="store_true",
                     help="workers read each input's claim before writing it (check_processed_in_worker=True)")
     args = ap.parse_args(argv)
@@ -518,6 +525,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         crash_dir=directory,
         delay_s=args.delay_ms / 1000.0,
         check_processed_in_worker=True if args.check_in_worker else None,
+        inputs_per_checkpoint=args.inputs_per_checkpoint,
         maintenance=args.maintenance,
         **s3,
     )

@@ -180,6 +180,17 @@ def write_plain(paths: Sequence[str], where: Where) -> Dict[str, Any]:
     return {"reported_files": len(out)}
 
 
+def write_plain_tasks(paths: Sequence[str], where: Where) -> Dict[str, Any]:
+    """Plain ``write_deltalake`` of the DataFrame ``DeltaSink`` writes: ``read_inputs`` in tasks of
+    ``INPUTS_PER_CHECKPOINT`` inputs, its two columns dropped. Beside it, sinkpoint's cost is its checkpoints and its
+    writer alone, not the task shape (on Ray a task costs milliseconds of its own)."""
+    from sinkpoint.daft import INPUT_COLUMN, POSITION_COLUMN, read_inputs
+
+    df = read_inputs(list(paths), inputs_per_task=INPUTS_PER_CHECKPOINT).exclude(INPUT_COLUMN, POSITION_COLUMN)
+    out = df.write_deltalake(where.table)
+    return {"reported_files": len(out)}
+
+
 def write_daft(paths: Sequence[str], where: Where) -> Dict[str, Any]:
     io_config = where.daft_io_config()
     store = daft.CheckpointStore(where.daft_store, io_config=io_config)
@@ -193,6 +204,7 @@ def write_sinkpoint(paths: Sequence[str], where: Where) -> Dict[str, Any]:
     if cls is None:
         raise RuntimeError(why)
     wanted = {
+        "inputs_per_checkpoint": INPUTS_PER_CHECKPOINT if INPUTS_PER_CHECKPOINT > 1 else None,
         "mirror_url": where.mirror,
         "staging_options": where.options("staging"),
         "mirror_options": where.options("mirror"),
@@ -210,7 +222,10 @@ def write_sinkpoint(paths: Sequence[str], where: Where) -> Dict[str, Any]:
     return {k: report.get(k) for k in kept if k in report}
 
 
-WRITERS = {"plain": write_plain, "daft": write_daft, "sinkpoint": write_sinkpoint}
+#: ``DeltaSink``'s ``inputs_per_checkpoint`` (``--inputs-per-checkpoint``).
+INPUTS_PER_CHECKPOINT = 1
+
+WRITERS = {"plain": write_plain, "plain-tasks": write_plain_tasks, "daft": write_daft, "sinkpoint": write_sinkpoint}
 
 
 def set_runner(runner: str) -> None:
@@ -227,6 +242,8 @@ def engines_for(runner: str) -> List[str]:
         out.append("daft")
     if delta_sink()[0] is not None:
         out.append("sinkpoint")
+        if INPUTS_PER_CHECKPOINT > 1:
+            out.append("plain-tasks")
     return out
 
 
@@ -266,7 +283,7 @@ def child_cost(args: argparse.Namespace, paths: List[str]) -> Dict[str, Any]:
         counter = Counter(args.s3_endpoint)
         try:
             for engine in engines:
-                if engine == "plain":
+                if engine.startswith("plain"):
                     continue
                 before = counter.counts()
                 where = Where(os.path.join(base, f"requests-{engine}"), counter, args.s3_bucket)
@@ -400,6 +417,8 @@ def child_argv(args: argparse.Namespace, kind: str, run_dir: str, **more: Any) -
         str(args.rows),
         "--row-groups",
         str(args.row_groups),
+        "--inputs-per-checkpoint",
+        str(args.inputs_per_checkpoint),
         "--run-dir",
         run_dir,
     ]
@@ -547,6 +566,9 @@ def costs(result: Optional[Dict[str, Any]], inputs: int) -> Dict[str, Any]:
             continue
         diffs = [1000 * (v[engine] - v["plain"]) / inputs for v in by_rep.values()]
         out[engine] = {"ms_per_input": diffs, "median": statistics.median(diffs), "min": min(diffs), "max": max(diffs)}
+    if "plain-tasks" in result["engines"] and "sinkpoint" in out:
+        diffs = [1000 * (v["sinkpoint"] - v["plain-tasks"]) / inputs for v in by_rep.values()]
+        out["sinkpoint"]["vs_plain_tasks"] = {"median": statistics.median(diffs), "min": min(diffs), "max": max(diffs)}
     parts = [breakdown(r["info"]) for r in result["runs"] if r["engine"] == "sinkpoint"]
     if parts and all(parts):
         out["sinkpoint"]["breakdown_ms_per_input"] = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
@@ -640,6 +662,13 @@ def summary(args: argparse.Namespace, found: Dict[str, Any], skipped: Optional[s
     for r in [head, *rows]:
         print("  " + " | ".join(c.ljust(w) for c, w in zip(r, widths)), flush=True)
     for runner in ("native", "ray"):
+        same = cost.get(runner, {}).get("sinkpoint", {}).get("vs_plain_tasks")
+        if same:
+            print(
+                f"summary: sinkpoint ({runner}) - plain write_deltalake of the same tasks ({INPUTS_PER_CHECKPOINT} "
+                f"inputs a task): {same['median']:+.2f} ms per input ({same['min']:+.2f} .. {same['max']:+.2f})",
+                flush=True,
+            )
         parts = cost.get(runner, {}).get("sinkpoint", {}).get("breakdown_ms_per_input")
         if parts:
             print(
@@ -671,6 +700,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--inputs", type=int, default=50)
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--row-groups", type=int, default=1, help="row groups per input")
+    ap.add_argument(
+        "--inputs-per-checkpoint",
+        type=int,
+        default=1,
+        help="DeltaSink's inputs_per_checkpoint: the inputs of a task sealed as one checkpoint",
+    )
     ap.add_argument("--reps", type=int, default=3, help="repetitions of every engine in the cost phase")
     ap.add_argument("--trials", type=int, default=5, help="kill -9 trials per engine")
     ap.add_argument("--driver-trials", type=int, default=3, help="two-driver trials per engine")
@@ -691,6 +726,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--started", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.dir = os.path.abspath(args.dir)
+    global INPUTS_PER_CHECKPOINT
+    INPUTS_PER_CHECKPOINT = args.inputs_per_checkpoint
 
     paths = make_inputs(os.path.join(args.dir, "inputs"), args.inputs, args.rows, args.row_groups)
     if args.child:

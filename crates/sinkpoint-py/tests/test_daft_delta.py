@@ -50,17 +50,20 @@ def _table_line(run) -> str:
 EXACT = f"table: {INPUTS * ROWS} rows, 0 duplicates, 0 missing"
 
 
-def test_a_rerun_after_crashes_at_several_points_leaves_each_row_once(tmp_path):
-    # One job crashed again and again, each run further on: in a worker before its seal, on the driver after
-    # adopting, in the committer after the Delta commit landed and before the store knew.
-    for point, code in [("written:3", 137), ("adopted", 137), ("commit:after-target-commit-before-mark", 86)]:
-        crashed = _example(tmp_path, "--crash-at", point)
+@pytest.mark.parametrize("per", [1, 4], ids=["a checkpoint per input", "4 inputs a checkpoint"])
+def test_a_rerun_after_crashes_at_several_points_leaves_each_row_once(tmp_path, per):
+    # One job crashed again and again, each run further on: in a worker before its seal, in a worker after a seal,
+    # on the driver after adopting, in the committer after the Delta commit landed and before the store knew.
+    per_arg = ("--inputs-per-checkpoint", str(per))
+    points = [("written:3", 137), ("sealed:6", 137), ("adopted", 137), ("commit:after-target-commit-before-mark", 86)]
+    for point, code in points:
+        crashed = _example(tmp_path, "--crash-at", point, *per_arg)
         assert crashed.returncode == code, (point, crashed.stderr[-2000:])
-    rerun = _example(tmp_path)
+    rerun = _example(tmp_path, *per_arg)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert _table_line(rerun) == EXACT
     # The job finished: one more run reads nothing and commits nothing.
-    again = _example(tmp_path)
+    again = _example(tmp_path, *per_arg)
     assert "commits []" in again.stdout and _table_line(again) == EXACT
 
 

@@ -106,6 +106,23 @@ def test_a_rerun_after_a_crash_point_finishes_the_job(tmp_path, point, code):
     assert "already finished" in _ok(_run(tmp_path)).stdout
 
 
+def test_crashes_of_a_job_sealing_four_inputs_a_checkpoint_are_finished_by_a_rerun(tmp_path):
+    # Tasks of 4 inputs, each sealed as one checkpoint: crashed before a seal, after one, after adopting, and in
+    # the committer after the Lance commit landed and before the store knew; each run further on.
+    per = ("--inputs-per-checkpoint", "4")
+    for point, code in [
+        ("written:3", 137),
+        ("sealed:6", 137),
+        ("adopted", 137),
+        ("commit:after-target-commit-before-mark", 86),
+    ]:
+        crashed = _run(tmp_path, "--crash-at", point, *per)
+        assert crashed.returncode == code, f"{point}: {crashed.stdout[-2000:]}\n{crashed.stderr[-2000:]}"
+        assert _count(tmp_path)[1] == 0, point  # never a duplicate, even mid-job
+    _ok(_run(tmp_path, *per))
+    assert "already finished" in _ok(_run(tmp_path, *per)).stdout
+
+
 def test_maintenance_before_between_and_after_the_commits_keeps_every_row_once(tmp_path):
     first = _ok(_run(tmp_path, "--maintenance"))
     assert "maintenance: after the run: cleanup removed" in first.stdout

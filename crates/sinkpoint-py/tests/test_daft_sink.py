@@ -57,8 +57,8 @@ def _native_runner():
         pass
 
 
-def _sink(tmp: Path, job: str = "job", **kwargs) -> LanceSink:
-    return LanceSink(
+def _sink(tmp: Path, job: str = "job", cls: type = LanceSink, **kwargs) -> LanceSink:
+    return cls(
         str(tmp / "table.lance"),
         job,
         f"file://{tmp}/staging",
@@ -407,11 +407,12 @@ def test_collect_orphans_deletes_the_parts_of_an_attempt_that_died_after_another
     assert _sink(tmp_path).run(paths).to_pydict()["key"] == []
 
 
-def test_an_empty_input_is_sealed_by_the_driver(tmp_path):
+@pytest.mark.parametrize("per", [1, 3], ids=["a checkpoint per input", "3 inputs a checkpoint"])
+def test_an_empty_input_is_sealed_by_the_driver(tmp_path, per):
     paths = _inputs(tmp_path, count=2, rows=100)
     empty = str(tmp_path / "inputs" / "empty.parquet")
     pq.write_table(pq.read_table(paths[0]).slice(0, 0), empty)
-    sink = _sink(tmp_path)
+    sink = _sink(tmp_path, inputs_per_checkpoint=per)
     sink.run(paths + [empty])
     assert sink.report["finished"] and sink.report["missing"] == []
     assert _count(tmp_path, 2, 100) == (200, 0, 0)
@@ -471,13 +472,7 @@ class _RacedSink(LanceSink):
 def test_an_input_sealed_by_another_attempt_after_pruning_is_never_duplicated(tmp_path, check):
     paths = _inputs(tmp_path, count=4, rows=200)
     _CHECKS.clear()
-    sink = _RacedSink(
-        str(tmp_path / "table.lance"),
-        "job",
-        f"file://{tmp_path}/staging",
-        str(tmp_path / "state" / "committer.redb"),
-        check_processed_in_worker=check,
-    )
+    sink = _sink(tmp_path, cls=_RacedSink, check_processed_in_worker=check)
     sink.raced = paths[0]
     out = sink.run(paths).to_pydict()
     report = sink.report
@@ -585,3 +580,131 @@ def test_the_readers_footer_row_counts_are_kept_for_the_sink_and_bounded():
     assert _reader._footer_rows_read("mem://footer-1") is None
     assert _reader._footer_rows_read(f"mem://footer-{limit + 1}") == limit + 1
     assert len(_reader._footer_rows) == limit
+
+
+# -- checkpoints of several inputs (inputs_per_checkpoint) ----------------------------------------------------------
+
+
+def _mps(paths, rows: int) -> MicroPartition:
+    """One micropartition holding every row of the inputs ``paths`` (``rows`` each), as a task of them reads it."""
+    return MicroPartition.concat([_mp(p, 0, rows) for p in paths])
+
+
+#: stage_and_seal calls of the workers of _SealCountingSink, per test.
+_SEALS: list = []
+
+
+class _SealCountingWorker(_CountingWorker):
+    def stage_and_seal(self, id, keys, results):
+        _SEALS.append((id, list(keys)))
+        return self._inner.stage_and_seal(id, keys, results)
+
+
+class _SealCountingSink(LanceSink):
+    def _staging(self, role: str):
+        staging = super()._staging(role)
+        if role != "worker":
+            return staging
+        counting = _CountingStaging(staging)
+        counting.worker = lambda name: _SealCountingWorker(staging.worker(name))
+        return counting
+
+
+def test_a_task_of_several_inputs_is_sealed_as_one_checkpoint_in_one_call(tmp_path):
+    paths = _inputs(tmp_path, count=12, rows=100, row_groups=2)
+    _SEALS.clear()
+    sink = _sink(tmp_path, cls=_SealCountingSink, inputs_per_checkpoint=4)
+    out = sink.run(paths).to_pydict()
+    assert _count(tmp_path, 12, 100) == (1200, 0, 0)
+    assert sink.report["finished"] and sink.report["sealed"] == 12 and sink.report["missing"] == []
+    # Three tasks of four inputs: three seals, each one call under the id of its four inputs, one fragment each.
+    assert sorted(len(keys) for _, keys in _SEALS) == [4, 4, 4]
+    assert {cid for cid, _ in _SEALS} == {sinkpoint.checkpoint_id_for_keys(keys) for _, keys in _SEALS}
+    assert len(lance.dataset(str(tmp_path / "table.lance")).get_fragments()) == 3
+    assert out["rows"] == [1200] and len(out["checkpoints"][0]) == 3
+    assert sorted(out["inputs"][0]) == sorted(daft_path(p) for p in paths)
+    # The driver's store holds every input; a rerun does nothing.
+    assert _sink(tmp_path, inputs_per_checkpoint=4).run(paths).to_pydict()["key"] == []
+    assert _count(tmp_path, 12, 100) == (1200, 0, 0)
+
+
+def test_a_retried_task_of_several_inputs_loses_its_seal_and_they_are_committed_once(tmp_path):
+    paths = _inputs(tmp_path, count=3, rows=100, row_groups=1)
+    first, retry = (_sink(tmp_path, inputs_per_checkpoint=3) for _ in range(2))
+    first.start()
+    retry.start()
+    results = list(first.write(iter([_mps(paths, 100)])))
+    results += list(retry.write(iter([_mps(paths, 100)])))
+    events = _events(results)
+    assert [e["event"] for e in events] == ["sealed"] * 3 + ["lost"] * 3
+    assert len({e["id"] for e in events}) == 1  # the retry raced its first attempt on one id
+    lost = [e for e in events if e["event"] == "lost"]
+    # The retry's one fragment is named once, and deleted by its worker.
+    assert lost[0]["garbage"] and lost[0]["deleted"] == lost[0]["garbage"]
+    assert all(e["garbage"] == [] for e in lost[1:])
+    retry._inputs = [daft_path(p) for p in paths]
+    out = retry.finalize(results).to_pydict()
+    assert out["rows"] == [300] and sorted(out["inputs"][0]) == sorted(retry._inputs)
+    assert _count(tmp_path, 3, 100) == (300, 0, 0)
+    assert len(lance.dataset(str(tmp_path / "table.lance")).get_fragments()) == 1
+
+
+def test_a_checkpoint_overlapping_another_is_refused_at_adoption_and_a_rerun_writes_the_rest(tmp_path):
+    # A re-planned split: one attempt sealed inputs {0, 1}, another {1, 2}. Both seals succeed (workers claim no
+    # input); the driver's store commits input 1 once, refuses one checkpoint, and its other input runs again.
+    paths = _inputs(tmp_path, count=3, rows=100, row_groups=1)
+    a, b = (_sink(tmp_path, inputs_per_checkpoint=2) for _ in range(2))
+    a.start()
+    b.start()
+    results = list(a.write(iter([_mps(paths[:2], 100)]))) + list(b.write(iter([_mps(paths[1:], 100)])))
+    assert [e["event"] for e in _events(results)] == ["sealed"] * 4
+    b._inputs = [daft_path(p) for p in paths]
+    with pytest.raises(IncompleteInputsError) as raised:
+        b.finalize(results)
+    assert len(raised.value.refused) == 1
+    rows, duplicates, missing = _count(tmp_path, 3, 100)
+    assert (rows, duplicates, missing) == (200, 0, 100)
+    # The rerun adopts nothing new, prunes the two committed inputs and writes the third.
+    rerun = _sink(tmp_path, inputs_per_checkpoint=2)
+    rerun.run(paths)
+    assert rerun.report["finished"] and rerun.report["pending"] == 1
+    assert _count(tmp_path, 3, 100) == (300, 0, 0)
+
+
+def test_the_workers_check_is_refused_with_checkpoints_of_several_inputs(tmp_path):
+    with pytest.raises(sinkpoint.InvalidInputError, match="inputs_per_checkpoint=1"):
+        _sink(tmp_path, inputs_per_checkpoint=2, check_processed_in_worker=True)
+    for bad, error in ((0, ValueError), (1025, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="inputs_per_checkpoint"):
+            _sink(tmp_path, inputs_per_checkpoint=bad)
+    # By hand (no run()), the workers do not check either: the driver's adoption decides.
+    assert not _sink(tmp_path, inputs_per_checkpoint=2)._check_in_worker
+    assert _sink(tmp_path)._check_in_worker
+
+
+def test_read_inputs_packs_a_tasks_small_files_into_one_batch(tmp_path):
+    import asyncio
+
+    from sinkpoint.daft import _reader
+
+    paths = _inputs(tmp_path, count=5, rows=100, row_groups=2)
+    spec = _reader._InputSource(paths, INPUT_COLUMN, POSITION_COLUMN, None, 150, inputs_per_task=2)
+    source = _reader._InputsSource(spec)
+
+    async def batches():
+        out = []
+        async for task in source.get_tasks(None):
+            out.append([b.to_arrow_table().column(INPUT_COLUMN).to_pylist() async for b in task.read()])
+        return out
+
+    tasks = asyncio.run(batches())
+    # Tasks of files [0, 1], [2, 3], [4]; a batch closes once it holds 150 rows or more: the two files of a task
+    # share one batch (Daft hands a sink one batch per write call).
+    assert [[sorted(set(b)) for b in task] for task in tasks] == [
+        [sorted(daft_path(p) for p in paths[0:2])],
+        [sorted(daft_path(p) for p in paths[2:4])],
+        [[daft_path(paths[4])]],
+    ]
+    assert read_inputs(paths, inputs_per_task=2).count_rows() == 500
+    with pytest.raises(ValueError, match="inputs_per_task"):
+        read_inputs(paths, inputs_per_task=0)

@@ -110,7 +110,7 @@ def _logged(log: str, offset: int, bucket: str) -> Counter:
     return counts
 
 
-def _run(tmp: Path, endpoint: str, bucket: str, prefix: str, log):
+def _run(tmp: Path, endpoint: str, bucket: str, prefix: str, log, *extra: str):
     offset = os.path.getsize(log) if log else 0
     cmd = [
         sys.executable,
@@ -128,6 +128,7 @@ def _run(tmp: Path, endpoint: str, bucket: str, prefix: str, log):
         bucket,
         "--s3-prefix",
         prefix,
+        *extra,
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
@@ -175,3 +176,18 @@ def test_requests_per_input_on_s3(tmp_path, endpoint):
     assert "already finished: nothing to do" in out, out[-2000:]
     assert rerun["worker"] == {} and rerun["driver"] == {}, rerun
     assert rerun["total"] / n <= RERUN_PER_INPUT_MAX, rerun
+
+
+def test_requests_of_tasks_sealing_ten_inputs_a_checkpoint_on_s3(tmp_path, endpoint):
+    bucket = f"sp-requests-{uuid.uuid4().hex[:12]}"
+    _create_bucket(endpoint, bucket)
+    log = _moto_log(endpoint)
+    n, per = INPUTS, 10
+    fresh, out = _run(tmp_path, endpoint, bucket, "job", log, "--inputs-per-checkpoint", str(per))
+    assert "finished True" in out, out[-2000:]
+    # One create per task of ten inputs by the workers, one claim read per checkpoint by the driver, the same three
+    # listings.
+    assert fresh["worker"] == {"PUT": n // per}, fresh
+    assert fresh["driver"].get("GET") == n // per and fresh["driver"].get("LIST") == 3, fresh
+    assert set(fresh["driver"]) <= {"GET", "LIST"}, fresh
+    print(f"{fresh['total'] / n:.2f} requests per input with {per} inputs a checkpoint")

@@ -48,7 +48,8 @@ How Daft calls a DataSink (the facts this module is built on, from Daft 0.7.26):
 - One input file reaches the sink as several MicroPartitions, interleaved with other files: the parquet reader
   emits one per row group (or per morsel of ``default_morsel_size`` rows), with both runners. A row count cannot
   tell an input read once from one read twice and interleaved, and ``read_parquet`` gives each row its file but not
-  its position in it; so :func:`read_inputs` (a ``daft.io.source.DataSource``, one task per file) adds the
+  its position in it; so :func:`read_inputs` (a ``daft.io.source.DataSource``, one task per file, or per
+  ``inputs_per_task`` files whose small files then share a MicroPartition) adds the
   position, and an input is complete only once positions ``0 .. rows - 1`` have each arrived exactly once; the
   sink reads ``rows`` from the parquet footer (Daft's ``read_parquet_statistics``; or give ``row_counts``). A
   position that arrives twice, beyond the file, or after the seal is rejected, and ``finalize`` raises it.
@@ -84,6 +85,9 @@ not counted here), as :meth:`LanceSink.run` makes them (``tests/test_requests.py
   once, folded into groups: about 1 group per 7 inputs), 1 listing by the mirror's upkeep, and 2 puts per commit
   (its intent, its mark).
 - A rerun of a finished job: the store's open, nothing else (no worker, no staging request).
+
+With ``inputs_per_checkpoint=k``, the worker's create and the driver's claim read are per checkpoint of ``k``
+inputs: 2/k requests per input.
 
 So a fresh run costs 2 requests per input, plus the adoption groups and a constant per run: measured 2.40 per input
 for 50 inputs, 2.20 for 200 (``tests/test_requests.py`` and ``examples/daft_lance_job.py`` on moto; 3.34 and 3.17
@@ -121,6 +125,7 @@ from ._delta_table import REFUSED_MODES as DELTA_REFUSED_MODES
 from ._errors import IncompleteInputsError
 from ._reader import (
     INPUT_COLUMN,
+    INPUTS_PER_TASK_MAX,
     POSITION_COLUMN,
     POSITION_RUNS_MAX,
     READ_BATCH_ROWS_DEFAULT,
@@ -137,6 +142,7 @@ __all__ = [
     "FLUSH_BYTES_DEFAULT",
     "GRACE_S_DEFAULT",
     "INPUT_COLUMN",
+    "INPUTS_PER_TASK_MAX",
     "MODES",
     "OPEN_TIMEOUT_S_DEFAULT",
     "POSITION_COLUMN",

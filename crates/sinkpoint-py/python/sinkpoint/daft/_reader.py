@@ -28,6 +28,10 @@ POSITION_COLUMN = "_sinkpoint_row"
 #: Rows per batch :func:`read_inputs` reads (one MicroPartition each on the way to the sink).
 READ_BATCH_ROWS_DEFAULT = 65536
 
+#: The most input files one task of :func:`read_inputs` reads (``inputs_per_task``); a sink's checkpoint of a
+#: task's inputs stays far below the core's keys per stage call (``STAGE_KEYS_MAX``).
+INPUTS_PER_TASK_MAX = 1024
+
 #: The most disjoint runs of positions one input may have arrived as before it is complete (see :class:`_Ranges`):
 #: an input read in order is one run; a run costs about 100 bytes, so this bounds one input's tracking at a few MiB.
 POSITION_RUNS_MAX = 65536
@@ -53,22 +57,36 @@ def read_inputs(
     position_column: str = POSITION_COLUMN,
     io_config: Any = None,
     batch_rows: int = READ_BATCH_ROWS_DEFAULT,
+    inputs_per_task: int = 1,
 ) -> Any:
-    """A Daft DataFrame of the parquet files ``paths``, one scan task per file, each row with two columns more: its
+    """A Daft DataFrame of the parquet files ``paths``, one scan task per ``inputs_per_task`` files (consecutive in
+    ``paths``), each row with two columns more: its
     input (``input_column``, spelled as :func:`daft_path` spells it: the checkpoint key) and its position in that
     file (``position_column``, int64, from 0). Write it with ``df.write_sink(sink)``: :class:`LanceSink` seals an
     input only when each position arrived exactly once. ``io_config`` is Daft's IOConfig for the files.
 
     Daft 0.7.26's ``read_parquet`` gives the file path (``file_path_column``) but no row position, so this reads
     the files itself (pyarrow, through the filesystem Daft derives from ``io_config``), ``batch_rows`` rows at a
-    time; the schema is the first file's."""
+    time; the schema is the first file's. A task's small files share a batch (up to ``batch_rows`` rows): Daft
+    hands a sink one batch per ``write`` call, so a sink built with ``inputs_per_checkpoint=k`` seals a task's
+    inputs as one checkpoint when the task reads ``k`` of them."""
     _refuse_single_path(paths)
     if batch_rows < 1:
         raise ValueError("batch_rows must be positive")
+    _check_inputs_per(inputs_per_task, "inputs_per_task")
     inputs = [str(p) for p in paths]
     if not inputs:
         raise ValueError("read_inputs needs at least one path")
-    return _InputSource(inputs, input_column, position_column, io_config, int(batch_rows)).read()
+    return _InputSource(inputs, input_column, position_column, io_config, int(batch_rows), inputs_per_task).read()
+
+
+def _check_inputs_per(value: Any, name: str) -> int:
+    """``value`` as inputs per task (or per checkpoint): an ``int`` in ``1 ..`` :data:`INPUTS_PER_TASK_MAX`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 1 <= value <= INPUTS_PER_TASK_MAX:
+        raise ValueError(f"{name} = {value}: it must be in 1..{INPUTS_PER_TASK_MAX}")
+    return value
 
 
 def _refuse_single_path(paths: Any) -> None:
@@ -93,13 +111,20 @@ class _InputSource:
     """What :func:`read_inputs` reads."""
 
     def __init__(
-        self, paths: List[str], input_column: str, position_column: str, io_config: Any, batch_rows: int
+        self,
+        paths: List[str],
+        input_column: str,
+        position_column: str,
+        io_config: Any,
+        batch_rows: int,
+        inputs_per_task: int = 1,
     ) -> None:
         self.paths = paths
         self.input_column = input_column
         self.position_column = position_column
         self.io_config = io_config
         self.batch_rows = batch_rows
+        self.inputs_per_task = inputs_per_task
 
     def arrow_schema(self) -> pa.Schema:
         schema = _open_parquet(self.paths[0], self.io_config).schema_arrow
@@ -115,7 +140,7 @@ class _InputSource:
 
 
 class _InputsSource(DataSource):
-    """The inputs as a Daft DataSource: one task per file."""
+    """The inputs as a Daft DataSource: one task per ``inputs_per_task`` files."""
 
     def __init__(self, spec: _InputSource) -> None:
         self.spec = spec
@@ -131,16 +156,18 @@ class _InputsSource(DataSource):
 
     async def get_tasks(self, pushdowns: Any) -> AsyncIterator[DataSourceTask]:
         # Pushdowns are not applied here: Daft applies projections, filters and limits after the scan.
-        for path in self.spec.paths:
-            yield _InputTask(self.spec, path, self._schema)
+        paths, step = self.spec.paths, self.spec.inputs_per_task
+        for i in range(0, len(paths), step):
+            yield _InputTask(self.spec, paths[i : i + step], self._schema)
 
 
 class _InputTask(DataSourceTask):
-    """One input file, read in order: each batch with its input and its rows' positions."""
+    """Input files read in order, each batch with its rows' inputs and positions; consecutive small files share a
+    batch of up to ``batch_rows`` rows."""
 
-    def __init__(self, spec: _InputSource, path: str, schema: Schema) -> None:
+    def __init__(self, spec: _InputSource, paths: List[str], schema: Schema) -> None:
         self.spec = spec
-        self.path = path
+        self.paths = paths
         self._schema = schema
 
     @property
@@ -152,11 +179,25 @@ class _InputTask(DataSourceTask):
 
         # Blocking reads on Daft's event loop, as Daft runs its own Python scan tasks: a read handed to Daft's
         # reader on another thread from here deadlocks, and an abandoned reader thread aborts the process at exit.
+        held: List[pa.Table] = []
+        rows = 0
+        for path in self.paths:
+            for table in self._read_file(path):
+                held.append(table)
+                rows += table.num_rows
+                if rows >= self.spec.batch_rows:
+                    yield RecordBatch.from_arrow_table(pa.concat_tables(held))
+                    held, rows = [], 0
+        if held:
+            yield RecordBatch.from_arrow_table(pa.concat_tables(held))
+
+    def _read_file(self, path: str) -> Iterable[pa.Table]:
+        """The file's rows, ``batch_rows`` at a time, in the task's schema with their input and positions."""
         spec = self.spec
         target = self._schema.to_pyarrow_schema()
-        key = daft_path(self.path)
+        key = daft_path(path)
         position = 0
-        parquet = _open_parquet(self.path, spec.io_config)
+        parquet = _open_parquet(path, spec.io_config)
         _remember_footer_rows(key, parquet.metadata.num_rows)
         for batch in parquet.iter_batches(batch_size=spec.batch_rows):
             n = batch.num_rows
@@ -166,7 +207,7 @@ class _InputTask(DataSourceTask):
             position += n
             if not table.schema.equals(target, check_metadata=False):
                 table = table.select(target.names).cast(target)
-            yield RecordBatch.from_arrow_table(table)
+            yield table
 
 
 class _Ranges:

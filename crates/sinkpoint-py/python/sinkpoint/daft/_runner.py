@@ -159,6 +159,7 @@ class _JobRunner:
         self._inputs = inputs
         if self.check_processed_in_worker is None:
             self._check_in_worker = False  # pruned just now: see check_processed_in_worker
+        read_options.setdefault("inputs_per_task", self.inputs_per_checkpoint)
         try:
             if not pending:
                 self.start()
@@ -174,7 +175,7 @@ class _JobRunner:
         finally:
             self._inputs = None
             self._prepared = None
-            self._check_in_worker = self.check_processed_in_worker is None or bool(self.check_processed_in_worker)
+            self._check_in_worker = self._default_check_in_worker()
 
     def _refuse_late_inputs(self, driver: Any, inputs: List[str]) -> None:
         """Raises :class:`IncompleteInputsError` naming the inputs of ``inputs`` that the finished job does not hold.
@@ -241,8 +242,12 @@ class _JobRunner:
         # After run()'s listing round, finalize reads only the claims of this run's inputs (its cost follows the
         # run, not the job's history); without run(), it lists the job's claims once, finding every seal.
         this_run = [driver.adopt()] if prepared is None else self._adopt_expected(driver, seen)
-        self._at("adopted")
         rounds = earlier + this_run
+        if prepared is not None and self.inputs_per_checkpoint > 1 and self._missing_inputs(driver, seen):
+            # An input no write result names has no id the driver can derive (its checkpoint's other inputs name
+            # it): one listing round finds every seal.
+            rounds.append(driver.adopt())
+        self._at("adopted")
         report["adopted"] = sum(len(a.adopted) for a in rounds)
         report["already_adopted"] = sum(a.already_adopted for a in rounds)
         report["unsealed"] = this_run[-1].unsealed
@@ -282,7 +287,8 @@ class _JobRunner:
         claims. One round per ``ADOPT_EXPECTED_IDS_MAX`` ids (one when none is left: the inbox's parts)."""
         sp = _sp()
         named = [*seen.sealed, *seen.skipped, *seen.lost, *seen.pending, *seen.rejected, *(self._inputs or ())]
-        ids = [sp.checkpoint_id_for_key(p) for p in dict.fromkeys(named) if not driver.is_processed(p)]
+        pending = [p for p in dict.fromkeys(named) if not driver.is_processed(p)]
+        ids = list(dict.fromkeys(seen.id_of.get(p) or sp.checkpoint_id_for_key(p) for p in pending))
         step = sp.ADOPT_EXPECTED_IDS_MAX
         return [driver.adopt(expected=ids[i : i + step]) for i in range(0, max(len(ids), 1), step)]
 
@@ -374,18 +380,21 @@ class _JobRunner:
         for info in driver.checkpoints("committed"):
             if info.key is not None and int(info.key) in wanted:
                 by_key[int(info.key)].append(str(info.id))
-        inputs_by_id = dict(seen.input_of)
+        inputs_by_id = {i: list(ps) for i, ps in seen.input_of.items()}
         if self._inputs:
             sp = _sp()
             for p in self._inputs:
-                inputs_by_id.setdefault(sp.checkpoint_id_for_key(p), p)
-        rows_by_id = {seen.id_of[p]: n for p, n in seen.sealed.items() if p in seen.id_of}
+                inputs_by_id.setdefault(sp.checkpoint_id_for_key(p), [p])
+        rows_by_id: Dict[str, int] = {}
+        for p, n in seen.sealed.items():
+            if p in seen.id_of:
+                rows_by_id[seen.id_of[p]] = rows_by_id.get(seen.id_of[p], 0) + n
         columns: Dict[str, list] = {"key": [], "checkpoints": [], "inputs": [], "rows": []}
         for k in keys:
             ids = sorted(by_key[k])
             columns["key"].append(k)
             columns["checkpoints"].append(ids)
-            columns["inputs"].append([inputs_by_id[i] for i in ids if i in inputs_by_id])
+            columns["inputs"].append([p for i in ids for p in inputs_by_id.get(i, ())])
             counts = [rows_by_id.get(i) for i in ids]
             columns["rows"].append(sum(counts) if ids and all(c is not None for c in counts) else None)
         return pa.Table.from_pydict(columns, schema=RESULT_SCHEMA)
@@ -422,7 +431,14 @@ class _JobRunner:
     def _staging(self, role: str) -> Any:
         """The job's shared staging as ``role`` uses it: ``"worker"`` (the sink's writes) or ``"driver"`` (adopt,
         the seals of empty inputs). The example counts each role's requests apart by overriding it."""
-        return _sp().SharedStaging(self.staging_url, self.job, storage_options=self.staging_options)
+        return _sp().SharedStaging(
+            self.staging_url, self.job, storage_options=self.staging_options, key_exclusivity=self._key_exclusivity()
+        )
+
+    def _key_exclusivity(self) -> str:
+        """Where the job's keys are decided: at adoption when checkpoints hold several inputs (a seal is then one
+        request, whatever its inputs), else at the seal."""
+        return "adoption" if self.inputs_per_checkpoint > 1 else "seal"
 
 
 class _Prepared:
@@ -442,8 +458,10 @@ class _Summary:
 
     def __init__(self) -> None:
         self.sealed: Dict[str, int] = {}
+        #: The checkpoint id of each input sealed or lost in this run (several inputs may share one).
         self.id_of: Dict[str, str] = {}
-        self.input_of: Dict[str, str] = {}
+        #: The inputs of each checkpoint id sealed in this run.
+        self.input_of: Dict[str, List[str]] = {}
         self.skipped: set = set()
         self.lost: Dict[str, tuple] = {}
         #: The garbage files the workers deleted (of lost seals).
@@ -467,11 +485,13 @@ class _Summary:
                     for step, secs in e.get("timings", {}).items():
                         s.timings[step] = s.timings.get(step, 0.0) + float(secs)
                     s.id_of[path] = e["id"]
-                    s.input_of[e["id"]] = path
+                    s.input_of.setdefault(e["id"], []).append(path)
                 elif kind == "skipped":
                     s.skipped.add(path)
                 elif kind == "lost":
                     s.lost[path] = (e["winner"], list(e.get("garbage", ())))
+                    if "id" in e:
+                        s.id_of[path] = e["id"]
                     s.deleted += list(e.get("deleted", ()))
                 elif kind == "pending":
                     rows, expected = s.pending.get(path, (0, e["expected"]))

@@ -26,6 +26,7 @@ from ._common import RESULT_SCHEMA, _fragment_files, _lance, _retry_io, _sp, _wo
 from ._reader import (
     INPUT_COLUMN,
     POSITION_COLUMN,
+    _check_inputs_per,
     _footer_rows_read,
     _Ranges,
     _refuse_input_splitting,
@@ -63,8 +64,9 @@ class _Input:
     def __init__(self, path: str) -> None:
         self.path = path
         self.lock = threading.Lock()
-        #: None (not seen yet), "collecting", "sealed", "skipped" (processed before), "lost", "rejected" (a row
-        #: position arrived twice or out of range before the seal: never sealed), "failed"
+        #: None (not seen yet), "collecting", "complete" (every position arrived; its seal is due when the write
+        #: call ends), "sealed", "skipped" (processed before), "lost", "rejected" (a row position arrived twice or out
+        #: of range before the seal: never sealed), "failed"
         self.status: Optional[str] = None
         self.expected = 0
         self.rows = 0
@@ -141,6 +143,7 @@ class _InputSink(_JobRunner, DataSink):
         flush_bytes: int = FLUSH_BYTES_DEFAULT,
         open_timeout_s: float = OPEN_TIMEOUT_S_DEFAULT,
         check_processed_in_worker: Optional[bool] = None,
+        inputs_per_checkpoint: int = 1,
     ) -> None:
         """sinkpoint's own configuration (the job, the staging, the committer's store, the inputs' columns and
         reading) and the per-run state: every keyword argument of a sink after its table's own (see
@@ -152,6 +155,13 @@ class _InputSink(_JobRunner, DataSink):
             raise TypeError(f"job must be a str (the job's id), not {type(job).__name__}")
         if flush_bytes < 1:
             raise ValueError("flush_bytes must be positive")
+        _check_inputs_per(inputs_per_checkpoint, "inputs_per_checkpoint")
+        if inputs_per_checkpoint > 1 and check_processed_in_worker:
+            raise _sp().InvalidInputError(
+                "check_processed_in_worker=True needs inputs_per_checkpoint=1: a worker's check reads an input's own "
+                "claim, and an input sealed in a checkpoint of several has none. Leave the check out (the driver "
+                "refuses a checkpoint whose input another holds: run() prunes first), or seal one input a checkpoint"
+            )
         self.job = job
         self.staging_url = _uri_arg(staging_url, "staging_url", "the shared staging's URL")
         self.store_path = _uri_arg(store_path, "store_path", "the committer's store file")
@@ -173,8 +183,17 @@ class _InputSink(_JobRunner, DataSink):
         self.flush_bytes = int(flush_bytes)
         self.open_timeout_s = float(open_timeout_s)
         self.check_processed_in_worker = check_processed_in_worker
+        #: The most inputs one checkpoint seals (those a ``write`` call completes; see :class:`LanceSink`).
+        self.inputs_per_checkpoint = inputs_per_checkpoint
         #: What the workers of the current run do (pickled with the sink): ``check_processed_in_worker``, resolved.
-        self._check_in_worker = check_processed_in_worker is None or bool(check_processed_in_worker)
+        self._check_in_worker = self._default_check_in_worker()
+
+    def _default_check_in_worker(self) -> bool:
+        """``check_processed_in_worker`` resolved outside :meth:`run`: yes unless turned off, or unless checkpoints
+        hold several inputs (an input then has no claim of its own to read)."""
+        if self.check_processed_in_worker is None:
+            return self.inputs_per_checkpoint == 1
+        return bool(self.check_processed_in_worker)
 
     # -- pickling: configuration only ------------------------------------------------------------------------
 
@@ -218,22 +237,33 @@ class _InputSink(_JobRunner, DataSink):
         an input once each position arrived once. Yields one ``WriteResult`` per MicroPartition, its events
         (sealed, pending, skipped, lost, rejected) for ``finalize``."""
         run = _run_state(self._token)
+        # The inputs this call completed, not sealed yet: sealed together (one checkpoint) when the call ends, or
+        # sooner when they hold inputs_per_checkpoint inputs or flush_bytes.
+        batch: List[_Input] = []
         for mp in micropartitions:
             table = mp.to_arrow()
             events: List[Dict[str, Any]] = []
-            written_rows = 0
-            written_bytes = 0
             for path, rows, positions in self._by_input(table):
-                for event in self._add(run, path, rows, positions):
-                    if event["event"] == "sealed":
-                        written_rows += event["rows"]
-                        written_bytes += event.get("bytes", 0)
-                    events.append(event)
-            yield WriteResult(
-                result={"token": self._token, "events": events},
-                bytes_written=written_bytes,
-                rows_written=written_rows,
-            )
+                events += self._add(run, path, rows, positions, batch)
+            k = self.inputs_per_checkpoint
+            while len(batch) >= k:
+                events += self._seal_batch(run, batch[:k])
+                batch = batch[k:]
+            if batch and sum(i.nbytes for i in batch) >= self.flush_bytes:
+                events += self._seal_batch(run, batch)
+                batch = []
+            yield self._write_result(events)
+        if batch:
+            yield self._write_result(self._seal_batch(run, batch))
+
+    def _write_result(self, events: List[Dict[str, Any]]) -> WriteResult:
+        """The ``WriteResult`` carrying ``events`` to ``finalize``, with the rows and bytes they sealed."""
+        sealed = [e for e in events if e["event"] == "sealed"]
+        return WriteResult(
+            result={"token": self._token, "events": events},
+            bytes_written=sum(e.get("bytes", 0) for e in sealed),
+            rows_written=sum(e["rows"] for e in sealed),
+        )
 
     def finalize(self, write_results: List[WriteResult]) -> Any:
         """Driver, after every write: recover, adopt every sealed checkpoint, finish the job; the commits made as
@@ -313,9 +343,12 @@ class _InputSink(_JobRunner, DataSink):
                 run.worker = self._staging("worker").worker(_worker_name("daft"))
             return run.worker
 
-    def _add(self, run: _Run, path: str, rows: pa.Table, positions: pa.Array) -> List[Dict[str, Any]]:
-        """Adds an input's rows at ``positions``; seals the input once each of its positions arrived once. A
-        position that arrived before (here, or after the seal), or beyond the file's rows, is a ``rejected`` event,
+    def _add(
+        self, run: _Run, path: str, rows: pa.Table, positions: pa.Array, batch: List[_Input]
+    ) -> List[Dict[str, Any]]:
+        """Adds an input's rows at ``positions``; once each of its positions arrived once, the input joins
+        ``batch`` (the call's inputs to seal), or is sealed now when it was staged in parts already. A position that
+        arrived before (here, or after the input was complete), or beyond the file's rows, is a ``rejected`` event,
         which ``finalize`` raises: an input rejected before its seal is never sealed."""
         inp = run.input(path)
         events: List[Dict[str, Any]] = []
@@ -337,7 +370,7 @@ class _InputSink(_JobRunner, DataSink):
                 # Processed before this run (another attempt's seal holds it), or refused already (reported once).
                 inp.dropped += rows.num_rows
                 return events
-            if inp.status in ("sealed", "lost"):
+            if inp.status in ("complete", "sealed", "lost"):
                 # Every position arrived once already: these rows are a second copy.
                 inp.dropped += rows.num_rows
                 events.append(
@@ -369,7 +402,11 @@ class _InputSink(_JobRunner, DataSink):
             inp.nbytes += rows.nbytes
             if inp.positions.complete(inp.expected):
                 assert inp.rows == inp.expected, (inp.path, inp.rows, inp.expected)
-                events.append(self._seal(run, inp))
+                if inp.parts:
+                    events.append(self._seal(run, inp))  # its parts are staged under its own id
+                else:
+                    inp.status = "complete"
+                    batch.append(inp)
             else:
                 if inp.nbytes >= self.flush_bytes:
                     self._stage_part(run, inp)
@@ -464,6 +501,7 @@ class _InputSink(_JobRunner, DataSink):
             return {
                 "event": "lost",
                 "input": inp.path,
+                "id": cid,
                 "winner": str(lost.winner),
                 "garbage": garbage,
                 "deleted": deleted,
@@ -482,6 +520,90 @@ class _InputSink(_JobRunner, DataSink):
             "files": len(inp.results),
             "timings": dict(inp.timings),
         }
+
+    def _seal_batch(self, run: _Run, batch: List[_Input]) -> List[Dict[str, Any]]:
+        """Seals the complete inputs of ``batch`` as one checkpoint: their rows written as one set of data files,
+        staged and sealed in one call under ``checkpoint_id_for_keys`` of their paths (an input alone keeps
+        ``checkpoint_id_for_key``). A retried task completes the same inputs in its call, so its attempts race on one
+        id. Their events, one per input."""
+        if len(batch) == 1:
+            with batch[0].lock:
+                return [self._seal(run, batch[0])]
+        sp = _sp()
+        worker = self._worker(run)
+        paths = [inp.path for inp in batch]
+        cid = sp.checkpoint_id_for_keys(paths)
+        timings: Dict[str, float] = collections.defaultdict(float)
+        for inp in batch:
+            for step, secs in inp.timings.items():
+                timings[step] += secs
+        try:
+            table = self._conform(run, pa.concat_tables([c for inp in batch for c in inp.chunks]))
+            nbytes = table.nbytes
+            t0 = time.perf_counter()
+            results = self._write_files(run, table)
+            timings["fragment_s"] += time.perf_counter() - t0
+            for inp in batch:
+                inp.chunks, inp.nbytes, inp.results = [], 0, list(results)
+                self._at("written", inp.path)
+            t0 = time.perf_counter()
+            _retry_io(lambda: worker.stage_and_seal(cid, paths, results))
+            timings["seal_s"] += time.perf_counter() - t0
+        except sp.SealLostError as lost:
+            return self._lost_batch(batch, cid, lost)
+        except BaseException:
+            self._set_status(batch, "failed")
+            raise
+        self._set_status(batch, "sealed")
+        for inp in batch:
+            self._at("sealed", inp.path)
+        first = batch[0]
+        return [
+            {
+                "event": "sealed",
+                "input": inp.path,
+                "id": cid,
+                "rows": inp.rows,
+                # The checkpoint's bytes, files and worker timings once, on its first input.
+                "bytes": nbytes if inp is first else 0,
+                "files": len(results) if inp is first else 0,
+                "timings": dict(timings) if inp is first else {},
+            }
+            for inp in batch
+        ]
+
+    def _lost_batch(self, batch: List[_Input], cid: str, lost: Any) -> List[Dict[str, Any]]:
+        """The inputs of ``batch`` after another attempt sealed their checkpoint ``cid`` first: our data files are
+        garbage (deleted here, best effort). Their events, the files named once."""
+        self._set_status(batch, "lost")
+        garbage = self._files_of(lost.results)
+        deleted = self._delete_lost(batch[0].path, lost.results)
+        logger.info(
+            "inputs %s and %d more: another attempt sealed their checkpoint first (%s); %d file(s) of ours are "
+            "garbage, %d deleted",
+            batch[0].path,
+            len(batch) - 1,
+            lost.winner,
+            len(garbage),
+            len(deleted),
+        )
+        return [
+            {
+                "event": "lost",
+                "input": inp.path,
+                "id": cid,
+                "winner": str(lost.winner),
+                "garbage": garbage if i == 0 else [],
+                "deleted": deleted if i == 0 else [],
+            }
+            for i, inp in enumerate(batch)
+        ]
+
+    @staticmethod
+    def _set_status(batch: List[_Input], status: str) -> None:
+        for inp in batch:
+            with inp.lock:
+                inp.status = status
 
     def _delete_lost(self, path: str, results: Sequence[Any]) -> List[str]:
         """Deletes the data files of ``results``, this attempt's own after it lost the seal of input ``path``: in no
@@ -598,6 +720,12 @@ class LanceSink(_InputSink):
       ``0 .. rows - 1`` arrived exactly once.
     - ``row_counts``: the row count of each input, if known (saves the footer reads).
     - ``flush_bytes``: see :data:`FLUSH_BYTES_DEFAULT`.
+    - ``inputs_per_checkpoint`` (1 .. ``INPUTS_PER_TASK_MAX``, default 1): with ``k > 1``, :meth:`run` reads the
+      inputs in tasks of ``k`` files, and a worker seals the inputs one ``write`` call completes as one checkpoint
+      (one set of data files, one request: the job's staging decides keys at adoption). A checkpoint holding an
+      input another checkpoint holds is refused by the driver, and ``finalize`` raises
+      :class:`IncompleteInputsError` for its other inputs (a rerun writes them); the workers' check below is
+      then unavailable.
     - ``check_processed_in_worker``: whether a worker reads an input's claim (``is_processed``: 1 request) before
       writing it, and skips it when sealed. ``None`` (the default): not after :meth:`run`, which adopted and pruned
       just before the read; yes for a DataFrame written by hand (``df.write_sink(sink)``), which may not be pruned.
