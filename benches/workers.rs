@@ -10,6 +10,11 @@
 //! workers' and the committer's, its mirror's included) against a Daft-style store, whose worker puts a staged
 //! object and a seal object per input (2 requests) and whose driver then lists and reads them.
 //!
+//! Workers that do nothing but seal show the committer against the fastest sealing there is. A real worker writes
+//! each input's data first: `SINKPOINT_WORKERS_WORK_US` gives each input that many microseconds of CPU work in its
+//! worker before the seal (a busy loop standing in for encoding a data file; the Daft jobs measure 0.45–0.65 ms an
+//! input of Parquet or Lance writes).
+//!
 //! `cargo bench --bench workers` (N = 20,000; `SINKPOINT_WORKERS_INPUTS` sets another); quick mode
 //! (`cargo test --bench workers`): 2 and 4 workers, 200 inputs.
 
@@ -34,6 +39,8 @@ use sinkpoint::{CheckpointId, Committer, DirTable, Store};
 use common::{Goal, Report, fmt_rate, job, key, requests, small_result, target};
 
 const CHILD: &str = "SINKPOINT_WORKERS_CHILD";
+/// Microseconds of CPU work a worker spends on each input before sealing it (default 0: workers only seal).
+const WORK_US: &str = "SINKPOINT_WORKERS_WORK_US";
 /// Seals one worker process has in flight at once: its tasks.
 const SEALS_IN_FLIGHT_PER_WORKER: usize = 4;
 /// Inputs a task: 1 (Daft's shape: a `for_key` checkpoint per input, keys claimed at the seal) and 16 (a
@@ -58,9 +65,11 @@ fn child(k: u64, w: u64, n: u64, t: u64, dir: &std::path::Path) {
         let shared = staging(objects.clone(), t);
         let worker = Worker::new(shared, &format!("w{k}")).unwrap();
         let mine: Vec<u64> = (k..n).step_by(w as usize).collect();
+        let work = std::time::Duration::from_micros(work_us());
         let seals = mine.chunks(t as usize).map(|task| {
             let worker = &worker;
             async move {
+                write_data(work * task.len() as u32);
                 let keys: Vec<Vec<u8>> = task.iter().map(|i| key(*i)).collect();
                 let id = task_id(task);
                 worker.stage_and_seal(&id, keys, vec![small_result(task[0])]).await.unwrap();
@@ -73,6 +82,19 @@ fn child(k: u64, w: u64, n: u64, t: u64, dir: &std::path::Path) {
         futures::stream::iter(seals).buffer_unordered(SEALS_IN_FLIGHT_PER_WORKER).collect::<Vec<()>>().await;
     });
     println!("requests {}", requests(objects.counts()));
+}
+
+/// The CPU work per input the workers do before each seal (`SINKPOINT_WORKERS_WORK_US`).
+fn work_us() -> u64 {
+    std::env::var(WORK_US).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Stands in for writing a task's data files: `work` of CPU, on the worker's thread.
+fn write_data(work: std::time::Duration) {
+    let started = Instant::now();
+    while started.elapsed() < work {
+        std::hint::spin_loop();
+    }
 }
 
 /// The job's shared staging for tasks of `t` inputs: keys decided at adoption above one input a task.
@@ -216,7 +238,10 @@ fn main() {
     let report = Report::default();
     for (&w, &t) in workers.iter().flat_map(|w| TASK_INPUTS.iter().map(move |t| (w, t))) {
         let r = run(w, n, t);
-        let shape = if t == 1 { "a checkpoint per input".to_owned() } else { format!("tasks of {t} inputs") };
+        let mut shape = if t == 1 { "a checkpoint per input".to_owned() } else { format!("tasks of {t} inputs") };
+        if work_us() > 0 {
+            shape += &format!(", {} µs of work an input", work_us());
+        }
         let (worker_per_input, committer_per_input) =
             (r.worker_requests as f64 / n as f64, r.committer_requests as f64 / n as f64);
         report.add(
