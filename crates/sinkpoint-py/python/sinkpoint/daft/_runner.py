@@ -46,6 +46,10 @@ def prune_inputs(
     :meth:`LanceSink.run` does not need it: it adopts every seal into its driver's store first (a listing, and the
     claim reads the commit needs anyway), then prunes by the store alone (no request per input). This is for a
     DataFrame built by hand, by a caller that holds no driver.
+
+    The claim reads find inputs sealed one a checkpoint only: an input a sink sealed in a checkpoint of several
+    (``inputs_per_checkpoint > 1``) has no claim of its own and stays in the list (its second copy would be refused
+    by the driver's adoption). Give ``driver`` for such a job.
     """
     if driver is None and (staging_url is None or job is None):
         raise ValueError("prune_inputs needs a driver, or staging_url and job (or all three)")
