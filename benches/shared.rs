@@ -4,7 +4,8 @@
 //! and time per round as the checkpoints already committed grow from 1 k to 100 k (`SINKPOINT_SHARED_HISTORY` sets
 //! another, such as 1 M; quick mode: 100 and 1 k), listings counted by pages of 1,000: a round that lists the
 //! claims (`Inbox::adopt`: one page per 1,000 claims of the job) against one that reads the claims of the ids it
-//! expects (`Inbox::adopt_expected`: flat; docs/decisions/0041-rounds-read-expected-claims.md).
+//! expects (`Inbox::adopt_expected`: flat; docs/decisions/0041-rounds-read-expected-claims.md), its time measured
+//! on the store as it is and again with every request 20 ms long.
 //!
 //! `cargo bench --bench shared` (quick: `cargo test --bench shared`); `SINKPOINT_SHARED_CACHE_MIB` sets the
 //! committer's page cache (default: the store's).
@@ -167,6 +168,10 @@ struct Round {
     time: Duration,
     /// Its adoption alone.
     adopt: Duration,
+    /// Bytes the process read and wrote through system calls during the round (the committer's page reads and
+    /// page writes: its mirror and the table are in memory), 0 where `/proc/self/io` does not exist.
+    read: u64,
+    written: u64,
 }
 
 /// Seals `ids` (one input each) through `worker`, 32 at once.
@@ -181,10 +186,21 @@ fn ids(inputs: std::ops::Range<u64>) -> Vec<CheckpointId> {
     inputs.map(|i| CheckpointId::for_key(&input(i))).collect()
 }
 
+/// The rounds measured after a history: one listing the claims, then the median of rounds of expected ids on the
+/// store as it is (no latency: the committer's local work) and with every request `REQUEST_LATENCY` long (what a
+/// committer on an object store meets).
+#[derive(Clone, Copy)]
+struct Rounds {
+    listing: Round,
+    expected: Round,
+    throttled: Round,
+}
+
 /// Once `history` checkpoints are committed (adopted by rounds of 1,000 expected ids), one round adopting and
 /// committing 8 new checkpoints by listing the claims (`adopt`), then the median of `EXPECTED_ROUNDS` rounds each
-/// adopting 8 more by their ids (`adopt_expected`), each with its requests, objects listed and wall time.
-fn rounds_after(rt: &tokio::runtime::Runtime, history: u64) -> (Round, Round) {
+/// adopting 8 more by their ids (`adopt_expected`), each with its requests, objects listed and wall time; then as
+/// many again with the staging and the mirror's store throttled to `REQUEST_LATENCY` a request.
+fn rounds_after(rt: &tokio::runtime::Runtime, history: u64) -> Rounds {
     let dir = common::tempdir();
     let objects = Arc::new(FaultStore::new(InMemory::new()));
     let shared = SharedStaging::new(objects.clone(), "staging", job()).unwrap();
@@ -202,7 +218,7 @@ fn rounds_after(rt: &tokio::runtime::Runtime, history: u64) -> (Round, Round) {
         let measure = |expected: Option<Vec<CheckpointId>>| {
             let (objects, store, inbox, table) = (&objects, &store, &inbox, &table);
             async move {
-                let before = objects.counts();
+                let (before, io_before) = (objects.counts(), common::io_bytes().unwrap_or_default());
                 let started = Instant::now();
                 let report = match expected {
                     Some(ids) => inbox.adopt_expected(store, &ids).await.unwrap(),
@@ -210,62 +226,74 @@ fn rounds_after(rt: &tokio::runtime::Runtime, history: u64) -> (Round, Round) {
                 };
                 let adopt = started.elapsed();
                 Committer::new(store, table).commit_pending().await.unwrap();
-                let (time, after) = (started.elapsed(), objects.counts());
+                let (time, after, io_after) =
+                    (started.elapsed(), objects.counts(), common::io_bytes().unwrap_or_default());
                 assert_eq!(report.adopted.len(), 8, "{report:?}");
                 let (requests, listed) = (requests(after) - requests(before), after.listed - before.listed);
-                Round { requests, listed, time, adopt }
+                let (read, written) = (io_after.0 - io_before.0, io_after.1 - io_before.1);
+                Round { requests, listed, time, adopt, read, written }
             }
         };
         seal_all(&worker, history..history + 8).await;
         let listing = measure(None).await;
         // The median of a few rounds: a round's flush sometimes carries the mirror's upkeep.
-        let mut expected = Vec::new();
-        for r in 0..EXPECTED_ROUNDS {
-            let first = history + 8 + 8 * r;
-            seal_all(&worker, first..first + 8).await;
-            expected.push(measure(Some(ids(first..first + 8))).await);
+        let mut medians = Vec::new();
+        for (pass, latency) in [Duration::ZERO, REQUEST_LATENCY].into_iter().enumerate() {
+            let mut rounds = Vec::new();
+            for r in 0..EXPECTED_ROUNDS {
+                let first = history + 8 + 8 * (EXPECTED_ROUNDS * pass as u64 + r);
+                seal_all(&worker, first..first + 8).await;
+                objects.set_latency(latency);
+                rounds.push(measure(Some(ids(first..first + 8))).await);
+                objects.set_latency(Duration::ZERO);
+            }
+            rounds.sort_by_key(|r| r.time);
+            medians.push(rounds[rounds.len() / 2]);
         }
-        expected.sort_by_key(|r| r.time);
-        (listing, expected[expected.len() / 2])
+        Rounds { listing, expected: medians[0], throttled: medians[1] }
     })
 }
 
 use futures::StreamExt as _;
 
 fn history_rows(rt: &tokio::runtime::Runtime, report: &Report, small: u64, large: u64) {
-    let (list_small, exp_small) = rounds_after(rt, small);
-    let (list_large, exp_large) = rounds_after(rt, large);
-    let figures = |s: Round, l: Round| {
+    let (s, l) = (rounds_after(rt, small), rounds_after(rt, large));
+    let round = |r: Round| {
         format!(
-            "after {small}: {} requests, {} objects listed, {} (adoption {}); after {large}: {} requests, {} listed, \
-             {} (adoption {})",
-            s.requests,
-            s.listed,
-            fmt_dur(s.time),
-            fmt_dur(s.adopt),
-            l.requests,
-            l.listed,
-            fmt_dur(l.time),
-            fmt_dur(l.adopt)
+            "{} requests, {} objects listed, {} (adoption {}), {} KiB read, {} KiB written",
+            r.requests,
+            r.listed,
+            fmt_dur(r.time),
+            fmt_dur(r.adopt),
+            r.read >> 10,
+            r.written >> 10
         )
     };
+    let figures = |s: Round, l: Round| format!("after {small}: {}; after {large}: {}", round(s), round(l));
+    let ratio = |s: Round, l: Round| l.time.as_secs_f64() / s.time.as_secs_f64();
     report.add(
         format!("committer round listing the claims: requests, {large} vs {small} committed"),
-        list_large.requests as f64 / list_small.requests as f64,
+        l.listing.requests as f64 / s.listing.requests as f64,
         Goal::Info,
-        figures(list_small, list_large),
+        figures(s.listing, l.listing),
     );
     report.add(
         format!("committer round of expected ids: requests, {large} vs {small} committed"),
-        exp_large.requests as f64 / exp_small.requests as f64,
+        l.expected.requests as f64 / s.expected.requests as f64,
         Goal::AtMost(1.1),
-        figures(exp_small, exp_large),
+        figures(s.expected, l.expected),
     );
     report.add(
         format!("committer round of expected ids: time, {large} vs {small} committed"),
-        exp_large.time.as_secs_f64() / exp_small.time.as_secs_f64(),
+        ratio(s.expected, l.expected),
         Goal::AtMost(1.1),
-        figures(exp_small, exp_large),
+        figures(s.expected, l.expected),
+    );
+    report.add(
+        format!("the same round at 20 ms a request: time, {large} vs {small} committed"),
+        ratio(s.throttled, l.throttled),
+        Goal::AtMost(1.1),
+        figures(s.throttled, l.throttled),
     );
 }
 
