@@ -15,6 +15,11 @@
 //! worker before the seal (a busy loop standing in for encoding a data file; the Daft jobs measure 0.45–0.65 ms an
 //! input of Parquet or Lance writes).
 //!
+//! The workers run at nice 10. On 2 cores that leaves the committer about half the machine beside 8 workers and an
+//! eighth beside 64; `SINKPOINT_WORKERS_NICENESS=19` leaves it about a core at every count (64 × 15 against its
+//! 1,024 in the scheduler's weights), closer to a driver on a machine of its own. `SINKPOINT_WORKERS_COUNTS` (such
+//! as `64` or `8,64`) runs only those counts.
+//!
 //! `cargo bench --bench workers` (N = 20,000; `SINKPOINT_WORKERS_INPUTS` sets another); quick mode
 //! (`cargo test --bench workers`): 2 and 4 workers, 200 inputs.
 
@@ -109,8 +114,15 @@ fn task_id(inputs: &[u64]) -> CheckpointId {
     CheckpointId::for_keys(&keys.iter().map(Vec::as_slice).collect::<Vec<_>>())
 }
 
-/// The workers' niceness (see `run`).
-const WORKER_NICENESS: &str = "10";
+/// The workers' niceness (see `run`), unless `SINKPOINT_WORKERS_NICENESS` sets another (0 to 19).
+const WORKER_NICENESS_DEFAULT: u8 = 10;
+
+fn worker_niceness() -> u8 {
+    let niceness = std::env::var("SINKPOINT_WORKERS_NICENESS").ok().map(|v| v.parse::<u8>().unwrap());
+    let niceness = niceness.unwrap_or(WORKER_NICENESS_DEFAULT);
+    assert!(niceness <= 19, "SINKPOINT_WORKERS_NICENESS is 0 to 19, not {niceness}");
+    niceness
+}
 
 /// A line from a worker process.
 enum Said {
@@ -140,7 +152,7 @@ fn run(w: u64, n: u64, t: u64) -> Run {
         // The workers run niced: on 2 cores, 64 worker processes would otherwise leave the committer a 65th of the
         // CPU, where a driver has a machine of its own.
         let mut child = Command::new("nice")
-            .args(["-n", WORKER_NICENESS])
+            .args(["-n", &worker_niceness().to_string()])
             .arg(std::env::current_exe().unwrap())
             .env(CHILD, format!("{k} {w} {n} {t} {}", dir.path().display()))
             .stdout(Stdio::piped())
@@ -233,14 +245,23 @@ fn main() {
         return;
     }
     let inputs = std::env::var("SINKPOINT_WORKERS_INPUTS").ok().and_then(|v| v.parse().ok());
-    let (workers, n): (&[u64], u64) =
-        if common::quick() { (&[2, 4], 200) } else { (&[8, 16, 32, 64], inputs.unwrap_or(20_000)) };
+    let counts: Option<Vec<u64>> = std::env::var("SINKPOINT_WORKERS_COUNTS").ok().map(|v| {
+        v.split(',').map(|c| c.trim().parse().expect("SINKPOINT_WORKERS_COUNTS: numbers, such as 8,64")).collect()
+    });
+    let (workers, n): (Vec<u64>, u64) = if common::quick() {
+        (vec![2, 4], 200)
+    } else {
+        (counts.unwrap_or_else(|| vec![8, 16, 32, 64]), inputs.unwrap_or(20_000))
+    };
     let report = Report::default();
     for (&w, &t) in workers.iter().flat_map(|w| TASK_INPUTS.iter().map(move |t| (w, t))) {
         let r = run(w, n, t);
         let mut shape = if t == 1 { "a checkpoint per input".to_owned() } else { format!("tasks of {t} inputs") };
         if work_us() > 0 {
             shape += &format!(", {} µs of work an input", work_us());
+        }
+        if worker_niceness() != WORKER_NICENESS_DEFAULT {
+            shape += &format!(", workers at nice {}", worker_niceness());
         }
         let (worker_per_input, committer_per_input) =
             (r.worker_requests as f64 / n as f64, r.committer_requests as f64 / n as f64);

@@ -270,7 +270,10 @@ mod tests {
                 }
             }
         }
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-{format}"));
+        // The checkout cargo runs the test in, not the one the binary was built in (it may not be rebuilt).
+        let fixture = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), Into::into)
+            .join(format!("tests/fixtures/format-{format}"));
         copy(&fixture, dir);
     }
 

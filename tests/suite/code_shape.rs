@@ -40,7 +40,7 @@ const VOCABULARY_FLOOR: u32 = 1;
 const FUNCTION_LINES_MAX: usize = 80;
 
 fn src() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
+    crate::common::checkout().join("src")
 }
 
 /// Every production source file: `(module path, text before its test module)`, skipping the testkit, the crate

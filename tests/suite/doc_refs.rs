@@ -26,7 +26,7 @@ const CODE_DIRS: &[&str] = &["src", "tests", "crates", "benches", "examples", "f
 const NOT_ITEMS: &[&str] = &["enable_scan_task_split_and_merge"];
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::common::checkout()
 }
 
 /// Every file under `dir` whose name ends with one of `exts`, skipping build output, virtual environments and

@@ -56,7 +56,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// A copy of fixture `format` in a temporary directory (tests write to it; the committed bytes stay as they are).
 fn copy(format: u32) -> (tempfile::TempDir, PathBuf) {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-{format}"));
+    let fixture = crate::common::checkout().join(format!("tests/fixtures/format-{format}"));
     assert!(fixture.join("store.redb").exists(), "no fixture at {}", fixture.display());
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join(format!("format-{format}"));
@@ -136,7 +136,7 @@ async fn recover_and_finish(store: &Store, table: &DirTable, format: u32) {
 
 #[test]
 fn every_format_this_version_opens_has_a_fixture() {
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let fixtures = crate::common::checkout().join("tests/fixtures");
     let mut found: Vec<String> = std::fs::read_dir(&fixtures)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -4,7 +4,7 @@
 //! `SINKPOINT_BLESS_SEEDS=1` to write them) and that the crash-replay seeds play the workloads they describe.
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use sinkpoint::testkit::crash::{Op, Stall, runtime};
 use sinkpoint::testkit::fuzz::{
@@ -13,7 +13,7 @@ use sinkpoint::testkit::fuzz::{
 };
 
 fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")
+    crate::common::checkout().join("fuzz")
 }
 
 /// Replays every file of the target's corpus and artifacts; returns how many there were.

@@ -14,6 +14,15 @@ use sinkpoint::{CheckpointId, JobId, Store, TargetIdentity};
 
 pub const ROWS_PER_INPUT: usize = 3;
 
+/// The checkout whose files the tests read (docs, sources, fixtures, the fuzz corpus). Cargo sets
+/// `CARGO_MANIFEST_DIR` when it runs a test, and that is read first: a test binary cargo did not rebuild (its
+/// sources unchanged, as in a fresh clone whose files got their mtimes back) would otherwise read the files of the
+/// checkout it was built in, which may be gone or older. The value compiled in is the fallback, for a binary run by
+/// hand.
+pub fn checkout() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}
+
 /// A store of job `j` and target `t` at `dir/s.redb`, without a mirror: the plain store most suites start from.
 pub async fn plain_store(dir: &tempfile::TempDir) -> Store {
     let builder = Store::builder(JobId::new("j").unwrap(), TargetIdentity::new("t").unwrap());
