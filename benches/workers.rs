@@ -41,7 +41,7 @@ use sinkpoint::shared::{Inbox, KeyExclusivity, SharedStaging, Worker};
 use sinkpoint::testkit::FaultStore;
 use sinkpoint::{CheckpointId, Committer, DirTable, Store};
 
-use common::{Goal, Report, fmt_rate, job, key, requests, small_result, target};
+use common::{Goal, Report, fmt_dur, fmt_rate, job, key, requests, small_result, target};
 
 const CHILD: &str = "SINKPOINT_WORKERS_CHILD";
 /// Microseconds of CPU work a worker spends on each input before sealing it (default 0: workers only seal).
@@ -140,6 +140,9 @@ struct Run {
     /// Inputs the committer adopted and committed per second of its rounds (its capacity: it keeps up while this
     /// is above `seals_per_s`).
     committer_per_s: f64,
+    /// The committer's rounds, and the slowest (what its lag at its peak waited for).
+    rounds: u64,
+    slowest_round: std::time::Duration,
 }
 
 fn run(w: u64, n: u64, t: u64) -> Run {
@@ -187,6 +190,7 @@ fn run(w: u64, n: u64, t: u64) -> Run {
         let inbox = Inbox::new(staging(objects.clone(), t));
         let (mut sealed, mut adopted, mut lag_max, mut worker_requests) = (0u64, 0u64, 0u64, 0u64);
         let (mut last_seal, mut busy) = (started.elapsed(), std::time::Duration::ZERO);
+        let (mut rounds, mut slowest_round) = (0u64, std::time::Duration::ZERO);
         let (mut round, mut round_inputs): (Vec<CheckpointId>, u64) = (Vec::new(), 0);
         let staging_before = objects.counts();
         while adopted < n {
@@ -218,7 +222,8 @@ fn run(w: u64, n: u64, t: u64) -> Run {
             adopted += round_inputs;
             (round_inputs, round) = (0, Vec::new());
             Committer::new(&store, &table).commit_pending().await.unwrap();
-            busy += round_started.elapsed();
+            let took = round_started.elapsed();
+            (busy, rounds, slowest_round) = (busy + took, rounds + 1, slowest_round.max(took));
         }
         let committer_requests = requests(objects.counts()) - requests(staging_before);
         Committer::new(&store, &table).finish().await.unwrap();
@@ -229,7 +234,7 @@ fn run(w: u64, n: u64, t: u64) -> Run {
         }
         store.close_async().await;
         let (seals_per_s, committer_per_s) = (n as f64 / last_seal.as_secs_f64(), n as f64 / busy.as_secs_f64());
-        Run { seals_per_s, lag_max, worker_requests, committer_requests, committer_per_s }
+        Run { seals_per_s, lag_max, worker_requests, committer_requests, committer_per_s, rounds, slowest_round }
     });
     for mut child in children {
         assert!(child.wait().unwrap().success());
@@ -287,10 +292,12 @@ fn main() {
             Goal::AtLeast(1.0),
             format!(
                 "committer {} (inputs adopted and committed per second of its rounds), workers {}; lag at most {} \
-                 seals (a round takes at most {ROUND_IDS_MAX})",
+                 seals (a round takes at most {ROUND_IDS_MAX}); {} rounds, the slowest {}",
                 fmt_rate(r.committer_per_s),
                 fmt_rate(r.seals_per_s),
-                r.lag_max
+                r.lag_max,
+                r.rounds,
+                fmt_dur(r.slowest_round)
             ),
         );
     }

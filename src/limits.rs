@@ -79,6 +79,12 @@ pub(crate) const FRAME_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How many WAL records the local log keeps behind the materialised tables when nothing (no mirror) needs more:
 /// at least this many and fewer than twice this many, for it is truncated in steps of this many.
 pub(crate) const LOG_RECORDS_RETAINED_MAX: u64 = 1024;
+/// The most log records one write transaction cuts off the log's head beyond twice the records it appends, once
+/// the mirror no longer needs them. A snapshot that lands releases up to a snapshot interval of records at once
+/// (`MIRROR_SNAPSHOT_LOG_RECORDS_MAX_DEFAULT`, 100,000); cut in one transaction, they would stall the calls that
+/// share it for seconds. Cut in steps, the head catches up within a few hundred transactions, and each one cuts at
+/// least twice what it appends, so the log never falls further behind.
+pub(crate) const LOG_CUT_RECORDS_PER_COMMIT_MAX: u64 = 1024;
 /// Fresh parts (staged parts kept in their stage records alone, see `wal::fresh`) held at most before they are
 /// all written to their checkpoints' `parts` rows in one transaction (each checkpoint's are anyway before
 /// anything else reads them). Also bounds the writer's index of them.

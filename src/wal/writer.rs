@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::{Error, Result};
 use crate::limits::{
     CHECKPOINT_BYTES_MAX, GROUP_COMMIT_CALLS_MAX, GROUP_COMMIT_LINGER_GAP_US, GROUP_COMMIT_LINGER_MAX_US,
-    LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX,
+    LOG_CUT_RECORDS_PER_COMMIT_MAX, LOG_RECORDS_RETAINED_MAX, WRITER_QUEUE_CALLS_MAX,
 };
 use crate::wal::apply::{Applied, Carry, Decided, Placement, Tables};
 use crate::wal::record::Record;
@@ -455,6 +455,14 @@ struct Carried {
     carry: Carry,
 }
 
+/// Where a transaction that appended `appended` records cuts the log's head under a mirror: at `keep_from`, the
+/// lowest record the mirror still needs, but at most `LOG_CUT_RECORDS_PER_COMMIT_MAX` records (or twice
+/// `appended`, if more) past `log_start`, so a landed snapshot's release is spread over the next transactions.
+fn mirror_cut(log_start: u64, keep_from: u64, appended: u64) -> u64 {
+    let step = LOG_CUT_RECORDS_PER_COMMIT_MAX.max(appended.saturating_mul(2));
+    keep_from.min(log_start.saturating_add(step)).max(log_start)
+}
+
 fn commit_batch(
     db: &Database,
     carried: &mut Carried,
@@ -490,14 +498,18 @@ fn commit_batch(
         if !frames.is_empty() {
             // Without a mirror the log is cut in steps of LOG_RECORDS_RETAINED_MAX records, once it holds twice that:
             // cutting a record or two off its head in every batch would dirty (write and fsync) the log's first
-            // pages as well as its last in nearly every commit. With a mirror, the shipper says what it still needs.
+            // pages as well as its last in nearly every commit. With a mirror, the shipper says what it still needs,
+            // and the head is cut in steps (LOG_CUT_RECORDS_PER_COMMIT_MAX): a landed snapshot releases many records.
             match shipper {
                 None if next.next_seq.saturating_sub(next.log_start) >= 2 * LOG_RECORDS_RETAINED_MAX => {
                     let keep = next.next_seq - LOG_RECORDS_RETAINED_MAX;
                     tables.truncate_log(&mut next, keep)?;
                 }
                 None => {}
-                Some(_) => tables.truncate_log(&mut next, *keep_from)?,
+                Some(_) => {
+                    let keep = mirror_cut(next.log_start, *keep_from, frames.len() as u64);
+                    tables.truncate_log(&mut next, keep)?;
+                }
             }
             // A transaction that only appended records leaves the stored meta as it is: the log's last frame says
             // the next seq (`tables::read_meta`), so a stage call writes one b-tree fewer.
@@ -622,6 +634,28 @@ mod tests {
         assert_eq!(kind(vec![(vec![Record::Finish], Immediate, refused())]), GroupKind::Durable);
         assert_eq!(kind(vec![unsynced(), (vec![mark()], Immediate, ok())]), GroupKind::Lagging, "marks only");
         assert_eq!(kind(vec![(vec![mark()], Immediate, refused())]), GroupKind::Lagging, "a refused mark");
+    }
+
+    /// A landed snapshot releases up to a snapshot interval of records; cut in one transaction, they stall the
+    /// calls sharing it. The cut goes in steps that outpace the appends, and never past what the mirror still needs.
+    #[test]
+    fn a_landed_snapshots_release_is_cut_in_steps_that_outpace_the_appends() {
+        assert_eq!(mirror_cut(0, 100_000, 1), LOG_CUT_RECORDS_PER_COMMIT_MAX);
+        assert_eq!(mirror_cut(7, 500, 1), 500, "within a step: cut to what the mirror needs");
+        assert_eq!(mirror_cut(0, 100_000, 10_000), 20_000, "a large transaction cuts twice what it appends");
+        assert_eq!(mirror_cut(900, 100, 1), 900, "never moves the head back");
+        let (mut log_start, mut next_seq, keep_from) = (0u64, 100_000u64, 100_000u64);
+        let mut transactions = 0;
+        while log_start < keep_from {
+            let appended = 1 + transactions % 50;
+            next_seq += appended;
+            let cut = mirror_cut(log_start, keep_from, appended);
+            assert!(cut - log_start <= LOG_CUT_RECORDS_PER_COMMIT_MAX.max(2 * appended) && cut <= keep_from);
+            log_start = cut;
+            transactions += 1;
+        }
+        assert!(transactions <= 100_000 / LOG_CUT_RECORDS_PER_COMMIT_MAX + 1, "{transactions} transactions");
+        assert!(next_seq > log_start);
     }
 
     #[test]
