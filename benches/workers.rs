@@ -1,6 +1,6 @@
 //! Many worker processes through one store location: W worker processes (8, 16, 32, 64; quick mode 2 and 4) each
 //! seal their share of N one-part inputs (4 seals in flight a process) into shared staging on the local filesystem
-//! (standing in for the object store every machine sees), in two shapes: a `for_key` checkpoint per input (Daft's
+//! (standing in for the object store every machine sees; in `/dev/shm`, see `objects_dir`), in two shapes: a `for_key` checkpoint per input (Daft's
 //! shape: `stage_and_seal` is one create an input), and tasks of 16 inputs, a checkpoint each, with keys decided at
 //! adoption (`KeyExclusivity::AtAdoption`: one create a task). Each worker reports its seals on stdout, as an
 //! engine's task results reach its driver; they run niced, as a driver has a machine of its own. This process is the
@@ -19,6 +19,8 @@
 //! eighth beside 64; `SINKPOINT_WORKERS_NICENESS=19` leaves it about a core at every count (64 × 15 against its
 //! 1,024 in the scheduler's weights), closer to a driver on a machine of its own. `SINKPOINT_WORKERS_COUNTS` (such
 //! as `64` or `8,64`) runs only those counts.
+//!
+//! `SINKPOINT_WORKERS_ROUNDS_LOG=FILE` appends a line a committer round to FILE: what a slow round spent its time on.
 //!
 //! `cargo bench --bench workers` (N = 20,000; `SINKPOINT_WORKERS_INPUTS` sets another); quick mode
 //! (`cargo test --bench workers`): 2 and 4 workers, 200 inputs.
@@ -56,8 +58,8 @@ const ROUND_IDS_MAX: usize = 10_000;
 /// A Daft-style store's requests per input: a put of the staged object and a put of the seal, by the worker.
 const DAFT_STYLE_REQUESTS_PER_INPUT: f64 = 2.0;
 
-fn counted(dir: &std::path::Path) -> Arc<FaultStore<LocalFileSystem>> {
-    Arc::new(FaultStore::new(LocalFileSystem::new_with_prefix(dir.join("objects")).unwrap()))
+fn counted(objects: &std::path::Path) -> Arc<FaultStore<LocalFileSystem>> {
+    Arc::new(FaultStore::new(LocalFileSystem::new_with_prefix(objects).unwrap()))
 }
 
 /// Worker `k` of `w`: seals inputs `k, k + w, …` below `n` in tasks of `t` inputs (one checkpoint a task; `t` = 1
@@ -114,6 +116,20 @@ fn task_id(inputs: &[u64]) -> CheckpointId {
     CheckpointId::for_keys(&keys.iter().map(Vec::as_slice).collect::<Vec<_>>())
 }
 
+/// Where the stand-in object store keeps its objects: in memory (`/dev/shm`, where there is one), not on the
+/// committer's disk. An object store is a service of its own; on the committer's disk its objects (a claim an
+/// input, the mirror's snapshots) pile up as dirty pages that the kernel writes back every 30 s in one burst, and
+/// every fsync of the committer's store and table then waits behind that burst (rounds of 1–4 s). With
+/// `SINKPOINT_WORKERS_OBJECTS_ON_DISK=1` they stay on the disk beside the committer, as with a mirror in a local
+/// directory on the store's own disk.
+fn objects_dir() -> tempfile::TempDir {
+    let memory = std::path::Path::new("/dev/shm");
+    if std::env::var_os("SINKPOINT_WORKERS_OBJECTS_ON_DISK").is_some() || !memory.is_dir() {
+        return common::tempdir();
+    }
+    tempfile::Builder::new().prefix("sinkpoint-bench-objects-").tempdir_in(memory).expect("a directory in /dev/shm")
+}
+
 /// The workers' niceness (see `run`), unless `SINKPOINT_WORKERS_NICENESS` sets another (0 to 19).
 const WORKER_NICENESS_DEFAULT: u8 = 10;
 
@@ -122,6 +138,13 @@ fn worker_niceness() -> u8 {
     let niceness = niceness.unwrap_or(WORKER_NICENESS_DEFAULT);
     assert!(niceness <= 19, "SINKPOINT_WORKERS_NICENESS is 0 to 19, not {niceness}");
     niceness
+}
+
+/// `SINKPOINT_WORKERS_ROUNDS_LOG`: a file to append a line to for each committer round (workers, task inputs,
+/// seconds into the run, ids, inputs, adoption ms, commit ms): what a slow round spent its time on.
+fn rounds_log() -> Option<std::fs::File> {
+    let path = std::env::var_os("SINKPOINT_WORKERS_ROUNDS_LOG")?;
+    Some(std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap())
 }
 
 /// A line from a worker process.
@@ -135,6 +158,9 @@ enum Said {
 struct Run {
     seals_per_s: f64,
     lag_max: u64,
+    /// The lag at the 99th percentile of the rounds' starts: what the committer runs behind by when no one stall
+    /// (of the disk, or of the scheduler) sets it.
+    lag_p99: u64,
     worker_requests: u64,
     committer_requests: u64,
     /// Inputs the committer adopted and committed per second of its rounds (its capacity: it keeps up while this
@@ -147,7 +173,7 @@ struct Run {
 
 fn run(w: u64, n: u64, t: u64) -> Run {
     let dir = common::tempdir();
-    std::fs::create_dir_all(dir.path().join("objects")).unwrap();
+    let objects_dir = objects_dir();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Said>();
     let started = Instant::now();
     let mut children = Vec::new();
@@ -157,7 +183,7 @@ fn run(w: u64, n: u64, t: u64) -> Run {
         let mut child = Command::new("nice")
             .args(["-n", &worker_niceness().to_string()])
             .arg(std::env::current_exe().unwrap())
-            .env(CHILD, format!("{k} {w} {n} {t} {}", dir.path().display()))
+            .env(CHILD, format!("{k} {w} {n} {t} {}", objects_dir.path().display()))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -178,7 +204,7 @@ fn run(w: u64, n: u64, t: u64) -> Run {
     }
     drop(tx);
     let rt = common::runtime();
-    let objects = counted(dir.path());
+    let objects = counted(objects_dir.path());
     let run = rt.block_on(async {
         let store = Store::builder(job(), target())
             .path(dir.path().join("committer.redb"))
@@ -189,10 +215,12 @@ fn run(w: u64, n: u64, t: u64) -> Run {
         let table = DirTable::local(dir.path().join("table")).unwrap();
         let inbox = Inbox::new(staging(objects.clone(), t));
         let (mut sealed, mut adopted, mut lag_max, mut worker_requests) = (0u64, 0u64, 0u64, 0u64);
+        let mut lags = Vec::new();
         let (mut last_seal, mut busy) = (started.elapsed(), std::time::Duration::ZERO);
         let (mut rounds, mut slowest_round) = (0u64, std::time::Duration::ZERO);
         let (mut round, mut round_inputs): (Vec<CheckpointId>, u64) = (Vec::new(), 0);
         let staging_before = objects.counts();
+        let mut rounds_log = rounds_log();
         while adopted < n {
             let Some(first) = rx.recv().await else { panic!("the workers stopped after {adopted} of {n}") };
             let mut next = Some(first);
@@ -215,14 +243,22 @@ fn run(w: u64, n: u64, t: u64) -> Run {
             }
             // Inputs sealed and not adopted yet: those in this round and those still queued behind it (a queued
             // line is counted as one input: a lower bound for tasks of several).
-            lag_max = lag_max.max(sealed + rx.len() as u64 - adopted);
+            let lag = sealed + rx.len() as u64 - adopted;
+            lag_max = lag_max.max(lag);
+            lags.push(lag);
             let round_started = Instant::now();
             let report = inbox.adopt_expected(&store, &round).await.unwrap();
             assert_eq!(report.adopted.len(), round.len(), "{report:?}");
-            adopted += round_inputs;
-            (round_inputs, round) = (0, Vec::new());
+            let adopting = round_started.elapsed();
             Committer::new(&store, &table).commit_pending().await.unwrap();
             let took = round_started.elapsed();
+            if let Some(log) = rounds_log.as_mut() {
+                let at = started.elapsed().as_secs_f64();
+                let (adopt_ms, commit_ms) = (adopting.as_secs_f64() * 1e3, (took - adopting).as_secs_f64() * 1e3);
+                writeln!(log, "{w},{t},{at:.3},{},{round_inputs},{adopt_ms:.1},{commit_ms:.1}", round.len()).unwrap();
+            }
+            adopted += round_inputs;
+            (round_inputs, round) = (0, Vec::new());
             (busy, rounds, slowest_round) = (busy + took, rounds + 1, slowest_round.max(took));
         }
         let committer_requests = requests(objects.counts()) - requests(staging_before);
@@ -234,11 +270,27 @@ fn run(w: u64, n: u64, t: u64) -> Run {
         }
         store.close_async().await;
         let (seals_per_s, committer_per_s) = (n as f64 / last_seal.as_secs_f64(), n as f64 / busy.as_secs_f64());
-        Run { seals_per_s, lag_max, worker_requests, committer_requests, committer_per_s, rounds, slowest_round }
+        lags.sort_unstable();
+        let lag_p99 = lags[lags.len() * 99 / 100];
+        Run {
+            seals_per_s,
+            lag_max,
+            lag_p99,
+            worker_requests,
+            committer_requests,
+            committer_per_s,
+            rounds,
+            slowest_round,
+        }
     });
     for mut child in children {
         assert!(child.wait().unwrap().success());
     }
+    // The run's files are deleted, and the deletes written out, before the next run: the filesystem frees (and
+    // discards) their blocks at its next journal commit, a few seconds on, and that commit would otherwise hold
+    // up the next run's fsyncs for seconds.
+    drop((dir, objects_dir));
+    assert!(Command::new("sync").status().unwrap().success());
     run
 }
 
@@ -292,10 +344,12 @@ fn main() {
             Goal::AtLeast(1.0),
             format!(
                 "committer {} (inputs adopted and committed per second of its rounds), workers {}; lag at most {} \
-                 seals (a round takes at most {ROUND_IDS_MAX}); {} rounds, the slowest {}",
+                 seals, {} at the 99th percentile of rounds (a round takes at most {ROUND_IDS_MAX}); {} rounds, the \
+                 slowest {}",
                 fmt_rate(r.committer_per_s),
                 fmt_rate(r.seals_per_s),
                 r.lag_max,
+                r.lag_p99,
                 r.rounds,
                 fmt_dur(r.slowest_round)
             ),
