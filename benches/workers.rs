@@ -1,12 +1,13 @@
 //! Many worker processes through one store location: W worker processes (8, 16, 32, 64; quick mode 2 and 4) each
 //! seal their share of N one-part inputs (4 seals in flight a process) into shared staging on the local filesystem
-//! (standing in for the object store every machine sees; in `/dev/shm`, see `objects_dir`), in two shapes: a `for_key` checkpoint per input (Daft's
-//! shape: `stage_and_seal` is one create an input), and tasks of 16 inputs, a checkpoint each, with keys decided at
-//! adoption (`KeyExclusivity::AtAdoption`: one create a task). Each worker reports its seals on stdout, as an
-//! engine's task results reach its driver; they run niced, as a driver has a machine of its own. This process is the
-//! committer: it adopts the reported ids in rounds (`Inbox::adopt_expected`) and commits each round.
-//! Measured: seals per second over the job, the committer's capacity (inputs adopted and committed per second of its
-//! rounds) and lag (inputs reported and not yet adopted, at its peak), and object-store requests per input (the
+//! (standing in for the object store every machine sees; in `/dev/shm`, see `objects_dir`), in two shapes: a
+//! `for_key` checkpoint per input (Daft's shape: `stage_and_seal` is one create an input), and tasks of 16 inputs, a
+//! checkpoint each, with keys decided at adoption (`KeyExclusivity::AtAdoption`: one create a task). Each worker
+//! reports its seals on stdout, as an engine's task results reach its driver; they run niced, as a driver has a
+//! machine of its own. This process is the committer: it adopts the reported ids in rounds
+//! (`Inbox::adopt_expected`) and commits each round. Measured: seals per second over the job, the committer's
+//! capacity (inputs adopted and committed per second of its rounds) and lag (inputs reported and not yet adopted, at
+//! its peak and at the 99th percentile of its rounds, also in seconds of the workers' seals), and object-store requests per input (the
 //! workers' and the committer's, its mirror's included) against a Daft-style store, whose worker puts a staged
 //! object and a seal object per input (2 requests) and whose driver then lists and reads them.
 //!
