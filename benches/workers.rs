@@ -7,9 +7,9 @@
 //! machine of its own. This process is the committer: it adopts the reported ids in rounds
 //! (`Inbox::adopt_expected`) and commits each round. Measured: seals per second over the job, the committer's
 //! capacity (inputs adopted and committed per second of its rounds) and lag (inputs reported and not yet adopted, at
-//! its peak and at the 99th percentile of its rounds, also in seconds of the workers' seals), and object-store requests per input (the
-//! workers' and the committer's, its mirror's included) against a Daft-style store, whose worker puts a staged
-//! object and a seal object per input (2 requests) and whose driver then lists and reads them.
+//! its peak and at the 99th percentile of its rounds, also in seconds of the workers' seals), and object-store
+//! requests per input (the workers' and the committer's, its mirror's included) against a Daft-style store, whose
+//! worker puts a staged object and a seal object per input (2 requests) and whose driver then lists and reads them.
 //!
 //! Workers that do nothing but seal show the committer against the fastest sealing there is. A real worker writes
 //! each input's data first: `SINKPOINT_WORKERS_WORK_US` gives each input that many microseconds of CPU work in its
