@@ -308,7 +308,12 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// A temporary directory under /tmp, for both a bench and its baseline: the same disk.
 pub fn tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("sinkpoint-bench-").tempdir_in("/tmp").expect("a temporary directory")
+    tempdir_in(std::path::Path::new("/tmp"))
+}
+
+/// A temporary directory of the benches' under `root`.
+pub fn tempdir_in(root: &std::path::Path) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("sinkpoint-bench-").tempdir_in(root).expect("a temporary directory")
 }
 
 /// Requests as an S3 bill counts them: a listing is one request per page of 1,000 objects (`lists` counts the
